@@ -26,6 +26,18 @@ about ``1.6 M``, so a buffer would need that many versions), and they also hold 
 not a server version — DANA's look-ahead. The update is an index read and an index write on
 donated buffers, so it costs no copy.
 
+**Model state (batch-norm running statistics) is per worker too**, as on a real parameter
+server: a worker pulls the server's statistics with its weights, its forward pass (training
+mode: normalised with the batch's own statistics) advances its copy,
+``E ← m·E_pulled + (1 − m)·μ_batch``, and pushes it with the gradient. By default the server
+keeps what arrives (*ordinary BN*, last writer wins: the updates other workers made since this
+worker pulled are overwritten: with round-robin workers ``E`` is an EMA along the chain of pulls,
+``E_t+1 = m·E_t−M+1 + (1 − m)·μ_t``, whose ``1/(1 − m)`` batches span ``M/(1 − m)`` updates of
+the weights instead of ``1/(1 − m)``); a method's ``merge_model_state`` replaces that policy
+(LC-ASGD's Async-BN merges each worker's batch statistics into the server's own EMA). Gradients
+and losses never depend on the running statistics in training mode; evaluation uses the
+server's. Memory: ``M`` copies of the statistics (tiny next to the weights).
+
 **Modes** (:class:`MethodSpec`): ``"async"`` (above), ``"sync"`` (SSGD: every step the M workers'
 gradients at the same ``w_t`` on M mini-batches are averaged and applied once, staleness 0;
 at an equal number of processed samples it makes ``1/M`` as many updates), ``"dana"`` (DANA:
@@ -159,8 +171,9 @@ class MethodSpec(NamedTuple):
         momentum: ``μ`` for ``"dana"`` mode; unused otherwise.
         merge_model_state: optional server policy for non-trainable state (batch-norm
             statistics): ``merge(server, pulled, returned) -> new server state``, called with
-            the server's state, the state the worker's forward pass received, and the state it
-            returned (e.g. LC-ASGD's Async-BN). ``None``: keep ``returned``.
+            the server's state, the state the worker pulled with its weights (its forward pass
+            started from it), and the state it returned (e.g. LC-ASGD's Async-BN).
+            ``None``: ordinary batch-norm, the server keeps ``returned`` (last writer wins).
     """
 
     tx: optax.GradientTransformation
@@ -345,11 +358,15 @@ class AsyncState(NamedTuple):
 
     Attributes:
         params: the server's master weights ``w_t``.
-        model_state: non-trainable model variables (batch-norm statistics; the server keeps the
-            latest ones a worker pushed). An empty ``nnx.State`` for MLPs.
+        model_state: the server's non-trainable model variables (batch-norm running
+            statistics): by default the ones the applied gradient's worker pushed (last writer
+            wins), or what the method's ``merge_model_state`` made of them. An empty
+            ``nnx.State`` for MLPs.
         opt_state: the optax chain's state.
         workers: ``[C, ...]`` the weights each worker holds (its pulled snapshot, or DANA's
             look-ahead), ``C`` = the emulator's worker capacity; ``()`` in ``"sync"`` mode.
+        worker_model_state: ``[C, ...]`` the model state each worker pulled with its weights
+            (its forward pass starts from it); ``()`` in ``"sync"`` mode.
         velocity: DANA's per-worker momentum ``[C, ...]``; ``()`` in other modes.
         velocity_sum: DANA's ``Σ_i v^i``; ``()`` in other modes.
         step: int32, the number of applied updates ``t`` (the current version).
@@ -361,6 +378,7 @@ class AsyncState(NamedTuple):
     model_state: Any
     opt_state: Any
     workers: Any
+    worker_model_state: Any
     velocity: Any
     velocity_sum: Any
     step: jax.Array
@@ -485,12 +503,14 @@ class AsyncEmulator:
         stack = lambda t: jax.tree.map(lambda p: jnp.broadcast_to(p, (c, *p.shape)), t)
         # fresh buffers: run() donates the state, the caller's arrays must survive
         params = jax.tree.map(lambda p: jnp.array(p, copy=True), params)
+        model_state = jax.tree.map(lambda p: jnp.array(p, copy=True), model_state)
         zeros = jax.tree.map(jnp.zeros_like, params)
         return AsyncState(
             params=params,
-            model_state=jax.tree.map(lambda p: jnp.array(p, copy=True), model_state),
+            model_state=model_state,
             opt_state=spec.tx.init(params),
             workers=() if spec.mode == "sync" else stack(params),
+            worker_model_state=() if spec.mode == "sync" else stack(model_state),
             velocity=stack(zeros) if spec.mode == "dana" else (),
             velocity_sum=zeros if spec.mode == "dana" else (),
             step=jnp.zeros((), jnp.int32),
@@ -580,9 +600,10 @@ class AsyncEmulator:
             return new._replace(step=s.step + 1), jnp.mean(loss)
 
         w_i = _index(s.workers, worker)
-        loss, new_ms, g = self._grad(w_i, s.model_state, x, y)
+        ms_i = _index(s.worker_model_state, worker)  # the state it pulled with w_i
+        loss, new_ms, g = self._grad(w_i, ms_i, x, y)
         if spec.merge_model_state is not None:
-            new_ms = spec.merge_model_state(s.model_state, s.model_state, new_ms)
+            new_ms = spec.merge_model_state(s.model_state, ms_i, new_ms)
         u, opt_state = spec.tx.update(
             g,
             s.opt_state,
@@ -610,7 +631,12 @@ class AsyncEmulator:
                 velocity=_set(s.velocity, v_new, worker),
                 velocity_sum=vsum,
             )
-        new = new._replace(params=params, model_state=new_ms, opt_state=opt_state)
+        new = new._replace(
+            params=params,
+            model_state=new_ms,
+            worker_model_state=_set(s.worker_model_state, new_ms, worker),  # pulled with w
+            opt_state=opt_state,
+        )
         return new._replace(step=s.step + 1), loss
 
     # -- loops

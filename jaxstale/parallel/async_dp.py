@@ -36,11 +36,11 @@ SSGD (``"sync"`` mode, ``D`` dividing ``M``): each device computes the gradients
 ``M / D`` mini-batches at the common weights; the server averages the ``M`` gradients (the
 emulator's step).
 
-Batch-norm running statistics (models with ``model_state``): gradients and losses do not depend
-on them in training mode, but the new running averages a worker reports are computed from the
-statistics at the start of its round rather than after the earlier updates of the round; the
-weights are exact, the running averages may differ slightly from the emulator's. Models without
-batch-norm (``mlp``, ``cnn``) are exact.
+Batch-norm running statistics (models with ``model_state``): each worker's pulled copy is row
+``i`` of a second ``[C, ...]`` stack on the worker's device, like its weights, and is final at
+the start of the round for the same reason; the server's policy (last writer wins, or the
+method's ``merge_model_state``, e.g. Async-BN) runs in order inside the emulator's step. So the
+running statistics are exact too (``resnet20`` included).
 
 References:
     Zheng et al., "Asynchronous Stochastic Gradient Descent with Delay Compensation", ICML 2017.
@@ -206,7 +206,10 @@ class AsyncMeshExecutor:
         rep = NamedSharding(self._mesh, PartitionSpec())
         data = NamedSharding(self._mesh, PartitionSpec("data"))
         out = jax.tree.map(lambda _: rep, state)
-        return out._replace(workers=jax.tree.map(lambda _: data, state.workers))
+        return out._replace(
+            workers=jax.tree.map(lambda _: data, state.workers),
+            worker_model_state=jax.tree.map(lambda _: data, state.worker_model_state),
+        )
 
     # -- one round
     def _round_fn(
@@ -222,23 +225,24 @@ class AsyncMeshExecutor:
         sync = self.mode == "sync"
         grad = AsyncEmulator._grad
 
-        def local_grad(workers, params, ms, x, y):
-            def one(w, xx, yy):
-                return grad(self.server, w, ms, xx, yy)
+        def local_grad(workers, worker_ms, params, ms, x, y):
+            def one(w, wms, xx, yy):
+                return grad(self.server, w, wms, xx, yy)
 
             if sync:  # this device's M / D mini-batches, all at the server's weights
-                return jax.vmap(one, in_axes=(None, 0, 0))(params, x, y)
-            return jax.vmap(one)(workers, x, y)  # this device's C / D workers
+                return jax.vmap(one, in_axes=(None, None, 0, 0))(params, ms, x, y)
+            return jax.vmap(one)(workers, worker_ms, x, y)  # this device's C / D workers
 
         data, rep = PartitionSpec("data"), PartitionSpec()
         workers = () if sync else state.workers
+        worker_ms = () if sync else state.worker_model_state
         loss, new_ms, g = jax.shard_map(
             local_grad,
             mesh=self._mesh,
-            in_specs=(data, rep, rep, data, data),
+            in_specs=(data, data, rep, rep, data, data),
             out_specs=data,
             check_vma=False,
-        )(workers, state.params, state.model_state, xs, ys)
+        )(workers, worker_ms, state.params, state.model_state, xs, ys)
         if sync:  # the emulator averages the M gradients taken at the same weights
             zeros = jnp.zeros((self.num_workers,), jnp.int32)
             return self.server.step(state, ((loss, new_ms, g), zeros, zeros[0], zeros[0], {}))

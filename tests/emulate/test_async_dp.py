@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from flax import nnx
 
 from jaxstale import data, delays, models
 from jaxstale.emulate import (
@@ -386,3 +387,85 @@ def test_extra_args_and_model_state_hook_reach_the_method():
     np.testing.assert_array_equal(np.asarray(rec["my_info"]), np.arange(steps) * 10)
     np.testing.assert_allclose(np.asarray(rec["worker_loss"]), np.asarray(losses), rtol=1e-6)
     np.testing.assert_allclose(res.losses, np.asarray(losses), rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- model state
+
+
+def _chain_depth(sched: delays.DelaySchedule) -> np.ndarray:
+    """Server value after each update when every forward adds 1 to the copy its worker pulled."""
+    n = np.zeros(sched.num_updates + 1)
+    for t in range(sched.num_updates):
+        n[t + 1] = n[sched.pulled[t]] + 1  # last writer wins: the stale copy overwrites
+    return n[1:]
+
+
+@pytest.mark.parametrize("loop", ["scan", "host"])
+def test_each_worker_forwards_from_the_model_state_it_pulled(loop):
+    steps = 12
+    sched = delays.gamma_timed(3, steps, batch_size=4, seed=2)
+    assert sched.staleness.max() >= 2  # stale copies really occur
+    rng = np.random.default_rng(0)
+    xb = rng.normal(size=(steps + 3, 4, 2)).astype(np.float32)
+    yb = rng.normal(size=(steps + 3, 4)).astype(np.float32)
+    apply = lambda p, s, x, train: (x @ p, {"n": s["n"] + 1.0})
+    mse = lambda out, y: jnp.mean((out - y) ** 2)
+    # server value after every update, read through the loss-free state path
+    depth = []
+    emu = AsyncEmulator(apply, optax.sgd(0.01), 3, loss_fn=mse, loop=loop)
+    st = emu.init(jnp.zeros((2,)), {"n": jnp.zeros(())})
+    for t in range(steps):
+        sl = slice(t, t + 1)
+        b = sched.batch[sl]
+        st, _ = emu.run(st, xb[b], yb[b], sched.worker[sl], sched.staleness[sl])
+        depth.append(float(st.model_state["n"]))
+    np.testing.assert_array_equal(depth, _chain_depth(sched))  # ordinary: last writer wins
+    # every worker holds the state it pulled: the server's right after its last update
+    last = {int(w): t for t, w in enumerate(sched.worker)}
+    for w, t in last.items():
+        assert float(st.worker_model_state["n"][w]) == depth[t]
+    # a merge hook sees (server, pulled, returned): keeping the increments counts every update
+    merge = lambda server, pulled, ret: jax.tree.map(
+        lambda s, p, r: s + (r - p), server, pulled, ret
+    )
+    spec = MethodSpec(optax.sgd(0.01), merge_model_state=merge)
+    res = emulate_async(
+        apply, spec, jnp.zeros((2,)), {"n": jnp.zeros(())}, sched, xb, yb, loss_fn=mse, loop=loop
+    )
+    assert float(res.model_state["n"]) == steps
+
+
+class _BNNet(nnx.Module):
+    def __init__(self) -> None:
+        self.bn = nnx.BatchNorm(3, momentum=0.9, rngs=nnx.Rngs(0))
+        self.out = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.out(self.bn(x))
+
+
+def test_ordinary_batch_norm_keeps_the_stale_copy_that_arrives_last():
+    """Hand-computed: E_{t+1} = m·E_{pulled[t]} + (1 − m)·stat(batch_t), m = 0.9 (lr 0)."""
+    f = models.functional(_BNNet())
+    steps, m = 10, 0.9
+    sched = delays.gamma_timed(3, steps, batch_size=8, seed=2)
+    rng = np.random.default_rng(1)
+    xb = (rng.normal(size=(steps + 3, 8, 3)) * [1.0, 2.0, 0.5] + [2.0, -1.0, 0.0]).astype(
+        np.float32
+    )
+    yb = rng.integers(0, 2, (steps + 3, 8)).astype(np.int32)
+    res = emulate_async(f.apply, "asgd", f.params, f.state, sched, xb, yb, learning_rate=0.0)
+    mean = np.zeros((steps + 1, 3))
+    var = np.ones((steps + 1, 3))
+    for t in range(steps):
+        xs = xb[sched.batch[t]].astype(np.float64)
+        mean[t + 1] = m * mean[sched.pulled[t]] + (1 - m) * xs.mean(0)
+        var[t + 1] = m * var[sched.pulled[t]] + (1 - m) * xs.var(0)
+    got = nnx.to_pure_dict(res.model_state)["bn"]
+    np.testing.assert_allclose(np.asarray(got["mean"]), mean[-1], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(got["var"]), var[-1], rtol=1e-5, atol=1e-6)
+    # not what a server-side EMA over every update would give
+    fresh = np.zeros(3)
+    for t in range(steps):
+        fresh = m * fresh + (1 - m) * xb[sched.batch[t]].mean(0)
+    assert np.max(np.abs(fresh - mean[-1])) > 1e-2

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 from jax.flatten_util import ravel_pytree
 from jax.sharding import PartitionSpec
 
@@ -71,8 +72,46 @@ def test_snapshots_live_on_their_workers_devices():
     leaf = jax.tree.leaves(state.workers)[0]
     assert leaf.shape[0] == 8 and leaf.sharding.spec == PartitionSpec("data")
     assert len(leaf.sharding.device_set) == 4
+    f = models.functional(_BNNet())
+    bn = AsyncMeshExecutor(f.apply, "asgd", 8, mesh=make_mesh(4, "data"))
+    ms = jax.tree.leaves(bn.init(f.params, f.state, learning_rate=0.1).worker_model_state)[0]
+    assert ms.shape[0] == 8 and ms.sharding.spec == PartitionSpec("data")
     # the server is replicated on every device
     assert jax.tree.leaves(state.params)[0].sharding.is_fully_replicated
+
+
+class _BNNet(nnx.Module):
+    def __init__(self) -> None:
+        self.lin = nnx.Linear(16, 12, rngs=nnx.Rngs(0))
+        self.bn = nnx.BatchNorm(12, momentum=0.9, rngs=nnx.Rngs(1))
+        self.out = nnx.Linear(12, 5, rngs=nnx.Rngs(2))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.out(nnx.relu(self.bn(self.lin(x.reshape(len(x), -1)))))
+
+
+@pytest.mark.parametrize("method", ["asgd", "lc-asgd-async-bn"])
+def test_batch_norm_statistics_match_the_emulator(method):
+    """Each worker's pulled BN copy lives on its device: running statistics are exact too."""
+    from jaxstale.lc_asgd.register import register
+
+    register()
+    f = models.functional(_BNNet())
+    sched = _schedule("gamma", 4)
+    kw = {"learning_rate": 0.1, "momentum": 0.9}
+    want = emulate_async(f.apply, method, f.params, f.state, sched, _XB, _YB, **kw)
+    mesh = make_mesh(4, "data")
+    ex_got = run_async(f.apply, method, f.params, f.state, sched, _XB, _YB, mesh=mesh, **kw)
+    assert _max_diff(want.params, ex_got.params) < TOL
+    assert _max_diff(want.model_state, ex_got.model_state) < TOL
+    assert _max_diff(want.model_state, f.state) > 1e-2  # the statistics moved
+
+
+def _max_diff(a, b):
+    return max(
+        float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+    )
 
 
 _METHODS = [m for m in method_names() if m in (
