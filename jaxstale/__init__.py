@@ -61,6 +61,7 @@ from jaxstale.lc_asgd import lc_asgd_stats as lc_asgd_stats
 from jaxstale.lc_asgd import least_squares_steps as least_squares_steps
 from jaxstale.lc_asgd import merge_batch_stats as merge_batch_stats
 from jaxstale.lc_asgd import ordinary_bn_update as ordinary_bn_update
+from jaxstale.lc_asgd import recompute_batch_stats as recompute_batch_stats
 from jaxstale.lc_asgd import rnn_loss_predictor as rnn_loss_predictor
 
 # --- trainer and run folders (issue 2) ---

@@ -15,6 +15,7 @@ from jaxstale.lc_asgd.async_bn import async_bn_update as async_bn_update
 from jaxstale.lc_asgd.async_bn import batch_stats_from_update as batch_stats_from_update
 from jaxstale.lc_asgd.async_bn import merge_batch_stats as merge_batch_stats
 from jaxstale.lc_asgd.async_bn import ordinary_bn_update as ordinary_bn_update
+from jaxstale.lc_asgd.async_bn import recompute_batch_stats as recompute_batch_stats
 from jaxstale.lc_asgd.compensation import LCASGDState as LCASGDState
 from jaxstale.lc_asgd.compensation import lc_asgd as lc_asgd
 from jaxstale.lc_asgd.compensation import lc_asgd_stats as lc_asgd_stats

@@ -3,11 +3,11 @@
 In asynchronous data parallelism every worker normalises with its own mini-batch's statistics
 and pushes them with its gradient; what the server keeps for evaluation is a choice:
 
-* **Ordinary BN** (our baseline definition): *last writer wins*: the server keeps the running
-  statistics returned with the applied gradient, i.e. the worker's copy (pulled with its stale
-  weights, advanced by the model's own momentum ``m`` with its batch):
+* **Ordinary BN** (our baseline definition, the emulator's default): *last writer wins*: the
+  server keeps the running statistics returned with the applied gradient, i.e. the worker's copy
+  (pulled with its stale weights, advanced by the model's own momentum ``m`` with its batch):
   ``E ← m·E_worker + (1 − m)·μ_batch``. Updates other workers made to ``E`` since this worker
-  pulled are overwritten.
+  pulled are overwritten, so ``E`` lags the weights by about ``M`` times the model's window.
 * **Async-BN** (LC-ASGD): the server keeps its own statistics and merges each arriving worker's
   batch statistics into them, ``E ← (1 − d)·E + d·μ_batch`` (the same for the variance), with a
   decay ``d`` of its choosing; nothing is overwritten.
@@ -17,6 +17,8 @@ and pushes them with its gradient; what the server keeps for evaluation is a cho
 from the running statistics it returned (Flax NNX ``BatchNorm`` updates
 ``ra ← m·ra + (1 − m)·batch``); :func:`async_bn_update` and :func:`ordinary_bn_update` are the
 two server policies. With a fresh worker (pulled == server) and ``d = 1 − m`` the two coincide.
+:func:`recompute_batch_stats` gives the reference both approximate: the statistics of a whole
+data set at the final weights ("precise BN").
 
 References:
     Li, He, Ren, Mao. "Developing a Loss Prediction-based Asynchronous Stochastic Gradient
@@ -38,6 +40,7 @@ __all__ = [
     "batch_stats_from_update",
     "merge_batch_stats",
     "ordinary_bn_update",
+    "recompute_batch_stats",
 ]
 
 
@@ -179,3 +182,49 @@ def ordinary_bn_update(server: Any, pulled: Any, updated: Any) -> Any:
     """
     del server, pulled
     return updated
+
+
+def recompute_batch_stats(
+    apply: Callable[..., tuple[jax.Array, Any]],
+    params: Any,
+    model_state: Any,
+    x: ArrayLike,
+    *,
+    momentum: float,
+) -> Any:
+    """The batch-norm statistics of a whole data set at fixed weights ("precise BN").
+
+    One training-mode forward pass of ``x`` as a single batch normalises every layer with the
+    data set's own statistics and moves the running averages to ``m·E + (1 − m)·stat(x)``;
+    :func:`batch_stats_from_update` recovers ``stat(x)`` exactly. The result is what any server
+    policy for the running statistics approximates: the statistics the final weights produce.
+
+    Args:
+        apply: ``apply(params, model_state, x, train) -> (logits, new_model_state)``.
+        params: the weights.
+        model_state: the model state (its batch-norm statistics are replaced).
+        x: the data, one batch (e.g. the training set).
+        momentum: the model's batch-norm momentum ``m``.
+
+    Returns:
+        ``model_state`` with every ``nnx.BatchStat`` set to the statistics of ``x``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> from jaxstale import models
+        >>> from jaxstale.lc_asgd import recompute_batch_stats
+        >>> f = models.functional(nnx.BatchNorm(1, momentum=0.9, rngs=nnx.Rngs(0)))
+        >>> x = jnp.array([[1.0], [3.0]])
+        >>> st = nnx.to_pure_dict(recompute_batch_stats(f.apply, f.params, f.state, x,
+        ...                                            momentum=0.9))
+        >>> [round(float(st[k][0]), 4) for k in ("mean", "var")]
+        [2.0, 1.0]
+
+    References:
+        Wu, Johnson. "Rethinking 'Batch' in BatchNorm", arXiv 2105.07576 (precise BN).
+    """
+    to_dev = lambda t: jax.tree.map(jnp.asarray, t)  # host copies may be read-only
+    state = to_dev(model_state)
+    _, updated = apply(to_dev(params), state, jnp.asarray(x), True)
+    return batch_stats_from_update(state, updated, momentum)

@@ -3,21 +3,22 @@
 :func:`register` adds two methods to :data:`jaxstale.emulate.METHODS` (so
 ``experiments/async_workers.py --methods lc-asgd,lc-asgd-async-bn`` runs them):
 
-* ``lc-asgd``: ``chain(lc_asgd(λ), sgd(η, μ))`` with the emulator's batch-norm handling (BN).
+* ``lc-asgd``: ``chain(lc_asgd(λ), sgd(η, μ))`` with ordinary BN (the emulator's default: the
+  server keeps the statistics returned with the applied gradient, last writer wins).
 * ``lc-asgd-async-bn``: the same chain, and the server merges the workers' batch statistics by
   an EMA (:func:`~jaxstale.lc_asgd.async_bn_update`, decay ``d``) instead of keeping the
   statistics returned with the applied gradient (Async-BN).
 
-**Which decay, and what it changes here.** Our emulator computes every worker's forward pass
-with the server's current batch-norm state and keeps what it returns, so its ordinary BN already
-folds each worker's batch statistics into one server EMA with the model's decay ``1 − m``: it
-*is* Async-BN with ``d = 1 − m``, which is our default (the slides give no value). So in this
-emulator ``lc-asgd-async-bn`` equals ``lc-asgd`` up to float rounding. What the slides compare
-against — workers keeping their own, stale BN copies, the server taking whichever arrives last
-— needs per-worker model-state snapshots in the emulator (the hook passes ``pulled`` for that).
-Measured (ResNet-20, digits, M = 8, no momentum, lr 0.1, 3 epochs, 1 seed; test error): ``d =
-1 − m = 0.1`` 43.7%, ``d = 0.5`` 43.5%, and ``d = 1 − m^{1/M} = 0.013`` (SSGD's time constant in
-rounds) 80.2%: statistics averaged over a long window lag behind the weights.
+**Ordinary BN vs Async-BN.** In the emulator each worker pulls the server's batch-norm running
+statistics with its weights and pushes its advanced copy with its gradient (per-worker
+snapshots, like the weights). ``lc-asgd`` keeps the emulator's default, ordinary BN: the server
+takes the copy that arrives (last writer wins), an EMA along a chain of stale copies.
+``lc-asgd-async-bn`` merges each worker's batch statistics into the server's own EMA with decay
+``d``; our default ``d = 1 − m`` (the slides give no value) is the model's own time constant,
+so at ``M = 1`` the two coincide. Gradients never read the running statistics in training mode,
+so both methods train the same weights and differ only in the statistics the server evaluates
+with. ``experiments/async_bn.py`` compares them on ResNet-20 (README, "Async-BN vs ordinary
+BN").
 
 **The sign of λ** (measured with ``experiments/async_workers.py``: digits, MLP, gamma-timed
 workers with their real times, 8 epochs, 3 seeds; test error %, mean over seeds):
@@ -45,13 +46,11 @@ helped most where ASGD nearly diverges. The seeds' spread is large (M = 16 sits 
 divergence; standard deviations up to 20 points). ``LAMBDA`` keeps the seed's sign; pass
 ``lam`` to :func:`build_lc_asgd` (or register your own method) for the other.
 
-**What the emulator must pass.** LC-ASGD needs each gradient's mini-batch loss and worker id:
-the emulator's ``tx.update`` call must pass the extra arguments ``worker_loss=`` and
-``worker=`` (and, where the delay model has real times, ``t_comm=``/``t_comp=``; without them
-the step predictor runs on the server's update clock). Async-BN needs a model-state merge hook
-in :class:`~jaxstale.emulate.MethodSpec` (``merge_model_state(server, pulled, returned)``).
-Until the emulator has them, building ``lc-asgd-async-bn`` raises ``NotImplementedError`` and
-running ``lc-asgd`` raises ``TypeError`` (missing ``worker_loss``).
+**What the emulator passes.** LC-ASGD needs each gradient's mini-batch loss and worker id:
+the emulator's ``tx.update`` call passes the extra arguments ``worker_loss=`` and ``worker=``
+(and, where the delay model has real times, ``t_comm=``/``t_comp=``; without them the step
+predictor runs on the server's update clock). Async-BN is the model-state merge hook of
+:class:`~jaxstale.emulate.MethodSpec` (``merge_model_state(server, pulled, returned)``).
 
 Defaults: ``λ = LAMBDA``, Async-BN decay ``1 − m``, the model's batch-norm momentum
 ``BN_MOMENTUM`` (``jaxstale.models`` uses 0.9), per-worker arrays of ``CAPACITY`` rows (the
@@ -136,17 +135,9 @@ def build_lc_asgd_async_bn(
     Returns:
         A ``MethodSpec`` whose ``merge_model_state`` is
         ``async_bn_update(server, pulled, returned, decay=d, momentum=m)``.
-
-    Raises:
-        NotImplementedError: the emulator's ``MethodSpec`` has no ``merge_model_state`` hook.
     """
     from jaxstale.emulate import MethodSpec
 
-    if "merge_model_state" not in MethodSpec._fields:
-        raise NotImplementedError(
-            "lc-asgd-async-bn needs the emulator hook MethodSpec.merge_model_state"
-            "(server, pulled, returned) -> state (see jaxstale/lc_asgd/register.py)"
-        )
     if decay is None:
         d: jax.typing.ArrayLike = 1.0 - momentum
     elif callable(decay):

@@ -100,3 +100,23 @@ def test_stale_worker_ordinary_overwrites_async_keeps_other_updates():
     merged = async_bn_update(server, pulled, updated, decay=0.1, momentum=0.9)
     assert float(ordinary["mean"]) == np.float32(0.2)  # the other workers' progress is lost
     np.testing.assert_allclose(float(merged["mean"]), 0.9 * 1.0 + 0.1 * 2.0, rtol=1e-6)
+
+
+def test_recompute_batch_stats_is_the_data_sets_statistics_whatever_the_running_state():
+    from jaxstale import models
+    from jaxstale.lc_asgd import recompute_batch_stats
+
+    f = models.functional(Net())
+    rng = np.random.default_rng(3)
+    x = (rng.normal(size=(64, 3)) * [1.0, 3.0, 0.5] + [1.0, -2.0, 4.0]).astype(np.float32)
+    h = x @ np.asarray(nnx.to_pure_dict(f.params)["lin"]["kernel"]) + np.asarray(
+        nnx.to_pure_dict(f.params)["lin"]["bias"]
+    )
+    h = h.astype(np.float64)
+    z = (h - h.mean(0)) / np.sqrt(h.var(0) + 1e-5)  # bn in training mode (scale 1, bias 0)
+    for state in (f.state, stats([5.0, 5.0], [9.0, 9.0], [-3.0, 1.0], [0.1, 7.0])):
+        got = values(recompute_batch_stats(f.apply, f.params, state, x, momentum=0.9))
+        np.testing.assert_allclose(got["bn"]["mean"], h.mean(0), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(got["bn"]["var"], h.var(0), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(got["bn2"]["mean"], z.mean(0), atol=1e-4)
+        np.testing.assert_allclose(got["bn2"]["var"], z.var(0), rtol=1e-3, atol=1e-4)

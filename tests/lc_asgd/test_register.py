@@ -1,7 +1,5 @@
 """LC-ASGD as emulator methods (lc-asgd, lc-asgd-async-bn) through register_method."""
 
-import inspect
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,8 +9,6 @@ from flax import nnx
 from jaxstale import delays, models
 from jaxstale.emulate import (
     HParams,
-    MethodSpec,
-    async_dp,
     build_method,
     emulate_async,
     method_names,
@@ -30,14 +26,6 @@ class TinyBN(nnx.Module):
         return self.out(self.bn(x))
 
 
-HOOKED = "merge_model_state" in MethodSpec._fields and "worker_loss" in inspect.getsource(
-    async_dp.AsyncEmulator.step
-)
-needs_hook = pytest.mark.skipif(
-    not HOOKED, reason="emulator hook (worker_loss/worker extras, merge_model_state) not merged"
-)
-
-
 def test_register_is_idempotent_and_builds_the_chain():
     assert register() == METHOD_NAMES == register()
     assert set(METHOD_NAMES) <= set(method_names())
@@ -52,17 +40,12 @@ def test_bn_momentum_matches_the_models():
     assert bns and all(bn.momentum == BN_MOMENTUM for bn in bns)
 
 
-def test_async_bn_needs_the_emulator_hook():
+def test_async_bn_builds_the_merge_hook():
     register()
-    if "merge_model_state" in MethodSpec._fields:
-        spec = build_method("lc-asgd-async-bn", HParams(0.1, 0.9, 4))
-        assert spec.merge_model_state is not None
-    else:
-        with pytest.raises(NotImplementedError, match="merge_model_state"):
-            build_method("lc-asgd-async-bn", HParams(0.1, 0.9, 4))
+    spec = build_method("lc-asgd-async-bn", HParams(0.1, 0.9, 4))
+    assert spec.merge_model_state is not None and spec.mode == "async"
 
 
-@needs_hook
 def test_emulated_lc_asgd_runs_and_lambda_zero_is_asgd():
     register()
     rng = np.random.default_rng(0)
@@ -83,43 +66,54 @@ def test_emulated_lc_asgd_runs_and_lambda_zero_is_asgd():
     assert not np.array_equal(np.asarray(lc.params), np.asarray(ref.params))
 
 
-@needs_hook
-def test_emulated_async_bn_merges_batch_statistics():
-    register()
+def _bn_stream(steps: int):
+    rng = np.random.default_rng(0)
+    xb = (rng.normal(size=(steps + 3, 8, 3)) * [1.0, 2.0, 0.5] + [2.0, -1.0, 0.0]).astype(
+        np.float32
+    )
+    return xb, rng.integers(0, 2, (steps + 3, 8)).astype(np.int32)
+
+
+def _final_stats(method, sched, xb, yb):
+    f = models.functional(TinyBN())
+    # lr 0: the weights stay put, only the running statistics move
+    res = emulate_async(f.apply, method, f.params, f.state, sched, xb, yb, learning_rate=0.0)
+    return nnx.to_pure_dict(res.model_state)["bn"]
+
+
+@pytest.mark.parametrize("decay", [None, 0.5])
+def test_emulated_async_bn_merges_batch_statistics_into_the_server_ema(decay):
+    """Hand-computed: E_{t+1} = (1 − d)·E_t + d·stat(batch_t), whatever copy each worker pulled."""
     from jaxstale.lc_asgd.register import build_lc_asgd_async_bn
 
-    f = models.functional(TinyBN())
-    rng = np.random.default_rng(0)
-    xb = rng.normal(size=(6, 8, 3)).astype(np.float32) + 2.0
-    yb = rng.integers(0, 2, (6, 8)).astype(np.int32)
-    sched = delays.round_robin(2, 6)
-    kw = dict(learning_rate=0.0)  # lr 0: weights fixed, only statistics move
-    run = lambda method: jax.tree.leaves(
-        emulate_async(f.apply, method, f.params, f.state, sched, xb, yb, **kw).model_state
-    )
-    bn, abn = run("lc-asgd"), run("lc-asgd-async-bn")
-    short = run(lambda hp: build_lc_asgd_async_bn(hp, decay=0.5))
-    # the emulator's BN already merges on the server with d = 1 − m: the default is the same
-    for u, v in zip(bn, abn, strict=True):
-        np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-5, atol=1e-6)
-    # another decay: E ← 0.5 E + 0.5 batch, 6 times from (0, 1); batch stats are fixed at lr 0
-    assert any(
-        not np.allclose(np.asarray(u), np.asarray(v)) for u, v in zip(bn, short, strict=True)
-    )
-    xs = xb.reshape(6, 8, 3)
-    want_mean = np.zeros(3)
-    for i in range(6):
-        want_mean = 0.5 * want_mean + 0.5 * xs[i].mean(0)
-    got = nnx.to_pure_dict(
-        emulate_async(
-            f.apply,
-            lambda hp: build_lc_asgd_async_bn(hp, decay=0.5),
-            f.params,
-            f.state,
-            sched,
-            xb,
-            yb,
-            **kw,
-        ).model_state
-    )
-    np.testing.assert_allclose(np.asarray(got["bn"]["mean"]), want_mean, rtol=1e-4)
+    register()
+    steps = 10
+    sched = delays.gamma_timed(3, steps, batch_size=8, seed=2)
+    assert sched.staleness.max() >= 2
+    xb, yb = _bn_stream(steps)
+    got = _final_stats(lambda hp: build_lc_asgd_async_bn(hp, decay=decay), sched, xb, yb)
+    d = 1.0 - BN_MOMENTUM if decay is None else decay
+    mean, var = np.zeros(3), np.ones(3)
+    for t in range(steps):
+        xs = xb[sched.batch[t]].astype(np.float64)
+        mean = (1 - d) * mean + d * xs.mean(0)
+        var = (1 - d) * var + d * xs.var(0)
+    np.testing.assert_allclose(np.asarray(got["mean"]), mean, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(got["var"]), var, rtol=1e-4, atol=1e-5)
+
+
+def test_async_bn_differs_from_ordinary_bn_only_with_stale_copies():
+    register()
+    steps = 10
+    xb, yb = _bn_stream(steps)
+    one = delays.round_robin(1, steps)  # M = 1: the worker's copy is the server's
+    for a, b in zip(
+        jax.tree.leaves(_final_stats("lc-asgd", one, xb, yb)),
+        jax.tree.leaves(_final_stats("lc-asgd-async-bn", one, xb, yb)),
+        strict=True,
+    ):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    many = delays.gamma_timed(3, steps, batch_size=8, seed=2)
+    bn = _final_stats("lc-asgd", many, xb, yb)  # ordinary BN: stale copies, last writer wins
+    abn = _final_stats("lc-asgd-async-bn", many, xb, yb)
+    assert np.max(np.abs(np.asarray(bn["mean"]) - np.asarray(abn["mean"]))) > 1e-2
