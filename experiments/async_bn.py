@@ -33,11 +33,11 @@ Run: ``python -m experiments.async_bn [--quick] [--out DIR] [--workers 1,4,8,16]
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import numpy as np
 
 from experiments.async_workers import lanes_for, make_delay, run_row, seed_mode
@@ -102,8 +102,6 @@ def _builder(cfg: dict[str, Any], decay: float | None) -> Callable[[Any], Any]:
 
 
 def _checksum(params: Any) -> float:
-    import jax
-
     return float(sum(np.abs(np.asarray(p, np.float64)).sum() for p in jax.tree.leaves(params)))
 
 
@@ -123,7 +121,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
         b,
         [(k["seed"], s) for k, s in zip(keys, scheds, strict=True)],
     )
-    if not any(np.size(leaf) for leaf in _leaves(ss[0])):
+    if not any(np.size(leaf) for leaf in jax.tree.leaves(ss[0])):
         raise SystemExit(f"model {cfg['model']!r} has no batch-norm statistics to compare")
     if cfg["executor"] == "mesh":
         from jaxstale.parallel import run_async as run_fn
@@ -172,12 +170,6 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
             row["params_checksum"] = _checksum(r.params)
         out.append((row, metrics))
     return out
-
-
-def _leaves(tree: Any) -> list[Any]:
-    import jax
-
-    return jax.tree.leaves(tree)
 
 
 # ----------------------------------------------------------------------------- table and plots
@@ -345,11 +337,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     table = make_table(rows, cfg)
     figs = make_figures(rows, lambda r: run.metrics({k: r[k] for k in KEY}), cfg)
-    paths = run.finish(table, figs)
-    print(table)
-    for name, path in paths.items():
-        print(f"[{EXPERIMENT}] {name}: {path}")
-    print(f"[{EXPERIMENT}] {len(rows)} runs, {time.perf_counter() - t0:.0f}s", file=sys.stderr)
+    paths = run.report(table, figs, num_runs=len(rows), started=t0)
     return {"rows": rows, "paths": paths, "table": table}
 
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -480,11 +479,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         str(m): c.tolist() for m in cfg["workers"] if (c := staleness_counts(rows, m)) is not None
     }
     runs.atomic_write_text(run.path / "staleness.json", json.dumps(counts) + "\n")
-    paths = run.finish(table, figs)
-    print(table)
-    for name, path in paths.items():
-        print(f"[{EXPERIMENT}] {name}: {path}")
-    print(f"[{EXPERIMENT}] {len(rows)} runs, {time.perf_counter() - t0:.0f}s", file=sys.stderr)
+    paths = run.report(table, figs, num_runs=len(rows), started=t0)
     return {"rows": rows, "paths": paths, "table": table}
 
 

@@ -25,7 +25,6 @@ Run: ``python -m experiments.delay_cliff [--quick] [--out DIR] [--methods a,b] [
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any
 
@@ -221,11 +220,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         keys, lambda ks: _run_group(cfg, ds, ks), vary=("delay", "lr", "seed"), desc=EXPERIMENT
     )
     table = make_table(rows, cfg)
-    paths = run.finish(table, {"plot": make_figure(rows, cfg)})
-    print(table)
-    for name, path in paths.items():
-        print(f"[{EXPERIMENT}] {name}: {path}")
-    print(f"[{EXPERIMENT}] {len(rows)} runs, {time.perf_counter() - t0:.0f}s", file=sys.stderr)
+    paths = run.report(table, {"plot": make_figure(rows, cfg)}, num_runs=len(rows), started=t0)
     return {"rows": rows, "paths": paths, "table": table}
 
 

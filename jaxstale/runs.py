@@ -438,6 +438,36 @@ class RunFolder:
                 sys.modules["matplotlib.pyplot"].close(fig)
         return paths
 
+    def report(
+        self,
+        table_md: str,
+        figures: Mapping[str, Any] | None = None,
+        *,
+        num_runs: int,
+        started: float,
+    ) -> dict[str, Path]:
+        """:meth:`finish`, then print the table and every written path, and the wall time.
+
+        What an experiment's ``main`` ends with: the table and ``[<experiment>] <name>: <path>``
+        lines on stdout, ``[<experiment>] <n> runs, <s>s`` on stderr.
+
+        Args:
+          table_md: the markdown table.
+          figures: name -> matplotlib Figure, as for :meth:`finish`.
+          num_runs: the number of runs (cells) the experiment reports.
+          started: ``time.perf_counter()`` when the experiment started.
+
+        Returns:
+          What :meth:`finish` returns.
+        """
+        paths = self.finish(table_md, figures)
+        print(table_md)
+        for name, path in paths.items():
+            print(f"[{self.experiment}] {name}: {path}")
+        elapsed = time.perf_counter() - started
+        print(f"[{self.experiment}] {num_runs} runs, {elapsed:.0f}s", file=sys.stderr)
+        return paths
+
 
 # ----------------------------------------------------------------------------------------------
 # Tables

@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import time
 
 import numpy as np
 import pytest
@@ -206,3 +207,14 @@ def test_metrics_jsonl_repaired_after_interrupted_append(tmp_path):
     assert sorted({(r["model"], r["lr"], r["seed"]) for r in lines}) == sorted(
         (k["model"], k["lr"], k["seed"]) for k in keys[:4]
     )
+
+
+def test_report_finishes_and_prints_the_table_paths_and_time(tmp_path, capsys):
+    run = RunFolder("exp", {"y": 3}, out=tmp_path / "r")
+    run.run(_keys(), _cell)
+    paths = run.report("| t |\n", {}, num_runs=4, started=time.perf_counter())
+    assert set(paths) == {"metrics", "summary", "table"} and paths["table"].exists()
+    out, err = capsys.readouterr()
+    assert out.startswith("| t |\n")
+    assert f"[exp] summary: {paths['summary']}" in out
+    assert "[exp] 4 runs, " in err
