@@ -29,6 +29,7 @@ Example:
     >>> run.record({"seed": 0}, {"final_test_accuracy": float("nan")}, [{"step": 1, "loss": 2.0}])
     >>> run.done({"seed": 0})
     {'seed': 0, 'final_test_accuracy': None}
+    >>> from jaxstale.runs import markdown_table
     >>> paths = run.finish(markdown_table(["seed"], [[0]]), {})
     >>> sorted(p.name for p in paths.values())
     ['metrics.jsonl', 'summary.json', 'table.md']
@@ -36,7 +37,6 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -44,29 +44,17 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
-__all__ = [
-    "RunFolder",
-    "atomic_write_text",
-    "cli_parser",
-    "config_hash",
-    "curves_figure",
-    "format_mean_std",
-    "markdown_table",
-    "mean_std_table",
-    "progress",
-    "to_json",
-]
+from jaxstale.runs.cli import progress
 
-T = TypeVar("T")
+__all__ = ["RESULTS_DIR", "RunFolder", "atomic_write_text", "config_hash", "to_json"]
 
 RESULTS_DIR = "results"
-
 
 # ----------------------------------------------------------------------------------------------
 # JSON helpers
@@ -467,312 +455,3 @@ class RunFolder:
         elapsed = time.perf_counter() - started
         print(f"[{self.experiment}] {num_runs} runs, {elapsed:.0f}s", file=sys.stderr)
         return paths
-
-
-# ----------------------------------------------------------------------------------------------
-# Tables
-# ----------------------------------------------------------------------------------------------
-
-
-def _finite(values: Iterable[Any]) -> list[float]:
-    out = []
-    for v in values:
-        if v is None:
-            continue
-        v = float(v)
-        if math.isfinite(v):
-            out.append(v)
-    return out
-
-
-def format_mean_std(values: Iterable[Any], *, scale: float = 100.0, digits: int = 1) -> str:
-    """Formats ``mean ± std`` of the finite values (None/NaN are diverged runs, left out).
-
-    The std is the sample standard deviation (ddof=1; 0 for one value). When some values are
-    missing, ``(k/n)`` says how many of the n runs count; when all are missing, ``"diverged"``.
-
-    Args:
-      values: numbers (e.g. test accuracies as fractions), None or NaN for diverged runs.
-      scale: multiplier applied first (100 turns fractions into percent).
-      digits: decimals.
-
-    Returns:
-      e.g. ``"98.1 ± 0.3"``.
-
-    Example:
-      >>> format_mean_std([0.978, 0.984, 0.981])
-      '98.1 ± 0.3'
-      >>> format_mean_std([0.5, None, float("nan")])
-      '50.0 ± 0.0 (1/3)'
-      >>> format_mean_std([None])
-      'diverged'
-    """
-    values = list(values)
-    ok = [scale * v for v in _finite(values)]
-    if not ok:
-        return "diverged" if values else "–"
-    std = float(np.std(ok, ddof=1)) if len(ok) > 1 else 0.0
-    text = f"{np.mean(ok):.{digits}f} ± {std:.{digits}f}"
-    return text if len(ok) == len(values) else f"{text} ({len(ok)}/{len(values)})"
-
-
-def markdown_table(headers: Sequence[Any], rows: Iterable[Sequence[Any]]) -> str:
-    """Builds a GitHub markdown table.
-
-    Args:
-      headers: column names.
-      rows: rows of cells (anything ``str()``-able; None is written as an empty cell).
-
-    Returns:
-      The table text (no trailing newline).
-
-    Example:
-      >>> print(markdown_table(["model", "acc"], [["mlp", "97.0 ± 0.1"]]))
-      | model | acc |
-      |---|---|
-      | mlp | 97.0 ± 0.1 |
-    """
-    cell = lambda v: "" if v is None else str(v).replace("|", "\\|")
-    lines = ["| " + " | ".join(cell(h) for h in headers) + " |"]
-    lines.append("|" + "---|" * len(headers))
-    for row in rows:
-        row = list(row)
-        if len(row) != len(headers):
-            raise ValueError(f"row {row} has {len(row)} cells, the header has {len(headers)}")
-        lines.append("| " + " | ".join(cell(v) for v in row) + " |")
-    return "\n".join(lines)
-
-
-def mean_std_table(
-    rows: Iterable[Mapping[str, Any]],
-    *,
-    index: Sequence[str],
-    columns: str,
-    value: str = "final_test_accuracy",
-    scale: float = 100.0,
-    digits: int = 1,
-) -> str:
-    """Pivots rows into a markdown table of ``mean ± std`` of ``value`` over the other fields.
-
-    Args:
-      rows: result rows (e.g. from :meth:`RunFolder.rows`); one per seed.
-      index: fields that make the table's rows (e.g. ``("model",)``).
-      columns: field whose values make the columns (e.g. ``"lr"``).
-      value: the field aggregated (None/NaN = diverged, see :func:`format_mean_std`).
-      scale: multiplier (100: percent).
-      digits: decimals.
-
-    Returns:
-      The markdown table, rows and columns in first-seen order.
-
-    Example:
-      >>> rows = [{"model": "mlp", "lr": 0.1, "seed": s, "final_test_accuracy": a}
-      ...         for s, a in enumerate([0.9, 0.92])]
-      >>> print(mean_std_table(rows, index=("model",), columns="lr"))
-      | model | lr=0.1 |
-      |---|---|
-      | mlp | 91.0 ± 1.4 |
-    """
-    rows = list(rows)
-    cols: list[Any] = []
-    table: dict[tuple[Any, ...], dict[Any, list[Any]]] = {}
-    for row in rows:
-        idx = tuple(row.get(k) for k in index)
-        col = row.get(columns)
-        if col not in cols:
-            cols.append(col)
-        table.setdefault(idx, {}).setdefault(col, []).append(row.get(value))
-    body = [
-        [*idx, *(format_mean_std(cells.get(c, []), scale=scale, digits=digits) for c in cols)]
-        for idx, cells in table.items()
-    ]
-    return markdown_table([*index, *(f"{columns}={c}" for c in cols)], body)
-
-
-# ----------------------------------------------------------------------------------------------
-# Figures
-# ----------------------------------------------------------------------------------------------
-
-
-def _draw_curves(ax: Any, series: Mapping[str, Any], x: str, metric: str, log: bool) -> None:
-    for label, runs in series.items():
-        by_x: dict[float, list[float]] = {}
-        for run in runs:
-            for rec in run:
-                v = rec.get(metric)
-                if v is not None and math.isfinite(float(v)) and rec.get(x) is not None:
-                    by_x.setdefault(float(rec[x]), []).append(float(v))
-        if not by_x:
-            continue
-        xs = sorted(by_x)
-        mean = [float(np.mean(by_x[k])) for k in xs]
-        (line,) = ax.plot(xs, mean, label=label)
-        if any(len(by_x[k]) > 1 for k in xs):
-            lo = [min(by_x[k]) for k in xs]
-            hi = [max(by_x[k]) for k in xs]
-            ax.fill_between(xs, lo, hi, alpha=0.2, color=line.get_color(), linewidth=0)
-    ax.set_xlabel(x)
-    ax.set_ylabel(metric)
-    if log and ax.has_data():
-        ax.set_yscale("log")
-    ax.grid(alpha=0.3)
-
-
-def curves_figure(
-    series: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]]
-    | Mapping[str, Mapping[str, Sequence[Sequence[Mapping[str, Any]]]]],
-    *,
-    x: str = "step",
-    ys: Sequence[str] = ("train_loss", "test_accuracy"),
-    title: str | None = None,
-    logy: Sequence[str] = ("train_loss",),
-) -> Any:
-    """Learning curves: one panel per metric, one line (mean over seeds, min–max band) per label.
-
-    Uses ``matplotlib.figure.Figure`` directly (no pyplot, no GUI backend needed).
-
-    Args:
-      series: label -> list (one per seed) of metric records (dicts with ``x`` and ``ys``); or,
-        for a grid with one row of panels per group, group -> (label -> list of records).
-        None/NaN values (diverged runs) are left out of the mean.
-      x: the x-axis field.
-      ys: the metrics, one panel (column) each.
-      title: figure title.
-      logy: metrics drawn on a log y-axis.
-
-    Returns:
-      A ``matplotlib.figure.Figure`` (pass it to :meth:`RunFolder.finish`).
-
-    Example:
-      >>> runs_ = [[{"step": 1, "train_loss": 2.0, "test_accuracy": 0.5},
-      ...           {"step": 2, "train_loss": 1.0, "test_accuracy": 0.7}]]
-      >>> fig = curves_figure({"mlp": {"lr=0.1": runs_}, "cnn": {"lr=0.1": runs_}})
-      >>> len(fig.axes)
-      4
-    """
-    from matplotlib.figure import Figure
-
-    first = next(iter(series.values()), None)
-    grouped = isinstance(first, Mapping)
-    groups: Mapping[str, Any] = series if grouped else {"": series}
-    fig = Figure(figsize=(4.8 * len(ys), 3.4 * len(groups)), layout="constrained")
-    axes = fig.subplots(len(groups), len(ys), squeeze=False)
-    for r, (group, group_series) in enumerate(groups.items()):
-        for c, metric in enumerate(ys):
-            ax = axes[r][c]
-            _draw_curves(ax, group_series, x, metric, metric in logy)
-            if group:
-                ax.set_title(f"{group}: {metric}", fontsize="medium")
-        if axes[r][-1].get_legend_handles_labels()[0]:  # none when every run diverged at once
-            axes[r][-1].legend(fontsize="small")
-    if title:
-        fig.suptitle(title)
-    return fig
-
-
-# ----------------------------------------------------------------------------------------------
-# Progress and command line
-# ----------------------------------------------------------------------------------------------
-
-
-def _fmt_s(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.1f}min"
-
-
-def progress(
-    iterable: Iterable[T],
-    total: int | None = None,
-    desc: str = "",
-    *,
-    file: Any = None,
-) -> Iterator[T]:
-    """Iterates with progress: a tqdm bar on a terminal, else one log line per item with ETA.
-
-    The log line (``[desc] 3/24 done, 12s elapsed, ETA 84s``) suits CI logs and files, where a
-    redrawn bar would be noise. Output goes to stderr.
-
-    Args:
-      iterable: the items.
-      total: number of items (default: ``len(iterable)`` when available).
-      desc: label.
-      file: stream (default ``sys.stderr``).
-
-    Returns:
-      An iterator over the items.
-    """
-    stream = file if file is not None else sys.stderr
-    if total is None and hasattr(iterable, "__len__"):
-        total = len(iterable)  # type: ignore[arg-type]
-    if getattr(stream, "isatty", lambda: False)():
-        from tqdm.auto import tqdm
-
-        yield from tqdm(iterable, total=total, desc=desc, file=stream)
-        return
-    start = time.perf_counter()
-    for i, item in enumerate(iterable, 1):
-        yield item
-        elapsed = time.perf_counter() - start
-        eta = f", ETA {_fmt_s(elapsed / i * (total - i))}" if total else ""
-        of = f"/{total}" if total else ""
-        print(f"[{desc}] {i}{of} done, {_fmt_s(elapsed)} elapsed{eta}", file=stream, flush=True)
-
-
-class _ListAction(argparse.Action):
-    """Collects values given space- and/or comma-separated: ``--model mlp cnn`` or ``mlp,cnn``."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
-        items = [v for value in values for v in str(value).split(",") if v]
-        setattr(namespace, self.dest, items)
-
-
-def cli_parser(description: str | None = None) -> argparse.ArgumentParser:
-    """The common experiment command line; experiments add their own flags to it.
-
-    Flags (None means "the experiment's default"):
-
-    - ``--quick``: a smaller configuration that finishes in well under a minute.
-    - ``--out DIR``: write the run folder exactly here (default ``results/<experiment>/<id>/``).
-    - ``--seeds N``: number of seeds (seeds ``0 .. N-1``).
-    - ``--dataset NAME``: one of ``jaxstale.data.DATASETS`` (default ``digits``).
-    - ``--model NAME [NAME ...]``: one or more model names (``--model mlp cnn`` or ``mlp,cnn``);
-      a list of str, or None.
-    - ``--steps N``: training steps per run.
-
-    Args:
-      description: the experiment's one-line description (shown by ``--help``).
-
-    Returns:
-      An ``argparse.ArgumentParser``.
-
-    Example:
-      >>> args = cli_parser("demo").parse_args(["--quick", "--model", "mlp,cnn", "--seeds", "2"])
-      >>> args.quick, args.model, args.seeds, args.dataset, args.steps, args.out
-      (True, ['mlp', 'cnn'], 2, 'digits', None, None)
-    """
-    p = argparse.ArgumentParser(description=description)
-    p.add_argument("--quick", action="store_true", help="small configuration (< 1 minute)")
-    p.add_argument("--out", default=None, help="run folder (default results/<experiment>/<id>/)")
-    p.add_argument("--seeds", type=_positive_int, default=None, help="number of seeds")
-    p.add_argument("--dataset", default="digits", help="dataset name (default: digits)")
-    p.add_argument(
-        "--model", nargs="+", action=_ListAction, default=None, help="model name(s), e.g. mlp cnn"
-    )
-    p.add_argument("--steps", type=_positive_int, default=None, help="training steps per run")
-    return p
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value

@@ -1,0 +1,34 @@
+"""Run folders, result tables, learning-curve figures and the experiments' command line.
+
+* :mod:`~jaxstale.runs.folder` — :class:`RunFolder`: config, per-cell results, metrics,
+  summary, table and plots of one experiment run, written atomically and resumable;
+* :mod:`~jaxstale.runs.tables` — ``mean ± std`` cells and markdown tables;
+* :mod:`~jaxstale.runs.plots` — learning-curve figures;
+* :mod:`~jaxstale.runs.cli` — the common command line and progress lines.
+"""
+
+from jaxstale.runs.cli import cli_parser as cli_parser
+from jaxstale.runs.cli import progress as progress
+from jaxstale.runs.folder import RESULTS_DIR as RESULTS_DIR
+from jaxstale.runs.folder import RunFolder as RunFolder
+from jaxstale.runs.folder import atomic_write_text as atomic_write_text
+from jaxstale.runs.folder import config_hash as config_hash
+from jaxstale.runs.folder import to_json as to_json
+from jaxstale.runs.plots import curves_figure as curves_figure
+from jaxstale.runs.tables import format_mean_std as format_mean_std
+from jaxstale.runs.tables import markdown_table as markdown_table
+from jaxstale.runs.tables import mean_std_table as mean_std_table
+
+__all__ = [
+    "RESULTS_DIR",
+    "RunFolder",
+    "atomic_write_text",
+    "cli_parser",
+    "config_hash",
+    "curves_figure",
+    "format_mean_std",
+    "markdown_table",
+    "mean_std_table",
+    "progress",
+    "to_json",
+]
