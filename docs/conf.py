@@ -39,7 +39,9 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
     "sphinx.ext.viewcode",
+    "myst_parser",  # the Markdown pages: design.md, claims.md
 ]
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 exclude_patterns = ["_build", "api/_generated"]  # _generated/ files are included, not pages
 templates_path: list[str] = []
 html_theme = "alabaster"
@@ -66,8 +68,9 @@ napoleon_custom_sections = [("References", "notes_style")]
 AREAS: list[tuple[str, list[str]]] = [
     ("transforms", ["jaxstale.transforms", "jaxstale.lc_asgd"]),
     ("versions", ["jaxstale.versions", "jaxstale.delays"]),
-    ("emulators", ["jaxstale.schedules", "jaxstale.emulate"]),
-    ("parallel", ["jaxstale.parallel"]),
+    ("pipeline", ["jaxstale.schedules", "jaxstale.pipeline"]),
+    ("asyncdp", ["jaxstale.asyncdp"]),
+    ("execution", ["jaxstale.loop", "jaxstale.mesh"]),
     (
         "training",
         ["jaxstale.data", "jaxstale.models", "jaxstale.losses", "jaxstale.train", "jaxstale.runs"],

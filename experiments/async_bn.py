@@ -9,7 +9,7 @@ of stale copies that lags the weights by about ``M`` times the model's window. *
 (decay ``d``). How much test error does each policy cost as ``M`` grows, next to the statistics
 the final weights really produce?
 
-Setting: :func:`jaxstale.emulate.emulate_async` (exact emulation; workers hold their own
+Setting: :func:`jaxstale.asyncdp.run` (exact emulation; workers hold their own
 snapshots of the weights *and* of the statistics), ResNet-20 (batch-norm, option-A shortcuts)
 on the embedded digits by default, gamma-timed workers, batch 32, SGD without momentum at lr
 0.1, 8 epochs, 3 seeds. Methods: ``lc-asgd`` (ordinary BN) and ``lc-asgd-async-bn`` at decay
@@ -18,7 +18,7 @@ normalises with its batch's own statistics, so gradients never read the running 
 policies train **the same weights** (bit for bit, recorded as ``params_checksum``), and the
 table isolates the statistics. The reference row *recomputed* evaluates those weights with the
 statistics of the whole training set at the final weights (precise BN,
-:func:`jaxstale.lc_asgd.recompute_batch_stats`) — what any running-statistics policy
+:func:`jaxstale.asyncdp.recompute_batch_stats`) — what any running-statistics policy
 approximates.
 
 Outputs (run folder): summary.json rows (method, decay, workers, seed, final_test_error,
@@ -40,15 +40,14 @@ from typing import Any
 import jax
 import numpy as np
 
-from experiments.async_workers import lanes_for, make_delay, run_row, seed_mode
-from jaxstale import data, delays, runs
-from jaxstale.emulate import evaluate_accuracy
-from jaxstale.lc_asgd import recompute_batch_stats
-from jaxstale.lc_asgd.register import BN_MOMENTUM, build_lc_asgd, build_lc_asgd_async_bn
+from experiments.common import lanes_for, make_delay, run_row, seed_mode
+from jaxstale import asyncdp, data, delays, loop, runs
+from jaxstale.asyncdp.methods import LC_BN_MOMENTUM as BN_MOMENTUM
+from jaxstale.asyncdp.methods import build_lc_asgd, build_lc_asgd_async_bn
 
 EXPERIMENT = "async_bn"
 KEY = ("method", "decay", "workers", "seed")
-DEFAULT_DECAY = round(1.0 - BN_MOMENTUM, 6)  # register.py's default for lc-asgd-async-bn
+DEFAULT_DECAY = round(1.0 - BN_MOMENTUM, 6)  # the default decay of lc-asgd-async-bn
 
 
 def config_from_args(args: Any) -> dict[str, Any]:
@@ -123,11 +122,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
     )
     if not any(np.size(leaf) for leaf in jax.tree.leaves(ss[0])):
         raise SystemExit(f"model {cfg['model']!r} has no batch-norm statistics to compare")
-    if cfg["executor"] == "mesh":
-        from jaxstale.parallel import run_async as run_fn
-    else:
-        from jaxstale.emulate import emulate_async as run_fn
-    res = run_fn(
+    res = asyncdp.run(
         apply,
         _builder(cfg, keys[0]["decay"]),
         ps,
@@ -141,6 +136,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
         y_test=ds.y_test,
         eval_every=spe,
         vmap=seed_mode(cfg["model"], "auto"),
+        executor=cfg["executor"],
     )
     wall = (time.perf_counter() - t0) / len(keys)
     out = []
@@ -162,10 +158,10 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
         row["final_test_error_recomputed"] = None
         row["params_checksum"] = None
         if not r.diverged:
-            fresh = recompute_batch_stats(
+            fresh = asyncdp.recompute_batch_stats(
                 apply, r.params, r.model_state, ds.x_train, momentum=BN_MOMENTUM
             )
-            acc = float(evaluate_accuracy(apply, r.params, fresh, ds.x_test, ds.y_test))
+            acc = float(loop.accuracy(apply, r.params, fresh, ds.x_test, ds.y_test)[0])
             row["final_test_error_recomputed"] = 1.0 - acc
             row["params_checksum"] = _checksum(r.params)
         out.append((row, metrics))
@@ -321,7 +317,7 @@ def parser() -> Any:
     p.add_argument("--epochs", type=int, default=None, help="passes over the training set")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--delay", default="gamma", choices=delays.DELAY_MODELS)
-    p.add_argument("--executor", default="emulate", choices=("emulate", "mesh"))
+    p.add_argument("--executor", default="emulate", choices=asyncdp.EXECUTORS)
     return p
 
 

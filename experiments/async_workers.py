@@ -5,16 +5,17 @@ updates stale (gamma-timed workers, ALGORITHMS.md §1). How much does plain ASGD
 and how much do the mitigations recover — SSGD (synchronous, no staleness), the staleness-aware
 learning rate, DC-ASGD (constant and adaptive λ), Gap-Aware, DANA and DANA-DC?
 
-Setting: :func:`jaxstale.emulate.emulate_async` (exact emulation), digits + MLP by default, batch
-32, SGD with momentum 0.9 and without momentum, 3 seeds. **Budget = samples**: every method sees
-the same number of mini-batches (``epochs`` passes over the training set); ASGD-type methods
-apply one update per mini-batch, SSGD applies one update per M mini-batches (``1/M`` as many
-updates, effective batch ``M·B``), as in the DC-ASGD paper's per-epoch comparison. A seed fixes
-the initial weights, the data order and the worker timing, so all methods and worker counts see
+Setting: :func:`jaxstale.asyncdp.run` (exact emulation, or the mesh executor), digits + MLP by
+default, batch 32, SGD with momentum 0.9 and without momentum, 3 seeds. **Budget = samples**:
+every method sees the same number of mini-batches (``epochs`` passes over the training set);
+ASGD-type methods apply one update per mini-batch, SSGD applies one update per M mini-batches
+(``1/M`` as many updates, effective batch ``M·B``), as in the DC-ASGD paper's per-epoch
+comparison. A seed fixes the initial weights, the data order and the worker timing, so all
+methods and worker counts see
 the same data stream. ``sgd`` is the 1-worker reference; at M = 1 every other method reduces to
 it (except DANA, which then is Nesterov-like momentum). Methods (``method`` in summary.json):
 sgd, ssgd, asgd, sa-asgd, dc-asgd-c, dc-asgd-a, gap-aware, dana, dana-dc, plus any name added
-with :func:`jaxstale.emulate.register_method` and passed with ``--methods``.
+with :func:`jaxstale.asyncdp.register_method` and passed with ``--methods``.
 
 Speed: one executable per (method, momentum) serves every worker count and seed (the
 emulator's traced hyper-parameters and fixed snapshot capacity), lanes run vmapped (MLP) or
@@ -36,16 +37,13 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from jaxstale import data, delays, models, runs
-from jaxstale.emulate import METHODS, emulate_async, method_names
-from jaxstale.lc_asgd.register import register as _register_lc_asgd
-
-_register_lc_asgd()  # adds "lc-asgd" and "lc-asgd-async-bn" (issue 7)
+from experiments.common import lanes_for, make_delay, run_row, seed_mode
+from jaxstale import asyncdp, data, delays, runs
 
 EXPERIMENT = "async_workers"
 DEFAULT_METHODS = (
@@ -65,125 +63,17 @@ ONE_WORKER = ("sgd",)  # methods that only run with M = 1
 KEY = ("method", "workers", "momentum", "seed")  # the fields of a cell key
 
 
-# ----------------------------------------------------------------------------- shared helpers
-
-
-class Gather:
-    """A lazy pre-batched stream: ``stream[b]`` = ``x[idx[b]]`` (no copy of the whole run)."""
-
-    def __init__(self, x: np.ndarray, idx: np.ndarray) -> None:
-        self.x, self.idx = x, idx
-
-    def __len__(self) -> int:
-        return len(self.idx)
-
-    def __getitem__(self, b: Any) -> np.ndarray:
-        return self.x[self.idx[b]]
-
-
-def make_delay(
-    kind: str,
-    workers: int,
-    updates: int,
-    *,
-    batch_size: int,
-    seed: int,
-    straggler_fraction: float = 0.0,
-    straggler_slowdown: float = 1.0,
-) -> delays.DelaySchedule:
-    """The delay schedule of one run (``kind`` in ``jaxstale.delays.DELAY_MODELS``)."""
-    if kind == "gamma":
-        return delays.gamma_timed(
-            workers,
-            updates,
-            batch_size=batch_size,
-            seed=seed,
-            straggler_fraction=straggler_fraction,
-            straggler_slowdown=straggler_slowdown,
-        )
-    return delays.make_schedule(kind, workers, updates)
-
-
-_FUNCS: dict[Any, dict[int, Any]] = {}  # functional models, shared: one apply -> one eval compile
-
-
-def lanes_for(
-    ds: data.Dataset,
-    model: str,
-    model_kw: dict[str, Any],
-    batch_size: int,
-    items: Sequence[tuple[int, delays.DelaySchedule]],
-) -> tuple[Callable[..., Any], list[Any], list[Any], list[Gather], list[Gather]]:
-    """Initial weights and data streams of runs given as ``(seed, schedule)`` pairs.
-
-    Seed ``s`` fixes the initialisation (``models.create(..., seed=s)``) and the batch order
-    (``data.batch_indices(..., seed=s)``, the synchronous trainer's).
-
-    Returns:
-        ``(apply, params, states, x_streams, y_streams)``; one ``apply`` for every run (the same
-        graph), so evaluation compiles once.
-    """
-    shape = tuple(ds.x_train.shape[1:])
-    funcs = _FUNCS.setdefault((ds.name, shape, ds.num_classes, model, repr(model_kw)), {})
-    apply = next(iter(funcs.values())).apply if funcs else None
-    ps, ss, xs, ys = [], [], [], []
-    for seed, sched in items:
-        if seed not in funcs:
-            m = models.create(
-                model, input_shape=shape, num_classes=ds.num_classes, seed=seed, **model_kw
-            )
-            funcs[seed] = models.functional(m)
-        f = funcs[seed]
-        apply = apply or f.apply
-        n = int(np.max(sched.batch)) + 1
-        idx = data.batch_indices(len(ds.x_train), batch_size=batch_size, num_steps=n, seed=seed)
-        ps.append(f.params)
-        ss.append(f.state)
-        xs.append(Gather(ds.x_train, idx))
-        ys.append(Gather(ds.y_train, idx))
-    assert apply is not None
-    return apply, ps, ss, xs, ys
-
-
-def run_row(res: Any, epoch_batches: int, extra: dict[str, Any]) -> tuple[dict, list[dict]]:
-    """A summary row and the metric records of one :class:`EmulationResult`."""
-    tau = np.asarray(res.staleness)
-    acc = res.final_test_accuracy
-    row = {
-        **extra,
-        "final_test_accuracy": acc,
-        "final_test_error": None if acc is None else 1.0 - acc,
-        "diverged": bool(res.diverged),
-        "diverged_step": res.diverged_step,
-        "final_train_loss": None if res.diverged else res.curve[-1]["train_loss"],
-        "updates": len(res.losses),
-        "mean_staleness": float(tau.mean()),
-        "max_staleness": int(tau.max()),
-        "staleness_counts": np.bincount(tau).tolist(),
-    }
-    metrics = [{**c, "epoch": c["batches"] / epoch_batches} for c in res.curve]
-    return row, metrics
-
-
-def seed_mode(model: str, mode: str) -> bool:
-    """Whether lanes are vmapped: ``auto`` = vmap for MLPs, sequential for conv models on CPU
-    (per-lane conv weights become slow grouped convolutions there; DESIGN.md)."""
-    if mode == "auto":
-        import jax
-
-        return model == "mlp" or jax.default_backend() != "cpu"
-    return mode == "vmap"
-
-
 # ----------------------------------------------------------------------------- the experiment
 
 
 def config_from_args(args: Any) -> dict[str, Any]:
     quick = bool(args.quick)
     methods = args.methods.split(",") if args.methods else list(DEFAULT_METHODS)
-    unknown = [m for m in methods if m not in METHODS]
+    unknown = [m for m in methods if m not in asyncdp.METHODS]
     if unknown:
-        raise SystemExit(f"unknown method(s) {unknown}; registered: {', '.join(method_names())}")
+        raise SystemExit(
+            f"unknown method(s) {unknown}; registered: {', '.join(asyncdp.method_names())}"
+        )
     workers = [int(w) for w in args.workers.split(",")] if args.workers else None
     momenta = [float(m) for m in args.momentum.split(",")] if args.momentum else None
     return {
@@ -258,8 +148,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
             b,
             [(k["seed"], s) for k, s in zip(part, scheds, strict=True)],
         )
-        run_fn = emulate_async if cfg["executor"] == "emulate" else _mesh_run_async()
-        res = run_fn(
+        res = asyncdp.run(
             apply,
             method,
             ps,
@@ -274,6 +163,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
             y_test=ds.y_test,
             eval_every=spe,
             vmap=seed_mode(cfg["model"], cfg["seed_mode"]),
+            executor=cfg["executor"],
         )
         wall = (time.perf_counter() - t0) / len(part)
         for k, r in zip(part, res, strict=True):
@@ -293,17 +183,8 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
     return [out[id(k)] for k in keys]
 
 
-def _mesh_run_async() -> Callable[..., Any]:
-    """The mesh executor's drop-in for ``emulate_async`` (imported only when asked for)."""
-    from jaxstale.parallel import run_async
-
-    return run_async
-
-
 def _mode(method: str, lr: float, mu: float) -> str:
-    from jaxstale.emulate import HParams, build_method
-
-    return build_method(method, HParams(lr, mu, 1)).mode
+    return asyncdp.build_method(method, asyncdp.HParams(lr, mu, 1)).mode
 
 
 # ----------------------------------------------------------------------------- table and plots
@@ -454,9 +335,9 @@ def parser() -> Any:
     p.add_argument(
         "--executor",
         default="emulate",
-        choices=("emulate", "mesh"),
+        choices=asyncdp.EXECUTORS,
         help="emulate: one device (exact emulation); mesh: workers on a 'data' device axis "
-        "(jaxstale.parallel.run_async; same results). On a CPU, emulate devices with "
+        "(same results). On a CPU, emulate devices with "
         "XLA_FLAGS=--xla_force_host_platform_device_count=8",
     )
     return p

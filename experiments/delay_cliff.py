@@ -30,9 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from experiments.async_workers import lanes_for, make_delay, run_row, seed_mode
-from jaxstale import data, runs
-from jaxstale.emulate import METHODS, emulate_async, method_names
+from experiments.common import lanes_for, make_delay, run_row, seed_mode
+from jaxstale import asyncdp, data, runs
 
 EXPERIMENT = "delay_cliff"
 DEFAULT_METHODS = ("asgd", "sa-asgd", "dc-asgd-a", "gap-aware")
@@ -42,9 +41,11 @@ KEY = ("method", "delay", "lr", "seed")
 def config_from_args(args: Any) -> dict[str, Any]:
     quick = bool(args.quick)
     methods = args.methods.split(",") if args.methods else list(DEFAULT_METHODS)
-    unknown = [m for m in methods if m not in METHODS]
+    unknown = [m for m in methods if m not in asyncdp.METHODS]
     if unknown:
-        raise SystemExit(f"unknown method(s) {unknown}; registered: {', '.join(method_names())}")
+        raise SystemExit(
+            f"unknown method(s) {unknown}; registered: {', '.join(asyncdp.method_names())}"
+        )
     lrs = [float(v) for v in args.lrs.split(",")] if args.lrs else None
     dl = [int(v) for v in args.delays.split(",")] if args.delays else None
     if dl and min(dl) < 0:
@@ -78,7 +79,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
         b,
         [(k["seed"], s) for k, s in zip(keys, scheds, strict=True)],
     )
-    res = emulate_async(
+    res = asyncdp.run(
         apply,
         method,
         ps,

@@ -6,7 +6,7 @@ still. How much accuracy does that cost as the pipeline deepens, and how much do
 (PipeDream), SpecTrain's weight prediction (v1, v2) and NAG prediction recover?
 
 Setting: each model is split into ``N`` parameter-balanced stages and trained by
-:class:`jaxstale.emulate.pipeline.PipelineEmulator` on the schedule ``one_f_one_b(N, steps)``
+the pipeline emulator (:mod:`jaxstale.pipeline`) on the schedule ``one_f_one_b(N, steps)``
 with SGD + momentum. Methods (the ``method`` field of summary.json):
 
 * ``sync`` — every pass at the sequential target (GPipe with a flush): the data-parallel /
@@ -47,27 +47,16 @@ Run: ``python -m experiments.pipeline_staleness [--quick] [--out DIR]``.
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
+import optax
 
-from jaxstale import data, models, runs, schedules
-from jaxstale.emulate.pipeline import POLICIES, PipelineEmulator
+from jaxstale import data, loop, models, pipeline, runs, schedules
 
 EXPERIMENT = "pipeline_staleness"
-_SHARED = ("spectrain-v1", "spectrain-v2", "nesterov")
-TARGETS = {
-    "sync": "sequential",
-    "vanilla": "sequential",
-    "stash": "sequential",
-    "spectrain-v1": "roundtrip",
-    "spectrain-v2": "sequential",
-    "nesterov": "roundtrip",
-}
+DEFAULT_METHODS = ("sync", "vanilla", "stash", "spectrain-v1", "spectrain-v2", "nesterov")
 MODEL_KW: dict[str, dict[str, Any]] = {
     "mlp": {"hidden": (64,) * 7},  # 8 blocks: splits into up to 8 stages
     "cnn": {},  # 5 blocks: at most 5 stages
@@ -77,6 +66,7 @@ MODEL_KW: dict[str, dict[str, Any]] = {
 
 def config_from_args(args: Any) -> dict[str, Any]:
     quick = bool(args.quick)
+    methods = list(DEFAULT_METHODS) if not args.methods else args.methods.split(",")
     return {
         "dataset": args.dataset,
         "models": args.model or (["mlp", "cnn"] if quick else ["mlp", "cnn", "resnet20"]),
@@ -86,7 +76,7 @@ def config_from_args(args: Any) -> dict[str, Any]:
         # ResNet-20 compiles 3x longer than the others: the default runs it at N = 4 only, to
         # stay within 10 minutes on 2 cores (`--model resnet20` runs every depth)
         "stages_by_model": {"resnet20": [4]} if not (quick or args.model or args.stages) else {},
-        "methods": list(POLICIES) if not args.methods else args.methods.split(","),
+        "methods": methods,
         "seeds": args.seeds or 3,
         "steps": args.steps or (120 if quick else 200),
         "batch_size": 32,
@@ -95,77 +85,32 @@ def config_from_args(args: Any) -> dict[str, Any]:
         "eval_every": 20,
         "backward": args.backward,
         "executor": args.executor,
-        "targets": TARGETS,
+        # what each policy is (a registered one's definition decides its results)
+        "policies": {m: pipeline.POLICIES[m]._asdict() for m in methods if m in pipeline.POLICIES},
         "model_kw": {k: dict(v) for k, v in MODEL_KW.items()},
     }
 
 
-def _mesh_pipeline() -> Any:
-    """The mesh executor's drop-in for ``PipelineEmulator`` (imported only when asked for)."""
-    from jaxstale.parallel import MeshPipeline
-
-    return MeshPipeline
-
-
 class _Setup:
-    """Per (model, stages): the split model, one emulator per method, a jitted evaluator."""
+    """Per (model, stages): the split template model, the schedule and the optimizer, shared by
+    every method and seed so that runs of one structure share a compiled round."""
 
     def __init__(self, cfg: dict[str, Any], ds: data.Dataset, model_name: str, n: int):
-        self.cfg, self.ds, self.n = cfg, ds, n
+        self.cfg, self.ds, self.n, self.name = cfg, ds, n, model_name
         self.kw = cfg["model_kw"].get(model_name, {})
-        self.name = model_name
-        shape = ds.x_train.shape[1:]
-        self.shape = shape
+        self.shape = ds.x_train.shape[1:]
         template = models.create(
-            model_name, input_shape=shape, num_classes=ds.num_classes, seed=0, **self.kw
+            model_name, input_shape=self.shape, num_classes=ds.num_classes, seed=0, **self.kw
         )
         self.stages = models.functional_stages(template, n)
         self.sched = schedules.one_f_one_b(n, cfg["steps"])
-        self.emulators: dict[str, PipelineEmulator] = {}
-        applies = [st.apply for st in self.stages]
-
-        @jax.jit
-        def logits(ps, ss, x):
-            for a, p, s in zip(applies, ps, ss, strict=True):
-                x, _ = a(p, s, x, False)
-            return x
-
-        self._logits = logits
-
-    def emulator(self, method: str) -> PipelineEmulator:
-        if method not in self.emulators:
-            target = self.cfg["targets"][method]
-            mesh = self.cfg["executor"] == "mesh"
-            shared = [e for e in self.emulators.values() if e.policy in _SHARED]
-            if method in _SHARED and shared and not mesh:  # prediction policies: one compiled round
-                self.emulators[method] = shared[0].for_policy(method, target)
-                return self.emulators[method]
-            cls = PipelineEmulator if not mesh else _mesh_pipeline()
-            self.emulators[method] = cls(
-                self.stages,
-                self.sched,
-                policy=method,
-                learning_rate=self.cfg["lr"],
-                momentum=self.cfg["momentum"],
-                target=target,
-                backward=self.cfg["backward"],
-            )
-        return self.emulators[method]
-
-    def accuracy(self, params: list[Any], states: list[Any]) -> float:
-        x, y = self.ds.x_test, self.ds.y_test
-        out = self._logits(params, states, jnp.asarray(x))
-        return float(jnp.mean(jnp.argmax(out, -1) == jnp.asarray(y)))
+        self.tx = optax.sgd(cfg["lr"], momentum=cfg["momentum"] or None)
 
     def run(self, method: str, seed: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         cfg = self.cfg
         t0 = time.perf_counter()
         model = models.create(
-            self.name,
-            input_shape=self.shape,
-            num_classes=self.ds.num_classes,
-            seed=seed,
-            **self.kw,
+            self.name, input_shape=self.shape, num_classes=self.ds.num_classes, seed=seed, **self.kw
         )
         fs = models.functional_stages(model, self.n)
         xb, yb = data.batches(
@@ -175,76 +120,66 @@ class _Setup:
             num_steps=cfg["steps"],
             seed=seed,
         )
-        em = self.emulator(method)
-        carry = em.init(xb[0], [f.params for f in fs], [f.state for f in fs])
-        xb, yb = jnp.asarray(xb), jnp.asarray(yb)
-        metrics: list[dict[str, Any]] = []
-        pending: list[Any] = []
-        diverged_step = None
-        step = 0
-        every = cfg["eval_every"]
-        for i in range(em.num_rounds):
-            carry, (ls, lc) = em.step(carry, jnp.int32(i), em._tables, xb, yb)
-            pending.append((ls, lc))
-            last = i == em.num_rounds - 1
-            if (i + 1) % every == 0 or last:
-                tot = [(float(a), float(c)) for a, c in pending]
-                pending = []
-                done = sum(c for _, c in tot)
-                loss = sum(a for a, _ in tot) / done if done else float("nan")
-                if done:
-                    step += int(done)
-                    if not math.isfinite(loss):
-                        diverged_step = step
-                        metrics.append({"step": step, "train_loss": None, "test_accuracy": None})
-                        break
-                    acc = self.accuracy(em.params(carry), em.states(carry))
-                    metrics.append({"step": step, "train_loss": loss, "test_accuracy": acc})
-        diverged = diverged_step is not None
-        if not diverged:
-            leaves = jax.tree.leaves(em.params(carry))
-            if not all(bool(jnp.all(jnp.isfinite(x))) for x in leaves):
-                diverged, diverged_step = True, step
-        final = None if diverged else metrics[-1]["test_accuracy"]
+        ex = pipeline.make(
+            cfg["executor"],
+            self.stages,
+            self.sched,
+            method,
+            self.tx,
+            xb,
+            yb,
+            backward=cfg["backward"],
+            momentum=cfg["momentum"],
+        )
+        (res,) = loop.run(
+            ex,
+            [f.params for f in fs],
+            [f.state for f in fs],
+            eval_every=cfg["eval_every"],
+            eval_data=(self.ds.x_test, self.ds.y_test),
+        )
         row = {
             "lr": cfg["lr"],
             "momentum": cfg["momentum"],
-            "target": cfg["targets"][method],
-            "final_test_accuracy": final,
-            "diverged": diverged,
-            "diverged_step": diverged_step,
-            "final_train_loss": None if diverged else metrics[-1]["train_loss"],
+            "target": pipeline.get_policy(method).target,
+            "final_test_accuracy": res.final_test_accuracy,
+            "diverged": res.diverged,
+            "diverged_step": res.diverged_step,
+            "final_train_loss": None if res.diverged else res.curve[-1]["train_loss"],
             "steps": cfg["steps"],
             "wall_s": round(time.perf_counter() - t0, 2),
         }
-        return row, metrics
+        return row, res.curve
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = runs.cli_parser(__doc__.splitlines()[0])
     p.add_argument("--stages", default=None, help="comma-separated stage counts (default 2,4,8)")
-    p.add_argument("--methods", default=None, help=f"comma-separated subset of {POLICIES}")
+    p.add_argument(
+        "--methods",
+        default=None,
+        help=f"comma-separated weight policies (registered: {', '.join(pipeline.POLICIES)})",
+    )
     p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default 0.01)")
     p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
     p.add_argument(
         "--backward",
         default="recompute",
-        choices=("recompute", "saved"),
-        help="how a backward runs at other weights than its forward (PipelineEmulator)",
+        choices=pipeline.BACKWARD_MODES,
+        help="how a backward runs at other weights than its forward (jaxstale.pipeline.program)",
     )
     p.add_argument(
         "--executor",
         default="emulate",
-        choices=("emulate", "mesh"),
+        choices=pipeline.EXECUTORS,
         help="emulate: one device; mesh: one device per stage on a 'stage' axis "
-        "(jaxstale.parallel.MeshPipeline; same results). On a CPU, emulate devices with "
+        "(same program, same results). On a CPU, emulate devices with "
         "XLA_FLAGS=--xla_force_host_platform_device_count=8",
     )
     args = p.parse_args(argv)
     cfg = config_from_args(args)
     for m in cfg["methods"]:
-        if m not in POLICIES:
-            raise ValueError(f"unknown method {m!r}; choose from {POLICIES}")
+        pipeline.get_policy(m)  # raises for an unknown name, listing the registered ones
     ds = data.load(cfg["dataset"])
     run = runs.RunFolder(EXPERIMENT, cfg, out=args.out)
     t_start = time.perf_counter()

@@ -1,9 +1,11 @@
 """jaxstale: staleness in distributed training, in JAX.
 
 Optax transforms that mitigate stale gradients and weights (DC-ASGD, Gap-Aware, staleness-aware
-learning rates, SpecTrain/NAG weight prediction), an explicit weight-version buffer, single-device
-emulators of asynchronous data parallelism and pipelined model parallelism, and ``jax.shard_map``
-executors that run the same schedules on a device mesh.
+learning rates, SpecTrain/NAG weight prediction), an explicit weight-version buffer, and two
+distributed families — asynchronous data parallelism (:mod:`jaxstale.asyncdp`) and pipelined
+model parallelism (:mod:`jaxstale.pipeline`) — each one core run by two executors: a
+single-device emulator and a ``jax.shard_map`` executor on a device mesh, both driven by one loop
+(:mod:`jaxstale.loop`).
 """
 
 __version__ = "0.1.0"
@@ -31,20 +33,33 @@ from jaxstale import data as data
 from jaxstale import losses as losses
 from jaxstale import models as models
 
-# --- pipeline schedules and emulator (issue 5) ---
+# --- the executor protocol and its one driver (issue 12) ---
+from jaxstale import loop as loop
+from jaxstale.loop import Executor as Executor
+from jaxstale.mesh import make_mesh as make_mesh
+
+# --- pipelines: schedules, policies, programs, executors (issues 5, 6, 12) ---
+from jaxstale import pipeline as pipeline
 from jaxstale import schedules as schedules
 from jaxstale.schedules import Schedule as Schedule
-from jaxstale.emulate.pipeline import PipelineEmulator as PipelineEmulator
+from jaxstale.pipeline import POLICIES as POLICIES
+from jaxstale.pipeline import Policy as Policy
+from jaxstale.pipeline import register_policy as register_policy
 
-# --- async data-parallel emulator (issue 4) ---
+# --- asynchronous data parallelism: methods, server, executors (issues 4, 6, 12) ---
+from jaxstale import asyncdp as asyncdp
 from jaxstale import delays as delays
 from jaxstale.delays import DelaySchedule as DelaySchedule
-from jaxstale.emulate.async_dp import AsyncEmulator as AsyncEmulator
-from jaxstale.emulate.async_dp import HParams as HParams
-from jaxstale.emulate.async_dp import MethodSpec as MethodSpec
-from jaxstale.emulate.async_dp import emulate_async as emulate_async
-from jaxstale.emulate.async_dp import lr_warmup as lr_warmup
-from jaxstale.emulate.async_dp import register_method as register_method
+from jaxstale.asyncdp import HParams as HParams
+from jaxstale.asyncdp import MethodSpec as MethodSpec
+from jaxstale.asyncdp import emulate_async as emulate_async
+from jaxstale.asyncdp import lr_warmup as lr_warmup
+from jaxstale.asyncdp import register_method as register_method
+from jaxstale.asyncdp import run_async as run_async
+from jaxstale.asyncdp import async_bn_update as async_bn_update
+from jaxstale.asyncdp import merge_batch_stats as merge_batch_stats
+from jaxstale.asyncdp import ordinary_bn_update as ordinary_bn_update
+from jaxstale.asyncdp import recompute_batch_stats as recompute_batch_stats
 
 # --- LC-ASGD (issue 7) ---
 # the transform is jaxstale.lc_asgd.lc_asgd: a top-level function `lc_asgd` would shadow the
@@ -55,26 +70,13 @@ from jaxstale.lc_asgd import LossPredictor as LossPredictor
 from jaxstale.lc_asgd import StepObservation as StepObservation
 from jaxstale.lc_asgd import StepPredictor as StepPredictor
 from jaxstale.lc_asgd import ar_loss_predictor as ar_loss_predictor
-from jaxstale.lc_asgd import async_bn_update as async_bn_update
 from jaxstale.lc_asgd import delay_loss as delay_loss
 from jaxstale.lc_asgd import lc_asgd_stats as lc_asgd_stats
 from jaxstale.lc_asgd import least_squares_steps as least_squares_steps
-from jaxstale.lc_asgd import merge_batch_stats as merge_batch_stats
-from jaxstale.lc_asgd import ordinary_bn_update as ordinary_bn_update
-from jaxstale.lc_asgd import recompute_batch_stats as recompute_batch_stats
 from jaxstale.lc_asgd import rnn_loss_predictor as rnn_loss_predictor
 
 # --- trainer and run folders (issue 2) ---
 from jaxstale import runs as runs
 from jaxstale import train as train
 from jaxstale.runs import RunFolder as RunFolder
-
-# --- mesh executors (issue 6) ---
-from jaxstale import parallel as parallel
-from jaxstale.parallel import AsyncMeshExecutor as AsyncMeshExecutor
-from jaxstale.parallel import MeshPipeline as MeshPipeline
-from jaxstale.parallel import PipelineExecutor as PipelineExecutor
-from jaxstale.parallel import make_mesh as make_mesh
-from jaxstale.parallel import run_async as run_async
-from jaxstale.parallel import run_pipeline as run_pipeline
 # --- end of exports ---

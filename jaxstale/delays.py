@@ -8,8 +8,8 @@ computing that gradient (``pulled[t]``), hence the gradient's **staleness**
     τ_t = t − pulled[t]      (version t = the master weights after t applied updates, w_t)
 
 and which mini-batch of the global data stream the gradient was computed on (``batch[t]``; the
-stream is consumed in the order workers *start* computing). The emulator
-(:mod:`jaxstale.emulate.async_dp`) consumes a :class:`DelaySchedule` as data, so the same
+stream is consumed in the order workers *start* computing). The executors
+(:mod:`jaxstale.asyncdp`) consume a :class:`DelaySchedule` as data, so the same
 compiled step serves every delay model.
 
 Models (ALGORITHMS.md §1):

@@ -2,8 +2,9 @@
 
 A pipeline of ``N`` stages trains on a stream of mini-batches ``b = 0, 1, …`` (each optionally cut
 into ``M`` micro-batches). A :class:`Schedule` is the full timeline of that run, as numpy arrays, so
-that the single-device emulator (:mod:`jaxstale.emulate.pipeline`) and the ``shard_map`` executor
-(:mod:`jaxstale.parallel`) consume *the same* data and can be tested against each other.
+that the pipeline program compiler (:mod:`jaxstale.pipeline.program`) turns it, with a weight
+policy, into the one program both executors run — the single-device emulator and the
+``shard_map`` executor — and they can be tested against each other.
 
 Tick semantics (both executors implement exactly this):
 

@@ -45,8 +45,6 @@ Example:
 
 from __future__ import annotations
 
-import functools
-import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -58,6 +56,8 @@ import optax
 from flax import nnx
 
 from jaxstale import models
+from jaxstale.loop import Executor, Stats, accuracy
+from jaxstale.loop import run as run_loop
 from jaxstale.losses import cross_entropy
 
 __all__ = [
@@ -66,6 +66,7 @@ __all__ = [
     "SEED_MODES",
     "default_strategy",
     "evaluate",
+    "executor",
     "fit",
     "make_train_step",
     "sweep",
@@ -217,7 +218,7 @@ def make_train_step(
 
 def _masked(update: Callable[..., Any]) -> Callable[[Carry, Any, Any], tuple[Carry, jax.Array]]:
     """Step on a carry ``(params, opt_state, state, alive)`` that freezes a run at its first
-    non-finite loss (``alive`` becomes False and stays False)."""
+    non-finite loss (``alive`` becomes False and stays False; later losses are NaN)."""
 
     def step(carry: Carry, x: Any, y: Any) -> tuple[Carry, jax.Array]:
         params, opt_state, state, alive = carry
@@ -229,7 +230,7 @@ def _masked(update: Callable[..., Any]) -> Callable[[Carry, Any, Any], tuple[Car
             keep(new_opt, opt_state),
             keep(new_state, state),
             ok,
-        ), loss
+        ), jnp.where(alive, loss, jnp.nan)
 
     return step
 
@@ -265,51 +266,100 @@ def _compiled_loops(
     return get
 
 
-# ----------------------------------------------------------------------------------------------
-# Evaluation
-# ----------------------------------------------------------------------------------------------
+def _chunks(a: int, b: int, size: int) -> list[tuple[int, int]]:
+    return [(i, min(i + size, b)) for i in range(a, b, size)]
 
 
-@functools.lru_cache(maxsize=64)
-def _counter(apply: Callable[..., Any], vmap: bool) -> Callable[..., jax.Array]:
-    def count(params, state, x, y, valid):
-        logits, _ = apply(params, state, x, False)
-        return jnp.sum((jnp.argmax(logits, axis=-1) == y) & valid, dtype=jnp.int32)
-
-    if vmap:
-        count = jax.vmap(count, in_axes=(0, 0, None, None, None))
-    return jax.jit(count)
+def _copy_tree(tree: Any) -> Any:
+    # Fresh buffers, so that donation never hits a buffer shared between leaves (or the module).
+    return jax.tree.map(lambda a: jnp.array(a, copy=True), tree)
 
 
-def _count_correct(
+def _stack(trees: Sequence[Any]) -> Any:
+    return jax.tree.map(lambda *a: jnp.stack(a), *trees)
+
+
+def executor(
     apply: Callable[..., Any],
-    params: Params,
-    state: Any,
-    x: Any,
-    y: Any,
-    batch_size: int,
-    vmap: bool,
-) -> np.ndarray:
-    x, y = np.asarray(x), np.asarray(y)
-    n = len(x)
-    if n == 0:
-        raise ValueError("evaluate needs at least one example, got an empty x")
-    if len(y) != n:
-        raise ValueError(f"x has {n} examples but y has {len(y)}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    bs = min(batch_size, n)
-    nb = -(-n // bs)
-    pad = nb * bs - n
-    xp = np.concatenate([x, np.zeros((pad, *x.shape[1:]), x.dtype)]) if pad else x
-    yp = np.concatenate([y, np.zeros((pad,), y.dtype)]) if pad else y
-    valid = np.arange(nb * bs) < n
-    count = _counter(apply, vmap)
-    total: Any = 0
-    for i in range(nb):
-        sl = slice(i * bs, (i + 1) * bs)
-        total = total + count(params, state, xp[sl], yp[sl], valid[sl])
-    return np.asarray(total)
+    tx: optax.GradientTransformation,
+    x_train: Any,
+    y_train: Any,
+    indices: Any,
+    *,
+    loss_fn: Callable[[jax.Array, jax.Array], jax.Array] = cross_entropy,
+    extra_args: ExtraArgs = None,
+    loop: str = "host",
+    vmap: bool = False,
+    unroll_chunk: int = 8,
+    max_chunk: int = 100,
+) -> Executor:
+    """The synchronous trainer as an :class:`~jaxstale.loop.Executor` (a round is one step).
+
+    Step ``t`` trains on ``x_train[indices[t]]`` with :func:`make_train_step`'s update; a run
+    whose loss becomes non-finite is frozen there (its later losses are NaN).
+
+    Args:
+      apply: ``apply(params, state, x, train) -> (logits, new_state)``.
+      tx: any optax transformation.
+      x_train: training inputs ``[N, ...]``.
+      y_train: labels ``[N]``.
+      indices: ``[steps, B]`` example indices of every step (``[S, steps, B]`` with ``vmap``).
+      loss_fn: the loss.
+      extra_args: extra keyword arguments for ``tx.update`` (see :func:`make_train_step`).
+      loop: ``"host"`` (a Python loop of jitted steps), ``"scan"`` (a rolled ``lax.scan`` over
+        each evaluation interval, in chunks of at most ``max_chunk`` steps) or ``"unrolled"``
+        (``scan(unroll=True)`` over chunks of ``unroll_chunk`` steps).
+      vmap: the runs (seeds) are lanes of one ``jax.vmap``-ed step.
+      unroll_chunk: steps per unrolled chunk.
+      max_chunk: most steps per rolled scan.
+
+    Returns:
+      The executor; ``init(params, state)`` takes weights stacked over seeds with ``vmap``.
+    """
+    if loop not in LOOPS:
+        raise ValueError(f"loop must be one of {LOOPS}, got {loop!r}")
+    update = _make_update(apply, tx, loss_fn, extra_args)
+    get = _compiled_loops(update, loop, vmap)
+    idx = np.asarray(indices)
+    lanes = idx.shape[0] if vmap else 1
+    steps = int(idx.shape[-2])
+    x_train, y_train = np.asarray(x_train), np.asarray(y_train)
+
+    def init(params: Any, state: Any) -> Carry:
+        opt = jax.vmap(tx.init)(params) if vmap else tx.init(params)
+        alive = jnp.ones((lanes,), bool) if vmap else jnp.asarray(True)
+        return _copy_tree((params, opt, state, alive))
+
+    def advance(carry: Carry, a: int, b: int) -> tuple[Carry, Stats]:
+        losses = []
+        if loop == "host":
+            fn = get(1)
+            for t in range(a, b):
+                it = idx[..., t, :]
+                carry, loss = fn(carry, x_train[it], y_train[it])
+                losses.append(loss)
+            seg = np.stack(jax.device_get(losses), axis=-1)
+        else:
+            size = min(b - a, max_chunk) if loop == "scan" else unroll_chunk
+            for c0, c1 in _chunks(a, b, size):
+                it = idx[..., c0:c1, :]
+                carry, loss = get(c1 - c0)(carry, x_train[it], y_train[it])
+                losses.append(loss)
+            seg = np.concatenate(jax.device_get(losses), axis=-1)
+        seg = np.asarray(seg).reshape(lanes, b - a)
+        return carry, Stats(seg, np.ones_like(seg, np.int32))
+
+    return Executor(
+        init=init,
+        step=lambda carry, r: advance(carry, r, r + 1),
+        params=lambda carry: (carry[0], carry[2]),
+        apply=apply,
+        num_rounds=steps,
+        num_updates=steps,
+        lanes=lanes,
+        vmapped=vmap,
+        advance=advance,
+    )
 
 
 def evaluate(
@@ -323,8 +373,8 @@ def evaluate(
 ) -> float:
     r"""Test accuracy :math:`\frac{1}{N}\sum_i \mathbb{1}[\arg\max_c f(x_i)_c = y_i]`, eval mode.
 
-    The model runs with ``train=False`` (batch-norm uses its running averages) in batches of
-    ``batch_size``; the last batch is padded and masked, so one compiled shape serves all.
+    :func:`jaxstale.loop.accuracy` of one run: ``train=False`` (batch-norm uses its running
+    averages), batches of ``batch_size``, the last one padded and masked.
 
     Args:
       apply: ``apply(params, state, x, train) -> (logits, new_state)``.
@@ -349,7 +399,7 @@ def evaluate(
       >>> acc in (0.0, 1.0)
       True
     """
-    return int(_count_correct(apply, params, state, x, y, batch_size, vmap=False)) / len(x)
+    return float(accuracy(apply, params, state, x, y, batch_size=batch_size)[0])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -368,35 +418,6 @@ def _resolve_dataset(dataset: Any) -> Any:
                 f"dataset must be a name or a jaxstale.data.Dataset, got {type(dataset).__name__}"
             )
     return dataset
-
-
-def _batch_indices(n: int, batch_size: int, steps: int, seed: int) -> np.ndarray:
-    """``[steps, batch_size]`` example indices, exactly the order of ``data.batches``."""
-    from jaxstale import data
-
-    return np.asarray(data.batch_indices(n, batch_size=batch_size, num_steps=steps, seed=seed))
-
-
-def _copy_tree(tree: Any) -> Any:
-    # Fresh buffers, so that donation never hits a buffer shared between leaves (or the module).
-    return jax.tree.map(lambda a: jnp.array(a, copy=True), tree)
-
-
-def _stack(trees: Sequence[Any]) -> Any:
-    return jax.tree.map(lambda *a: jnp.stack(a), *trees)
-
-
-def _unstack(tree: Any, i: int) -> Any:
-    return jax.tree.map(lambda a: a[i], tree)
-
-
-def _segments(steps: int, eval_every: int) -> list[tuple[int, int]]:
-    bounds = [*range(0, steps, eval_every), steps]
-    return list(itertools.pairwise(bounds))
-
-
-def _chunks(a: int, b: int, size: int) -> list[tuple[int, int]]:
-    return [(i, min(i + size, b)) for i in range(a, b, size)]
 
 
 def fit(
@@ -499,82 +520,54 @@ def fit(
             module = model(seed)
         return models.functional(module)
 
+    from jaxstale import data
+
     funcs = [build(s) for s in seeds]
     apply = funcs[0].apply  # one apply (one graphdef) for all seeds: compile once
-    update = _make_update(apply, tx, loss_fn, extra_args)
-    carries = [_copy_tree((f.params, tx.init(f.params), f.state, jnp.asarray(True))) for f in funcs]
-    indices = [_batch_indices(len(x_train), batch_size, steps, s) for s in seeds]
+    indices = [
+        data.batch_indices(len(x_train), batch_size=batch_size, num_steps=steps, seed=s)
+        for s in seeds
+    ]
     vmap = seed_mode == "vmap"
-    get = _compiled_loops(update, loop, vmap)
-
     n = len(seeds)
-    curves: list[list[dict[str, Any]]] = [[] for _ in seeds]
-    diverged_step: list[int | None] = [None] * n
-    groups = [list(range(n))] if vmap else [[i] for i in range(n)]
-    finals: list[tuple[Any, Any] | None] = [None] * n
-
-    for group in groups:
-        carry = _stack([carries[i] for i in group]) if vmap else carries[group[0]]
-        idx = np.stack([indices[i] for i in group]) if vmap else indices[group[0]]
-        for a, b in _segments(steps, eval_every):
-            losses = []
-            if loop == "host":
-                fn = get(1)
-                for t in range(a, b):
-                    it = idx[..., t, :]
-                    carry, loss = fn(carry, x_train[it], y_train[it])
-                    losses.append(loss)
-                seg = np.stack(jax.device_get(losses), axis=-1)
-            else:
-                size = min(b - a, max_chunk) if loop == "scan" else unroll_chunk
-                for c0, c1 in _chunks(a, b, size):
-                    it = idx[..., c0:c1, :]
-                    carry, loss = get(c1 - c0)(carry, x_train[it], y_train[it])
-                    losses.append(loss)
-                seg = np.concatenate(jax.device_get(losses), axis=-1)
-            seg = seg.reshape(len(group), b - a)
-            live = [j for j, i in enumerate(group) if diverged_step[i] is None]
-            for j in live:
-                bad = ~np.isfinite(seg[j])
-                if bad.any():
-                    diverged_step[group[j]] = a + int(np.argmax(bad)) + 1
-            live = [j for j in live if diverged_step[group[j]] is None]
-            if not live:
-                break
-            params, _, state, _ = carry
-            if vmap:
-                correct = _count_correct(
-                    apply, params, state, ds.x_test, ds.y_test, eval_batch_size, vmap=True
-                )
-            else:
-                correct = _count_correct(
-                    apply, params, state, ds.x_test, ds.y_test, eval_batch_size, vmap=False
-                ).reshape(1)
-            for j in live:
-                curves[group[j]].append(
-                    {
-                        "step": b,
-                        "train_loss": float(np.mean(seg[j])),
-                        "test_accuracy": int(correct[j]) / len(ds.x_test),
-                    }
-                )
-        if return_params:
-            params, _, state, _ = carry
-            for j, i in enumerate(group):
-                finals[i] = (_unstack(params, j), _unstack(state, j)) if vmap else (params, state)
-
+    results: list[Any] = [None] * n
+    for group in [list(range(n))] if vmap else [[i] for i in range(n)]:
+        ex = executor(
+            apply,
+            tx,
+            x_train,
+            y_train,
+            np.stack([indices[i] for i in group]) if vmap else indices[group[0]],
+            loss_fn=loss_fn,
+            extra_args=extra_args,
+            loop=loop,
+            vmap=vmap,
+            unroll_chunk=unroll_chunk,
+            max_chunk=max_chunk,
+        )
+        start_state = [_copy_tree((funcs[i].params, funcs[i].state)) for i in group]
+        params = _stack([p for p, _ in start_state]) if vmap else start_state[0][0]
+        state = _stack([s for _, s in start_state]) if vmap else start_state[0][1]
+        out = run_loop(
+            ex,
+            params,
+            state,
+            eval_every=eval_every,
+            eval_data=(ds.x_test, ds.y_test),
+            eval_batch_size=eval_batch_size,
+        )
+        for i, r in zip(group, out, strict=True):
+            results[i] = r
     wall = time.perf_counter() - start
-    results = []
-    for i, seed in enumerate(seeds):
-        div = diverged_step[i] is not None
-        curve = curves[i]
-        res: dict[str, Any] = {
+    rows = []
+    for seed, r in zip(seeds, results, strict=True):
+        row: dict[str, Any] = {
             "seed": seed,
-            "curve": curve,
-            "final_test_accuracy": None if div else curve[-1]["test_accuracy"],
-            "final_train_loss": None if div or not curve else curve[-1]["train_loss"],
-            "diverged": div,
-            "diverged_step": diverged_step[i],
+            "curve": r.curve,
+            "final_test_accuracy": r.final_test_accuracy,
+            "final_train_loss": None if r.diverged or not r.curve else r.curve[-1]["train_loss"],
+            "diverged": r.diverged,
+            "diverged_step": r.diverged_step,
             "steps": steps,
             "batch_size": batch_size,
             "loop": loop,
@@ -582,9 +575,9 @@ def fit(
             "wall_s": wall,
         }
         if return_params:
-            res["params"], res["state"] = finals[i]  # type: ignore[misc]
-        results.append(res)
-    return results
+            row["params"], row["state"] = r.params, r.model_state
+        rows.append(row)
+    return rows
 
 
 def sweep(

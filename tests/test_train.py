@@ -81,7 +81,10 @@ def test_divergence_is_recorded_and_other_seeds_carry_on(digits, seed_mode):
     alone = train.fit(_mlp_blowing_up_for_seed_1, tx, digits, seeds=[0], **kw)
     good, bad = both
     assert bad["diverged"] and bad["diverged_step"] == 1 and bad["final_test_accuracy"] is None
-    assert bad["curve"] == []
+    # its records say so (jaxstale.loop): null accuracy from the diverging interval on; alone it
+    # stops there, vmapped with a live seed it shares the clock until the end
+    assert bad["curve"] and all(c["test_accuracy"] is None for c in bad["curve"])
+    assert len(bad["curve"]) == (2 if seed_mode == "vmap" else 1)
     assert not good["diverged"] and good["diverged_step"] is None
     np.testing.assert_allclose(_losses([good]), _losses(alone), rtol=1e-6)
     assert good["final_test_accuracy"] == pytest.approx(alone[0]["final_test_accuracy"])
@@ -97,7 +100,9 @@ def test_divergence_step_is_the_same_in_every_loop(digits):
     step = runs["host"]["diverged_step"]
     assert runs["host"]["diverged"] and step == 6  # inside the second interval (steps 6-10)
     assert runs["scan"]["diverged_step"] == step
-    assert all(c["step"] < step for c in runs["host"]["curve"])
+    curve = runs["host"]["curve"]  # a finite record, then the diverging interval's (null), stop
+    assert [c["step"] for c in curve] == [5, 10] and curve[0]["test_accuracy"] is not None
+    assert curve[1]["test_accuracy"] is None
 
 
 def test_batch_norm_state_is_carried(digits):

@@ -3,19 +3,15 @@
 A step predictor (:mod:`~jaxstale.lc_asgd.step_predictor`) predicts how many updates land before
 a worker's gradient; a loss predictor (:mod:`~jaxstale.lc_asgd.loss_predictor`) predicts the
 losses of those steps; the compensated gradient (:func:`lc_asgd`, an optax transformation) is
-``∇(ℓ_m + λ·ℓ_delay)`` in our reading; Async-BN (:mod:`~jaxstale.lc_asgd.async_bn`) merges the
-workers' batch-norm statistics on the server by an EMA.
+``∇(ℓ_m + λ·ℓ_delay)`` in our reading. These are leaves: the asynchronous family's registry
+(:mod:`jaxstale.asyncdp.methods`) builds the ``lc-asgd`` methods from them, and Async-BN (the
+server's batch-norm merge) lives with the server, in :mod:`jaxstale.asyncdp.bn`.
 
 References:
     Li, He, Ren, Mao. "Developing a Loss Prediction-based Asynchronous Stochastic Gradient
     Descent Algorithm for Distributed Training of Deep Neural Networks", ICPP 2020.
 """
 
-from jaxstale.lc_asgd.async_bn import async_bn_update as async_bn_update
-from jaxstale.lc_asgd.async_bn import batch_stats_from_update as batch_stats_from_update
-from jaxstale.lc_asgd.async_bn import merge_batch_stats as merge_batch_stats
-from jaxstale.lc_asgd.async_bn import ordinary_bn_update as ordinary_bn_update
-from jaxstale.lc_asgd.async_bn import recompute_batch_stats as recompute_batch_stats
 from jaxstale.lc_asgd.compensation import LCASGDState as LCASGDState
 from jaxstale.lc_asgd.compensation import lc_asgd as lc_asgd
 from jaxstale.lc_asgd.compensation import lc_asgd_stats as lc_asgd_stats

@@ -24,7 +24,7 @@ bit for bit.
 **What it does in practice.** With ``λ > 0`` a gradient expected to be more stale is
 enlarged; ``λ < 0`` damps it. On digits with gamma-timed workers ``λ > 0`` degraded faster than
 ASGD as ``M`` grew and ``λ < 0`` helped modestly (measurements in
-:mod:`jaxstale.lc_asgd.register`).
+:mod:`jaxstale.asyncdp.methods`).
 
 **In an emulator.** The loss predictor's and step predictor's states live in the transform's
 state; the emulator passes per-update facts as extra arguments (``worker_loss``, ``worker``,

@@ -7,7 +7,7 @@ import optax
 import pytest
 
 from experiments import async_workers
-from jaxstale.emulate import register_method
+from jaxstale.asyncdp import register_method
 
 TINY = ["--steps", "24", "--seeds", "1", "--workers", "1,4", "--momentum", "0.9"]
 TINY += ["--batch-size", "16"]

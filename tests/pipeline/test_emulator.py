@@ -11,9 +11,9 @@ import numpy as np
 import optax
 import pytest
 
-from jaxstale import models, schedules
-from jaxstale.emulate.pipeline import POLICIES, PipelineEmulator
+from jaxstale import loop, models, pipeline, schedules
 from jaxstale.losses import cross_entropy
+from jaxstale.pipeline import POLICIES, emulator
 
 LR, MOM = 0.2, 0.9
 
@@ -148,12 +148,19 @@ def emulate(stages, sched, xb, yb, policy, target="sequential"):
     return _CACHE[key]
 
 
+_TX = optax.sgd(LR, momentum=MOM)  # one optimizer object: runs of one structure share a round
+
+
+def run(stages, sched, xb, yb, policy, target="sequential", backward="recompute"):
+    """``(program, final per-stage weights, per-mini-batch losses)`` of one emulated run."""
+    prog = pipeline.compile(sched, policy, target=target, backward=backward)
+    ex = emulator.executor(stages, prog, _TX, xb, yb, momentum=MOM)
+    (res,) = loop.run(ex, [st.params for st in stages], [st.state for st in stages])
+    return prog, res.params, list(res.losses)
+
+
 def _emulate(stages, sched, xb, yb, policy, target="sequential"):
-    em = PipelineEmulator(
-        stages, sched, policy=policy, learning_rate=LR, momentum=MOM, target=target
-    )
-    carry, losses = em.run(em.init(xb[0]), xb, yb)
-    return em, em.params(carry), losses
+    return run(stages, sched, xb, yb, policy, target)
 
 
 def sync_trainer(model, xb, yb):
@@ -184,8 +191,8 @@ def test_sync_equals_synchronous_trainer():
     model = _model()
     stages = models.functional_stages(model, 3)
     f, p_sync = sync_trainer(model, xb, yb)
-    em, params, losses = emulate(stages, schedules.one_f_one_b(3, 5), xb, yb, "sync")
-    assert em.schedule.name == "gpipe"  # sync on a stale schedule runs with a flush
+    prog, params, losses = emulate(stages, schedules.one_f_one_b(3, 5), xb, yb, "sync")
+    assert prog.schedule.name == "gpipe"  # sync on a stale schedule runs with a flush
     assert len(losses) == 5
     assert _close([p_sync], params, 1e-6)
     x = jnp.asarray(xb[0])
@@ -215,11 +222,8 @@ def test_sync_equals_jaxstale_train_fit():
     model = models.create("mlp", input_shape=(8, 8, 1), num_classes=10, seed=0, **kw)
     stages = models.functional_stages(model, 3)
     xb, yb = data.batches(ds.x_train, ds.y_train, batch_size=bs, num_steps=steps, seed=0)
-    em = PipelineEmulator(
-        stages, schedules.one_f_one_b(3, steps), policy="sync", learning_rate=LR, momentum=MOM
-    )
-    carry, _ = em.run(em.init(xb[0]), xb, yb)
-    assert _close([ref["params"]], em.params(carry), 1e-6)
+    _, params, _ = run(stages, schedules.one_f_one_b(3, steps), xb, yb, "sync")
+    assert _close([ref["params"]], params, 1e-6)
 
 
 def test_gpipe_micro_batches_equal_sync():
@@ -242,8 +246,8 @@ def test_stash_at_one_stage_equals_sync():
     model = _model(blocks=2)
     stages = models.functional_stages(model, 1)
     _, p_sync = sync_trainer(model, xb, yb)
-    em, params, _ = emulate(stages, schedules.one_f_one_b(1, 4), xb, yb, "stash")
-    assert em.stash_capacity == (1,)
+    prog, params, _ = emulate(stages, schedules.one_f_one_b(1, 4), xb, yb, "stash")
+    assert prog.stash_capacity == (1,)
     assert _close([p_sync], params, 1e-6)
 
 
@@ -262,17 +266,15 @@ def test_saved_backward_matches_hand_written_reference(policy):
     xb, yb = _data(4, seed=1)
     stages = _stages(3, 3)  # stages 0 and 1: one Dense+ReLU block each
     sched = schedules.one_f_one_b(3, 4)
-    em = PipelineEmulator(
-        stages, sched, policy=policy, learning_rate=LR, momentum=MOM, backward="saved"
-    )
-    carry, _ = em.run(em.init(xb[0]), xb, yb)
-    ref = reference(stages, sched, xb, yb, policy, backward="saved")
-    assert _close(ref, em.params(carry), 1e-6)
+    target = POLICIES[policy].target
+    _, params, _ = run(stages, sched, xb, yb, policy, target=target, backward="saved")
+    ref = reference(stages, sched, xb, yb, policy, target=target, backward="saved")
+    assert _close(ref, params, 1e-6)
     if policy == "vanilla":  # and it is not the recompute semantics
         assert _maxdiff(ref, reference(stages, sched, xb, yb, policy)) > 1e-5
     if policy == "stash":  # for stash both are the same computation
         _, rec, _ = emulate(stages, sched, xb, yb, "stash")
-        assert _close(rec, em.params(carry), 1e-6)
+        assert _close(rec, params, 1e-6)
 
 
 def test_vanilla_really_uses_different_versions():
@@ -297,8 +299,13 @@ def test_n4_roundtrip_horizons_per_stage_reach_params():
     stages = _stages(4, 4)
     sched = schedules.one_f_one_b(4, 6)
     for policy in ("spectrain-v1", "spectrain-v2"):
-        em, params, _ = emulate(stages, sched, xb, yb, policy, target="roundtrip")
-        assert np.array_equal(em.fwd_horizon, sched.horizons("roundtrip")[0])
+        prog, params, _ = emulate(stages, sched, xb, yb, policy, target="roundtrip")
+        fwd = sched.horizons("roundtrip")[0]
+        for j, o in enumerate(o for row in prog.ticks for o in row):
+            for i in np.flatnonzero(prog.tables["valid"][:, j]):
+                b = prog.tables["batch"][i, j]
+                if o.kind == schedules.FORWARD:  # the program's horizons are the schedule's
+                    assert prog.tables["horizon"][i, j] == fwd[b, o.stage]
         ref = reference(stages, sched, xb, yb, policy, target="roundtrip")
         assert _close(ref, params, 2e-6), policy
     # the horizons matter at every stage: zero them and every stage's weights change
@@ -308,18 +315,14 @@ def test_n4_roundtrip_horizons_per_stage_reach_params():
 
 
 def test_prediction_policies_share_one_compiled_round():
-    xb, yb = _data(4, seed=1)
     stages = _stages(2, 2)
     sched = schedules.one_f_one_b(2, 4)
-    em = PipelineEmulator(stages, sched, policy="spectrain-v1", learning_rate=LR, momentum=MOM)
+    first = emulator.for_program(stages, pipeline.compile(sched, "spectrain-v1"), _TX, momentum=MOM)
     for policy in ("nesterov", "spectrain-v2"):
-        other = em.for_policy(policy)
-        assert other.step is em.step and other.policy == policy
-        carry, _ = other.run(other.init(xb[0]), xb, yb)
-        _, params, _ = emulate(stages, sched, xb, yb, policy)
-        assert _maxdiff(other.params(carry), params) == 0.0
-    with pytest.raises(ValueError, match="cannot share"):
-        em.for_policy("stash")
+        other = emulator.for_program(stages, pipeline.compile(sched, policy), _TX, momentum=MOM)
+        assert other.step is first.step  # one compiled round: the rule and horizons are data
+    stash = emulator.for_program(stages, pipeline.compile(sched, "stash"), _TX, momentum=MOM)
+    assert stash.step is not first.step
 
 
 def test_spectrain_with_zero_momentum_history_equals_vanilla():
@@ -345,13 +348,13 @@ def test_memory_per_policy():
     sched = schedules.one_f_one_b(n, 3)
     xb, _ = _data(3)
     sizes = [sum(x.size for x in jax.tree.leaves(st.params)) for st in stages]
-    for policy in POLICIES:
-        em = PipelineEmulator(stages, sched, policy=policy, learning_rate=LR, momentum=MOM)
-        carry = em.init(xb[0])
+    for policy in ("sync", "vanilla", "stash", "spectrain-v1", "spectrain-v2", "nesterov"):
+        prog = pipeline.compile(sched, policy)
+        carry = emulator.for_program(stages, prog, _TX, momentum=MOM).init(xb[0])
         w = sum(x.size for x in jax.tree.leaves(carry["weights"]) if x.ndim)
         o = sum(x.size for x in jax.tree.leaves(carry["opt"]) if x.ndim)
         if policy == "stash":
-            assert em.stash_capacity == (4, 3, 2, 1)
+            assert prog.stash_capacity == (4, 3, 2, 1)
             assert w == sum((n - k) * sizes[k] for k in range(n))
         else:
             assert w == sum(sizes)  # one copy, never a stash
@@ -368,29 +371,30 @@ def test_batch_norm_model_runs():
     stages = models.functional_stages(model, 2)
     xb, yb = _data(3)
     xb = np.repeat(np.repeat(xb, 2, axis=2), 2, axis=3)
-    em = PipelineEmulator(
-        stages,
-        schedules.one_f_one_b(2, 3),
-        policy="spectrain-v1",
-        learning_rate=0.05,
-        momentum=0.9,
+    ex = pipeline.make(
+        "emulate", stages, schedules.one_f_one_b(2, 3), "spectrain-v1", optax.sgd(0.05, 0.9), xb, yb
     )
-    carry, losses = em.run(em.init(xb[0]), xb, yb)
-    assert len(losses) == 3 and np.isfinite(losses).all()
+    (res,) = loop.run(ex, [st.params for st in stages], [st.state for st in stages])
+    assert len(res.losses) == 3 and np.isfinite(res.losses).all()
     # running averages moved away from their initial values
-    assert _maxdiff(em.states(carry), [st.state for st in stages]) > 0
+    assert _maxdiff(res.model_state, [st.state for st in stages]) > 0
 
 
 def test_errors():
     stages = _stages(2, 2)
     sched = schedules.one_f_one_b(2, 2)
+    xb, yb = _data(2)
     with pytest.raises(ValueError, match="unknown policy"):
-        PipelineEmulator(stages, sched, policy="pipedream", learning_rate=0.1)
+        pipeline.compile(sched, "pipedream")
     with pytest.raises(ValueError, match="unknown target"):
-        PipelineEmulator(stages, sched, policy="vanilla", learning_rate=0.1, target="x")
+        pipeline.compile(sched, "vanilla", target="x")
+    with pytest.raises(ValueError, match="backward"):
+        pipeline.compile(sched, "vanilla", backward="x")
     with pytest.raises(ValueError, match="stages"):
-        PipelineEmulator(stages[:1], sched, policy="vanilla", learning_rate=0.1)
-    em = PipelineEmulator(stages, sched, policy="vanilla", learning_rate=0.1)
-    xb, yb = _data(3)
+        pipeline.make("emulate", stages[:1], sched, "vanilla", _TX, xb, yb)
     with pytest.raises(ValueError, match="mini-batches"):
-        em.run(em.init(xb[0]), xb, yb)
+        pipeline.make("emulate", stages, sched, "vanilla", _TX, *_data(3))
+    with pytest.raises(ValueError, match="momentum"):
+        pipeline.make("emulate", stages, sched, "nesterov", _TX, xb, yb)
+    with pytest.raises(ValueError, match="unknown executor"):
+        pipeline.make("gpu", stages, sched, "vanilla", _TX, xb, yb)

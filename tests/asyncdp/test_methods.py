@@ -1,4 +1,4 @@
-"""LC-ASGD as emulator methods (lc-asgd, lc-asgd-async-bn) through register_method."""
+"""The method registry: built-ins, LC-ASGD's two methods (lc-asgd, lc-asgd-async-bn)."""
 
 import jax
 import jax.numpy as jnp
@@ -7,14 +7,10 @@ import pytest
 from flax import nnx
 
 from jaxstale import delays, models
-from jaxstale.emulate import (
-    HParams,
-    build_method,
-    emulate_async,
-    method_names,
-)
+from jaxstale.asyncdp import HParams, build_method, emulate_async, method_names
+from jaxstale.asyncdp.methods import LC_BN_MOMENTUM as BN_MOMENTUM
+from jaxstale.asyncdp.methods import build_lc_asgd
 from jaxstale.lc_asgd import LCASGDState
-from jaxstale.lc_asgd.register import BN_MOMENTUM, METHOD_NAMES, register
 
 
 class TinyBN(nnx.Module):
@@ -26,9 +22,8 @@ class TinyBN(nnx.Module):
         return self.out(self.bn(x))
 
 
-def test_register_is_idempotent_and_builds_the_chain():
-    assert register() == METHOD_NAMES == register()
-    assert set(METHOD_NAMES) <= set(method_names())
+def test_lc_asgd_methods_are_built_in_and_build_the_chain():
+    assert {"lc-asgd", "lc-asgd-async-bn"} <= set(method_names())
     spec = build_method("lc-asgd", HParams(0.1, 0.9, jnp.int32(4)))  # M may be traced
     assert spec.mode == "async"
     assert isinstance(spec.tx.init({"w": jnp.zeros(2)})[0], LCASGDState)
@@ -41,13 +36,11 @@ def test_bn_momentum_matches_the_models():
 
 
 def test_async_bn_builds_the_merge_hook():
-    register()
     spec = build_method("lc-asgd-async-bn", HParams(0.1, 0.9, 4))
     assert spec.merge_model_state is not None and spec.mode == "async"
 
 
 def test_emulated_lc_asgd_runs_and_lambda_zero_is_asgd():
-    register()
     rng = np.random.default_rng(0)
     xb = rng.normal(size=(60, 8, 4)).astype(np.float32)
     yb = (xb[..., 0] > 0).astype(np.int32)
@@ -55,8 +48,6 @@ def test_emulated_lc_asgd_runs_and_lambda_zero_is_asgd():
     sched = delays.gamma_timed(4, 60, batch_size=8, seed=0)
     kw = dict(learning_rate=0.3, x_test=xb[0], y_test=yb[0])
     ref = emulate_async(apply, "asgd", jnp.zeros((4, 2)), {}, sched, xb, yb, **kw)
-    from jaxstale.lc_asgd.register import build_lc_asgd
-
     zero = emulate_async(
         apply, lambda hp: build_lc_asgd(hp, lam=0.0), jnp.zeros((4, 2)), {}, sched, xb, yb, **kw
     )
@@ -84,9 +75,8 @@ def _final_stats(method, sched, xb, yb):
 @pytest.mark.parametrize("decay", [None, 0.5])
 def test_emulated_async_bn_merges_batch_statistics_into_the_server_ema(decay):
     """Hand-computed: E_{t+1} = (1 − d)·E_t + d·stat(batch_t), whatever copy each worker pulled."""
-    from jaxstale.lc_asgd.register import build_lc_asgd_async_bn
+    from jaxstale.asyncdp.methods import build_lc_asgd_async_bn
 
-    register()
     steps = 10
     sched = delays.gamma_timed(3, steps, batch_size=8, seed=2)
     assert sched.staleness.max() >= 2
@@ -103,7 +93,6 @@ def test_emulated_async_bn_merges_batch_statistics_into_the_server_ema(decay):
 
 
 def test_async_bn_differs_from_ordinary_bn_only_with_stale_copies():
-    register()
     steps = 10
     xb, yb = _bn_stream(steps)
     one = delays.round_robin(1, steps)  # M = 1: the worker's copy is the server's

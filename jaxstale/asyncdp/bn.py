@@ -3,7 +3,7 @@
 In asynchronous data parallelism every worker normalises with its own mini-batch's statistics
 and pushes them with its gradient; what the server keeps for evaluation is a choice:
 
-* **Ordinary BN** (our baseline definition, the emulator's default): *last writer wins*: the
+* **Ordinary BN** (our baseline definition, the executors' default): *last writer wins*: the
   server keeps the running statistics returned with the applied gradient, i.e. the worker's copy
   (pulled with its stale weights, advanced by the model's own momentum ``m`` with its batch):
   ``E ← m·E_worker + (1 − m)·μ_batch``. Updates other workers made to ``E`` since this worker
@@ -83,7 +83,7 @@ def merge_batch_stats(server: Any, worker: Any, decay: ArrayLike) -> Any:
     Example:
         >>> import jax.numpy as jnp
         >>> from flax import nnx
-        >>> from jaxstale.lc_asgd import merge_batch_stats
+        >>> from jaxstale.asyncdp.bn import merge_batch_stats
         >>> bn = nnx.BatchNorm(2, rngs=nnx.Rngs(0))       # mean 0, var 1
         >>> server = nnx.state(bn, nnx.BatchStat)
         >>> worker = nnx.State({"mean": nnx.BatchStat(jnp.array([1.0, 2.0])),
@@ -120,7 +120,7 @@ def batch_stats_from_update(pulled: Any, updated: Any, momentum: float) -> Any:
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from jaxstale.lc_asgd import batch_stats_from_update
+        >>> from jaxstale.asyncdp.bn import batch_stats_from_update
         >>> batch_stats_from_update({"mean": jnp.array(0.0)}, {"mean": jnp.array(0.5)}, 0.75)
         {'mean': Array(2., dtype=float32)}
     """
@@ -154,7 +154,7 @@ def async_bn_update(
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from jaxstale.lc_asgd import async_bn_update
+        >>> from jaxstale.asyncdp.bn import async_bn_update
         >>> server, pulled = {"mean": jnp.array(1.0)}, {"mean": jnp.array(0.0)}
         >>> updated = {"mean": jnp.array(0.5)}           # batch mean 2 at momentum 0.75
         >>> async_bn_update(server, pulled, updated, decay=0.5, momentum=0.75)
@@ -176,7 +176,7 @@ def ordinary_bn_update(server: Any, pulled: Any, updated: Any) -> Any:
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from jaxstale.lc_asgd import ordinary_bn_update
+        >>> from jaxstale.asyncdp.bn import ordinary_bn_update
         >>> ordinary_bn_update({"mean": jnp.float32(1.0)}, None, {"mean": jnp.float32(0.5)})
         {'mean': Array(0.5, dtype=float32)}
     """
@@ -213,7 +213,7 @@ def recompute_batch_stats(
         >>> import jax.numpy as jnp
         >>> from flax import nnx
         >>> from jaxstale import models
-        >>> from jaxstale.lc_asgd import recompute_batch_stats
+        >>> from jaxstale.asyncdp.bn import recompute_batch_stats
         >>> f = models.functional(nnx.BatchNorm(1, momentum=0.9, rngs=nnx.Rngs(0)))
         >>> x = jnp.array([[1.0], [3.0]])
         >>> st = nnx.to_pure_dict(recompute_batch_stats(f.apply, f.params, f.state, x,

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxstale.lc_asgd import (
+from jaxstale.asyncdp.bn import (
     async_bn_update,
     batch_stats_from_update,
     merge_batch_stats,
@@ -104,7 +104,7 @@ def test_stale_worker_ordinary_overwrites_async_keeps_other_updates():
 
 def test_recompute_batch_stats_is_the_data_sets_statistics_whatever_the_running_state():
     from jaxstale import models
-    from jaxstale.lc_asgd import recompute_batch_stats
+    from jaxstale.asyncdp.bn import recompute_batch_stats
 
     f = models.functional(Net())
     rng = np.random.default_rng(3)

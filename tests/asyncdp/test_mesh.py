@@ -1,10 +1,12 @@
-"""The mesh async data-parallel executor against the single-device emulator.
+"""The asynchronous mesh executor: its rounds, its placement, and parity with the emulator.
 
 Same model, data, seed and delay schedule: the master weights after T updates, the per-update
 losses and the learning curve must agree (1e-5, float32). Fast tests: a few methods on 4 and 8
 devices; the full matrix (every method, round-robin and gamma-timed workers, M = 4 and 8, and
 8 workers on 4 devices) is marked slow.
 """
+
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -15,9 +17,9 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import PartitionSpec
 
 from jaxstale import models
-from jaxstale.delays import gamma_timed, round_robin
-from jaxstale.emulate.async_dp import emulate_async, method_names
-from jaxstale.parallel import AsyncMeshExecutor, make_mesh, run_async
+from jaxstale.asyncdp import AsyncMesh, async_rounds, emulate_async, method_names, run_async
+from jaxstale.delays import constant, gamma_timed, round_robin
+from jaxstale.mesh import make_mesh
 
 T, B, TOL = 24, 4, 1e-5
 _MODEL = models.create("mlp", input_shape=(4, 4, 1), num_classes=5, hidden=(12,))
@@ -65,7 +67,7 @@ def test_async_parity_with_emulator(method, kind, m):
 
 
 def test_snapshots_live_on_their_workers_devices():
-    ex = AsyncMeshExecutor(_F.apply, "asgd", 8, mesh=make_mesh(4, "data"))
+    ex = AsyncMesh(_F.apply, "asgd", 8, mesh=make_mesh(4, "data"))
     state = ex.init(_F.params, _F.state, learning_rate=0.1)
     state, losses = ex.run(state, round_robin(8, 8), _XB, _YB, 0, 8)
     assert losses.shape == (8,)
@@ -73,7 +75,7 @@ def test_snapshots_live_on_their_workers_devices():
     assert leaf.shape[0] == 8 and leaf.sharding.spec == PartitionSpec("data")
     assert len(leaf.sharding.device_set) == 4
     f = models.functional(_BNNet())
-    bn = AsyncMeshExecutor(f.apply, "asgd", 8, mesh=make_mesh(4, "data"))
+    bn = AsyncMesh(f.apply, "asgd", 8, mesh=make_mesh(4, "data"))
     ms = jax.tree.leaves(bn.init(f.params, f.state, learning_rate=0.1).worker_model_state)[0]
     assert ms.shape[0] == 8 and ms.sharding.spec == PartitionSpec("data")
     # the server is replicated on every device
@@ -93,9 +95,6 @@ class _BNNet(nnx.Module):
 @pytest.mark.parametrize("method", ["asgd", "lc-asgd-async-bn"])
 def test_batch_norm_statistics_match_the_emulator(method):
     """Each worker's pulled BN copy lives on its device: running statistics are exact too."""
-    from jaxstale.lc_asgd.register import register
-
-    register()
     f = models.functional(_BNNet())
     sched = _schedule("gamma", 4)
     kw = {"learning_rate": 0.1, "momentum": 0.9}
@@ -124,12 +123,36 @@ _METHODS = [m for m in method_names() if m in (
 @pytest.mark.parametrize("kind", ["round_robin", "gamma"])
 @pytest.mark.parametrize("method", _METHODS)
 def test_async_parity_all(method, kind, m, devices):
-    if method.startswith("lc-asgd"):
-        from jaxstale.lc_asgd.register import register
-
-        register()  # LC-ASGD's methods (per-update t_comm / t_comp / worker_loss extra args)
     if method == "ssgd" and kind == "gamma":
         pytest.skip("SSGD has synchronous rounds: no delay model")
     diff = _parity(method, kind, m, devices)
     print(f"async {method} {kind} M={m} D={devices}: max|diff| = {diff:.3g}")
     assert diff < TOL
+
+
+def test_async_rounds():
+    # round-robin / constant delay: rounds of exactly M updates, one per worker
+    assert async_rounds(round_robin(4, 12)) == [(0, 4), (4, 8), (8, 12)]
+    assert async_rounds(constant(3, 8)) == [(0, 4), (4, 8)]
+    assert async_rounds(round_robin(8, 16)) == [(0, 8), (8, 16)]
+    assert async_rounds(round_robin(4, 12), cuts=[6]) == [(0, 4), (4, 6), (6, 10), (10, 12)]
+    s = gamma_timed(8, 200, batch_size=16, seed=3)
+    rounds = async_rounds(s)
+    assert rounds[0][0] == 0 and rounds[-1][1] == 200
+    for (_, z), (a2, _) in itertools.pairwise(rounds):
+        assert z == a2
+    for a, z in rounds:
+        w = s.worker[a:z]
+        assert len(set(w.tolist())) == len(w)  # no worker twice: every gradient is independent
+        # each update's snapshot was final before the round: the worker's previous update < a
+        for t in range(a, z):
+            prev = np.nonzero(s.worker[:t] == s.worker[t])[0]
+            assert prev.size == 0 or prev[-1] < a
+
+
+def test_mesh_executor_rejects_a_wrong_mesh():
+    apply = lambda p, s, x, train: (x.reshape(len(x), -1) @ p, s)
+    with pytest.raises(ValueError, match="axis named 'data'"):
+        AsyncMesh(apply, "asgd", 4, mesh=make_mesh(4, "stage"))
+    with pytest.raises(ValueError, match="sync mode"):
+        AsyncMesh(apply, "ssgd", 4, mesh=make_mesh(3, "data"))

@@ -8,7 +8,7 @@ import pytest
 from flax import nnx
 
 from jaxstale import data, delays, models
-from jaxstale.emulate import (
+from jaxstale.asyncdp import (
     METHODS,
     AsyncEmulator,
     HParams,
@@ -82,7 +82,7 @@ def test_one_worker_equals_synchronous_trainer(loop):
         x_test=DS.x_test,
         y_test=DS.y_test,
     )
-    # Same operations in the same order -> bit for bit (see the async_dp module docstring).
+    # Same operations in the same order -> bit for bit (see the emulator's module docstring).
     assert _leaves_equal(res.params, ref["params"]), _max_diff(res.params, ref["params"])
     assert res.final_test_accuracy == pytest.approx(ref["final_test_accuracy"])
 

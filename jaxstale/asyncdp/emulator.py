@@ -1,0 +1,235 @@
+"""Exact single-device emulation of asynchronous data-parallel SGD (a parameter server, M workers).
+
+A :class:`~jaxstale.delays.DelaySchedule` says, for every update ``t``, which worker finishes
+(``worker[t]``), the version it pulled (``pulled[t]``, so ``τ_t = t − pulled[t]``) and its
+mini-batch (``batch[t]``). One emulated update is the worker's gradient at its snapshot followed
+by the server's :func:`~jaxstale.asyncdp.server.async_update` (SSGD:
+:func:`~jaxstale.asyncdp.server.sync_update`). The transforms receive ``stale_params``,
+``staleness``, ``worker``, ``worker_loss``, for timed delay models ``t_comm`` / ``t_comp``, and
+any per-update ``extra_args``.
+
+**Loops** (measured; DESIGN "compiled steps, measured loops"): one jitted, donated step. MLPs run
+it in a ``lax.scan`` over each evaluation interval; models with convolutions call it from a host
+loop (a conv weight gradient in a rolled scan is 12–50x slower on XLA:CPU). Runs (lanes: seeds,
+learning rates, worker counts) are ``vmap``-ed or run one after another on the same executable:
+the method is rebuilt inside the step from traced hyper-parameters and the snapshot stack has a
+fixed capacity, so a sweep compiles once per method.
+
+**M = 1 reproduces synchronous SGD bit for bit**: the snapshot is always ``w_t``, every τ = 0
+transform is the identity, and the final weights equal ``jaxstale.train.fit``'s
+(``tests/asyncdp/test_emulator.py``).
+
+References:
+    Zheng et al. "Asynchronous Stochastic Gradient Descent with Delay Compensation", ICML 2017,
+    arXiv 1609.08326.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxstale.asyncdp import server
+from jaxstale.asyncdp.methods import Method, MethodSpec, lr_warmup, resolve
+from jaxstale.asyncdp.server import AsyncState
+from jaxstale.loop import Executor, Stats
+
+__all__ = ["AsyncEmulator", "executor"]
+
+
+class AsyncEmulator:
+    """The compiled emulation step of one method on one model, for up to ``num_workers`` workers.
+
+    Shared by the executors of a sweep: runs with other learning rates, seeds or fewer workers
+    (their snapshots use the first rows) are vmapped lanes of one call or further calls of the
+    same executable.
+
+    Args:
+        apply: ``apply(params, model_state, x, train) -> (logits, new_model_state)``, pure.
+        method: a registered name, a builder ``HParams -> transformation | MethodSpec``, an
+            optax transformation or a ``MethodSpec``.
+        num_workers: the worker capacity ``C ≥ 1`` (``"sync"`` mode: exactly the runs' ``M``).
+        momentum: ``μ`` passed to builders (static).
+        warmup_steps: linear learning-rate warm-up from ``η/M`` over this many updates.
+        loss_fn: ``loss_fn(logits, labels)``; default mean cross-entropy.
+        loop: ``"scan"``, ``"host"`` or ``"auto"`` (``"host"`` for models with convolutions).
+        vmap: states and inputs carry a leading lane axis.
+
+    Example:
+        >>> import jax.numpy as jnp, optax
+        >>> from jaxstale.asyncdp import AsyncEmulator
+        >>> apply = lambda p, s, x, train: (x @ p["w"], s)
+        >>> mse = lambda out, y: jnp.mean((out[:, 0] - y) ** 2)
+        >>> emu = AsyncEmulator(apply, optax.sgd(0.1), 2, loss_fn=mse)
+        >>> st = emu.init({"w": jnp.zeros((1, 1))}, {})
+        >>> x, y = jnp.ones((3, 1, 1)), jnp.ones((3, 1))
+        >>> st, losses = emu.run(st, x, y, jnp.array([0, 1, 0]), jnp.array([0, 1, 1]))
+        >>> [round(float(v), 3) for v in losses]   # 2nd gradient is stale: taken at w_0
+        [1.0, 1.0, 0.64]
+    """
+
+    def __init__(
+        self,
+        apply: Callable[..., tuple[jax.Array, Any]],
+        method: Method,
+        num_workers: int,
+        *,
+        momentum: float = 0.0,
+        warmup_steps: int = 0,
+        loss_fn: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
+        loop: str = "auto",
+        vmap: bool = False,
+    ) -> None:
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int | np.integer):
+            raise TypeError(f"num_workers must be an int, got {type(num_workers).__name__}")
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        if loop not in ("auto", "scan", "host"):
+            raise ValueError(f"loop must be 'auto', 'scan' or 'host', got {loop!r}")
+        lr_warmup(0.1, 1, warmup_steps)  # validates warmup_steps
+        self.build, self.apply, self.loss_fn = resolve(method), apply, loss_fn
+        self.num_workers, self.momentum = int(num_workers), float(momentum)
+        self.warmup_steps, self.loop, self.vmap = int(warmup_steps), loop, vmap
+        self.mode = self.spec({"learning_rate": 0.1, "num_workers": self.num_workers}).mode
+        self._jit: dict[str, Callable] = {}
+
+    def spec(self, hparams: dict[str, Any]) -> MethodSpec:
+        """Build the method for one run's hyper-parameters (inside the trace)."""
+        return server.build_spec(self.build, hparams, self.momentum, self.warmup_steps)
+
+    def _compiled(self, name: str, fn: Callable, **kw: Any) -> Callable:
+        if name not in self._jit:
+            self._jit[name] = jax.jit(jax.vmap(fn) if self.vmap else fn, **kw)
+        return self._jit[name]
+
+    def init(
+        self, params: Any, model_state: Any, *, learning_rate: Any = 0.0, num_workers: Any = None
+    ) -> AsyncState:
+        """The initial cluster (lanes stacked when ``vmap``): ``η`` and ``M ≤`` the capacity
+        per lane (default: the capacity)."""
+        if self.loop == "auto":
+            one = [a[0] if self.vmap else a for a in jax.tree.leaves(params)]
+            self.loop = "host" if any(np.ndim(a) >= 3 for a in one) else "scan"
+        m = self.num_workers if num_workers is None else num_workers
+        if np.min(m) < 1 or np.max(m) > self.num_workers:
+            raise ValueError(f"num_workers must be in [1, {self.num_workers}], got {m}")
+        if self.mode == "sync" and np.min(m) != self.num_workers:
+            raise ValueError(f"sync mode: every run needs exactly {self.num_workers} workers")
+        lead = (np.shape(jax.tree.leaves(params)[0])[0],) if self.vmap else ()
+        hp = {
+            "learning_rate": np.broadcast_to(np.asarray(learning_rate, np.float32), lead),
+            "num_workers": np.broadcast_to(np.asarray(m, np.int32), lead),
+        }
+        init = lambda p, ms, h: server.init_state(self.spec(h), p, ms, self.num_workers, h)
+        return self._compiled("init", init)(params, model_state, hp)
+
+    def step(self, s: AsyncState, inputs: tuple) -> tuple[AsyncState, jax.Array]:
+        """One update (pure): ``inputs = (x, y, worker, staleness, extra)`` (``"sync"``: ``x``
+        and ``y`` hold the M workers' batches). Returns ``(state, loss)``."""
+        x, y, worker, staleness, extra = inputs
+        spec = self.spec(s.hparams)
+
+        def grad(w, ms, xx, yy):
+            return server.worker_gradient(self.apply, self.loss_fn, w, ms, xx, yy)
+
+        if spec.mode == "sync":
+            grads = jax.vmap(grad, in_axes=(None, None, 0, 0))(s.params, s.model_state, x, y)
+            return server.sync_update(spec, s, grads)
+        w_i = server.index(s.workers, worker)
+        ms_i = server.index(s.worker_model_state, worker)  # the state it pulled with w_i
+        out = grad(w_i, ms_i, x, y)
+        return server.async_update(spec, s, worker, staleness, extra, out, (w_i, ms_i)), out[0]
+
+    @property
+    def compiled_step(self) -> Callable[[AsyncState, tuple], tuple[AsyncState, jax.Array]]:
+        """The jitted, donated :meth:`step` (vmapped with ``vmap``): a host loop's entry point."""
+        return self._compiled("step", self.step, donate_argnums=0)
+
+    def run(
+        self,
+        state: AsyncState,
+        x: Any,
+        y: Any,
+        worker: Any,
+        staleness: Any,
+        extra: dict[str, Any] | None = None,
+    ) -> tuple[AsyncState, jax.Array]:
+        """Apply ``L`` updates (``state`` is donated): ``x``, ``y`` ``[L, B, ...]``, ``worker``
+        and ``staleness`` ``[L]``, ``extra`` name -> ``[L]`` (a leading lane axis with ``vmap``).
+        Returns ``(state, losses [L])``."""
+        worker = np.asarray(worker, np.int32)
+        staleness = np.asarray(staleness, np.int32)
+        extra = {k: np.asarray(v) for k, v in (extra or {}).items()}
+        if self.loop != "host":
+            chunk = lambda s, inp: jax.lax.scan(self.step, s, inp)
+            run = self._compiled("scan", chunk, donate_argnums=0)
+            return run(state, (x, y, worker, staleness, extra))
+        step = self.compiled_step
+        x, y = np.asarray(x), np.asarray(y)  # host slicing: no device op per update
+        take = (lambda a, i: a[:, i]) if self.vmap else (lambda a, i: a[i])
+        losses = []
+        for i in range(worker.shape[-1]):
+            ex = {k: take(v, i) for k, v in extra.items()}
+            state, loss = step(
+                state, (take(x, i), take(y, i), take(worker, i), take(staleness, i), ex)
+            )
+            losses.append(loss)
+        return state, jnp.asarray(np.stack(jax.device_get(losses), axis=-1))
+
+
+def executor(
+    emu: AsyncEmulator,
+    batches: Sequence[np.ndarray],
+    worker: np.ndarray,
+    staleness: np.ndarray,
+    extras: dict[str, np.ndarray],
+    x_batches: Sequence[Any],
+    y_batches: Sequence[Any],
+    *,
+    learning_rate: Sequence[Any],
+    num_workers: Sequence[int],
+    batches_per_update: int,
+) -> Executor:
+    """An :class:`~jaxstale.loop.Executor` of ``emu`` over ``L`` runs; a round is one update.
+
+    Per lane: ``batches`` (the mini-batch indices of every update, ``[steps]``; SSGD
+    ``[steps, M]``), the ``x_batches`` / ``y_batches`` streams, ``learning_rate`` and
+    ``num_workers``; ``worker``, ``staleness`` and ``extras`` (name -> ...) are ``[L, steps]``.
+    ``batches_per_update`` is 1, or ``M`` for SSGD.
+    """
+    n, steps = worker.shape
+
+    def init(params: Any, model_state: Any) -> AsyncState:
+        lr = np.asarray(learning_rate, np.float32) if emu.vmap else learning_rate[0]
+        m = np.asarray(num_workers, np.int32) if emu.vmap else num_workers[0]
+        return emu.init(params, model_state, learning_rate=lr, num_workers=m)
+
+    def advance(state: AsyncState, a: int, z: int) -> tuple[AsyncState, Stats]:
+        xs = [np.asarray(x[b[a:z]]) for x, b in zip(x_batches, batches, strict=True)]
+        ys = [np.asarray(y[b[a:z]]) for y, b in zip(y_batches, batches, strict=True)]
+        ex = {k: v[:, a:z] for k, v in extras.items()}
+        if emu.vmap:
+            inputs = (np.stack(xs), np.stack(ys), worker[:, a:z], staleness[:, a:z], ex)
+        else:
+            ex = {k: v[0] for k, v in ex.items()}
+            inputs = (xs[0], ys[0], worker[0, a:z], staleness[0, a:z], ex)
+        state, lv = emu.run(state, *inputs)
+        loss = np.asarray(lv).reshape(n, z - a)
+        return state, Stats(loss, np.ones_like(loss, np.int32))
+
+    return Executor(
+        init=init,
+        step=lambda state, r: advance(state, r, r + 1),
+        params=lambda state: (state.params, state.model_state),
+        apply=emu.apply,
+        num_rounds=steps,
+        num_updates=steps,
+        lanes=n,
+        vmapped=emu.vmap,
+        advance=advance,
+        batches_per_update=batches_per_update,
+    )

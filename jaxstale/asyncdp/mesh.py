@@ -1,0 +1,270 @@
+"""Asynchronous data parallelism on a device mesh: workers' gradients in parallel, server in order.
+
+``M`` workers live on the ``"data"`` axis of a mesh of ``D`` devices (``C`` = ``M`` rounded up
+to a multiple of ``D``): worker ``i``'s snapshot and the model state it pulled are row ``i`` of
+``[C, ...]`` stacks sharded ``P('data')``; the server (weights, optimizer state, DANA's momenta)
+is replicated. A round's gradients are computed in parallel (``jax.shard_map``, each device
+vmapping its ``C / D`` workers), then every device applies
+:func:`jaxstale.asyncdp.server.async_update` for each, in the delay model's order — the
+emulator's very server, so every method behaves as in :mod:`jaxstale.asyncdp.emulator`.
+
+A round (:func:`async_rounds`) is the longest run of consecutive updates in which no worker
+appears twice: each of its gradients is taken at a snapshot no update of the round changes.
+Round-robin and constant delay give rounds of ``M`` updates; gamma-timed workers end a round
+where a fast worker finishes twice; evaluation points cut rounds too. SSGD (``D`` dividing
+``M``): each device computes its ``M / D`` gradients at the common weights, the server averages.
+
+References:
+    JAX documentation, "Manual parallelism with shard_map"
+    (https://docs.jax.dev/en/latest/notebooks/shard_map.html).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from jaxstale.asyncdp import server
+from jaxstale.asyncdp.methods import Method, MethodSpec, lr_warmup, resolve
+from jaxstale.asyncdp.server import AsyncState
+from jaxstale.delays import DelaySchedule
+from jaxstale.loop import Executor, Stats
+from jaxstale.mesh import check_mesh, make_mesh
+
+__all__ = ["AsyncMesh", "async_rounds", "default_data_mesh", "executor"]
+
+
+def async_rounds(schedule: DelaySchedule, *, cuts: Sequence[int] = ()) -> list[tuple[int, int]]:
+    """Cut a delay schedule into rounds ``[a, z)`` of updates whose gradients can run in parallel.
+
+    Args:
+        schedule: the delay schedule.
+        cuts: update indices where a round must end (evaluation points).
+
+    Returns:
+        The rounds as ``(start, stop)`` pairs covering ``0 … T``.
+
+    Example:
+        >>> from jaxstale.delays import round_robin
+        >>> async_rounds(round_robin(4, 10))
+        [(0, 4), (4, 8), (8, 10)]
+    """
+    cut = {int(x) for x in cuts}
+    rounds = []
+    t, total = 0, schedule.num_updates
+    while t < total:
+        a, workers = t, set()
+        while t < total and (t == a or t not in cut):
+            w = int(schedule.worker[t])
+            if w in workers:
+                break
+            workers.add(w)
+            t += 1
+        rounds.append((a, t))
+    return rounds
+
+
+def default_data_mesh(num_workers: int) -> jax.sharding.Mesh:
+    """A ``"data"`` mesh of the largest ``D ≤ jax.device_count()`` that divides ``M``."""
+    d = max(k for k in range(1, min(num_workers, jax.device_count()) + 1) if num_workers % k == 0)
+    return make_mesh(d, "data")
+
+
+class AsyncMesh:
+    """The compiled round of one method on one model on a ``"data"`` mesh axis.
+
+    Args:
+        apply: ``apply(params, model_state, x, train) -> (logits, new_model_state)``.
+        method: a registered name, a builder, an optax transformation or a ``MethodSpec``.
+        num_workers: ``M``.
+        mesh: a mesh with a ``"data"`` axis of ``D`` devices (default :func:`default_data_mesh`;
+            SSGD needs ``D`` to divide ``M``).
+        momentum: ``μ`` for builders.
+        warmup_steps: learning-rate warm-up (updates), as in the emulator.
+        loss_fn: ``loss_fn(logits, labels)``; default mean cross-entropy.
+    """
+
+    def __init__(
+        self,
+        apply: Callable[..., Any],
+        method: Method,
+        num_workers: int,
+        *,
+        mesh: jax.sharding.Mesh | None = None,
+        momentum: float = 0.0,
+        warmup_steps: int = 0,
+        loss_fn: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
+    ) -> None:
+        m = num_workers
+        if isinstance(m, bool) or not isinstance(m, int | np.integer) or m < 1:
+            raise ValueError(f"num_workers must be a positive int, got {m!r}")
+        mesh = default_data_mesh(m) if mesh is None else mesh
+        if "data" not in dict(getattr(mesh, "shape", {})):
+            check_mesh(mesh, "data", m)  # raises with a clear message
+        lr_warmup(0.1, 1, warmup_steps)  # validates warmup_steps
+        self.mesh, self.apply, self.loss_fn, self.build = mesh, apply, loss_fn, resolve(method)
+        self.num_workers, self.momentum, self.warmup_steps = m, float(momentum), int(warmup_steps)
+        d = int(dict(mesh.shape)["data"])
+        self.capacity = -(-m // d) * d
+        self.mode = self.spec({"learning_rate": 0.1, "num_workers": m}).mode
+        if self.mode == "sync" and m % d:
+            raise ValueError(
+                f"sync mode (SSGD) needs a 'data' axis whose size divides M={m}, got {d}"
+            )
+        self._rep = NamedSharding(mesh, PartitionSpec())
+        self._data = NamedSharding(mesh, PartitionSpec("data"))
+        self._init = jax.jit(
+            lambda p, ms, h: server.init_state(self.spec(h), p, ms, self.capacity, h)
+        )
+        self._round: Callable[..., Any] | None = None
+
+    def spec(self, hparams: dict[str, Any]) -> MethodSpec:
+        """Build the method for one run's hyper-parameters (inside the trace)."""
+        return server.build_spec(self.build, hparams, self.momentum, self.warmup_steps)
+
+    def init(self, params: Any, model_state: Any, *, learning_rate: Any = 0.0) -> AsyncState:
+        """The initial cluster on the mesh, snapshots sharded ``P('data')``."""
+        hp = {
+            "learning_rate": np.asarray(learning_rate, np.float32),
+            "num_workers": np.asarray(self.num_workers, np.int32),
+        }
+        state = self._init(params, model_state, hp)
+        shardings = jax.tree.map(lambda _: self._rep, state)._replace(
+            workers=jax.tree.map(lambda _: self._data, state.workers),
+            worker_model_state=jax.tree.map(lambda _: self._data, state.worker_model_state),
+        )
+        if self._round is None:  # pin the snapshots to their workers' devices across rounds
+            self._round = jax.jit(
+                self._round_fn, donate_argnums=(0,), out_shardings=(shardings, self._rep)
+            )
+        return jax.device_put(state, shardings)
+
+    def _round_fn(
+        self, state: AsyncState, xs: Any, ys: Any, order: Any, extra: dict[str, Any]
+    ) -> tuple[AsyncState, jax.Array]:
+        """Gradients of a round on the workers' devices, then the server's updates in order.
+
+        ``xs``/``ys``: ``[C, B, ...]`` each worker's mini-batch (``[M, B, ...]`` for SSGD);
+        ``order``: ``[C, 3]`` the updates as ``(worker, staleness, valid)``; ``extra``: name ->
+        ``[C]`` aligned with ``order``.
+        """
+        sync = self.mode == "sync"
+
+        def one(w, wms, xx, yy):
+            return server.worker_gradient(self.apply, self.loss_fn, w, wms, xx, yy)
+
+        def local_grad(workers, worker_ms, params, ms, x, y):
+            if sync:  # this device's M / D mini-batches, all at the server's weights
+                return jax.vmap(one, in_axes=(None, None, 0, 0))(params, ms, x, y)
+            return jax.vmap(one)(workers, worker_ms, x, y)  # this device's C / D workers
+
+        data, rep = PartitionSpec("data"), PartitionSpec()
+        workers, worker_ms = ((), ()) if sync else (state.workers, state.worker_model_state)
+        loss, new_ms, g = jax.shard_map(
+            local_grad,
+            mesh=self.mesh,
+            in_specs=(data, data, rep, rep, data, data),
+            out_specs=data,
+            check_vma=False,
+        )(workers, worker_ms, state.params, state.model_state, xs, ys)
+        if sync:
+            return server.sync_update(self.spec(state.hparams), state, (loss, new_ms, g))
+
+        def body(s: AsyncState, ev: Any) -> tuple[AsyncState, jax.Array]:
+            (worker, stale, valid), ex = ev
+            pick = lambda t: jax.tree.map(lambda a: a[worker], t)
+
+            def apply(s: AsyncState) -> tuple[AsyncState, jax.Array]:
+                pulled = (
+                    server.index(s.workers, worker),
+                    server.index(s.worker_model_state, worker),
+                )
+                out = (loss[worker], pick(new_ms), pick(g))
+                spec = self.spec(s.hparams)
+                return server.async_update(spec, s, worker, stale, ex, out, pulled), out[0]
+
+            return jax.lax.cond(valid > 0, apply, lambda s: (s, jnp.zeros((), loss.dtype)), s)
+
+        return jax.lax.scan(body, state, ((order[:, 0], order[:, 1], order[:, 2]), extra))
+
+    def run(
+        self,
+        state: AsyncState,
+        schedule: DelaySchedule,
+        x_batches: Any,
+        y_batches: Any,
+        start: int,
+        stop: int,
+        *,
+        extra: dict[str, np.ndarray] | None = None,
+    ) -> tuple[AsyncState, np.ndarray]:
+        """Apply updates ``start … stop − 1`` of ``schedule`` (``state`` donated; SSGD: update
+        ``r`` uses mini-batches ``r·M … r·M + M − 1``). Returns ``(state, losses)``."""
+        if self._round is None:
+            raise ValueError("call init(...) before run")
+        c, losses = self.capacity, []
+        if self.mode == "sync":
+            m = self.num_workers
+            order = jax.device_put(np.zeros((c, 3), np.int32), self._rep)
+            for r in range(start, stop):
+                idx = np.arange(r * m, (r + 1) * m)
+                xs, ys = jax.device_put((x_batches[idx], y_batches[idx]), self._data)
+                state, loss = self._round(state, xs, ys, order, {})
+                losses.append(np.asarray(loss).reshape(1))
+        for a, z in [] if self.mode == "sync" else async_rounds(schedule, cuts=(start, stop)):
+            if z <= start or a >= stop:
+                continue
+            ev = np.arange(a, z)
+            workers = schedule.worker[ev]
+            bidx = np.zeros(c, np.int64)
+            bidx[workers] = schedule.batch[ev]
+            present = np.zeros(c, bool)
+            present[workers] = True
+            xb = np.asarray(x_batches[bidx])
+            xs = np.where(present.reshape(-1, *[1] * (xb.ndim - 1)), xb, 0).astype(xb.dtype)
+            order = np.zeros((c, 3), np.int32)
+            order[: len(ev)] = np.stack([workers, schedule.staleness[ev], np.ones_like(ev)], 1)
+            ex = {}
+            for k, v in (extra or {}).items():
+                col = np.zeros((c, *v.shape[1:]), v.dtype)
+                col[: len(ev)] = v[ev]
+                ex[k] = jax.device_put(col, self._rep)
+            xs, ys = jax.device_put((xs, np.asarray(y_batches[bidx])), self._data)
+            state, loss = self._round(state, xs, ys, jax.device_put(order, self._rep), ex)
+            losses.append(np.asarray(loss)[: len(ev)])
+        return state, np.concatenate(losses) if losses else np.zeros(0, np.float32)
+
+
+def executor(
+    core: AsyncMesh,
+    schedule: DelaySchedule,
+    x_batches: Any,
+    y_batches: Any,
+    *,
+    learning_rate: float,
+    extra: dict[str, np.ndarray],
+) -> Executor:
+    """An :class:`~jaxstale.loop.Executor` of one run on the mesh (a round = one update)."""
+    per = core.num_workers if core.mode == "sync" else 1
+    steps = schedule.num_updates // per
+
+    def advance(state: AsyncState, a: int, z: int) -> tuple[AsyncState, Stats]:
+        state, lv = core.run(state, schedule, x_batches, y_batches, a, z, extra=extra)
+        loss = np.asarray(lv, np.float32).reshape(1, z - a)
+        return state, Stats(loss, np.ones_like(loss, np.int32))
+
+    return Executor(
+        init=lambda p, ms: core.init(p, ms, learning_rate=learning_rate),
+        step=lambda state, r: advance(state, r, r + 1),
+        params=lambda state: (state.params, state.model_state),
+        apply=core.apply,
+        num_rounds=steps,
+        num_updates=steps,
+        advance=advance,
+        batches_per_update=per,
+    )

@@ -1,0 +1,286 @@
+"""The asynchronous methods: what the parameter server applies, as a registry of builders.
+
+A method is a builder ``build(hp: HParams) -> optax transformation | MethodSpec``, built inside
+the executors' compiled step from traced hyper-parameters (one program per method serves every
+learning rate and worker count of a sweep). The server calls the transformation as
+``tx.update(g, state, w_t, stale_params=w_worker, staleness=τ, worker=i, worker_loss=ℓ, ...)``:
+staleness-aware transforms read the extra arguments, plain optax ignores them.
+
+**Built-in methods** (:data:`METHODS`; ``opt = optax.sgd(η, μ)``):
+
+================  =======  ====================================================================
+name              mode     server chain
+================  =======  ====================================================================
+sgd, asgd         async    ``opt`` (``sgd`` is meant for M = 1, ``asgd`` for M > 1)
+ssgd              sync     ``opt`` on the average of M fresh gradients
+sa-asgd           async    ``chain(staleness_aware(), opt)``: ``g / max(τ, 1)`` (Zhang et al.)
+dc-asgd-c         async    ``chain(dc_asgd(0.04), opt)`` (Zheng et al., constant λ)
+dc-asgd-a         async    ``chain(dc_asgd(2.0, adaptive=True), opt)`` (adaptive λ, m = 0.95)
+gap-aware         async    ``chain(gap_aware(η, momentum=μ), opt)`` (Barkai et al.)
+dana              dana     DANA's per-worker momentum and look-ahead (Hakimi et al.)
+dana-dc           dana     ``dc_asgd(2.0, adaptive=True)`` against the look-ahead, then DANA
+                           (ALGORITHMS' "DC with λ = 2", read as adaptive λ0 = 2 **[ours]**)
+lc-asgd           async    ``chain(lc_asgd(λ), opt)``, ordinary batch norm (Li et al.)
+lc-asgd-async-bn  async    the same chain; the server merges batch statistics by Async-BN
+================  =======  ====================================================================
+
+**Adding a method** = its transform module plus one line, ``register_method("my-asgd", build)``;
+combinations too, e.g. ``register_method("ga-dana", lambda hp: MethodSpec(
+gap_aware(hp.learning_rate), "dana", hp.learning_rate, hp.momentum))``.
+
+**LC-ASGD's λ** (``LC_LAMBDA = 0.1``): in our reading (:mod:`jaxstale.lc_asgd`) the compensation
+scales a gradient by ``1 + λ·∂ℓ_delay/∂ℓ_m``, so ``λ > 0`` (the seed's sign as we read it)
+enlarges gradients expected to be more stale and ``λ < 0`` damps them; pass ``lam`` to
+:func:`build_lc_asgd` for the other sign.
+
+References:
+    Zheng et al. "Asynchronous Stochastic Gradient Descent with Delay Compensation", ICML 2017,
+    arXiv 1609.08326. Zhang et al. "Staleness-aware Async-SGD for Distributed Deep Learning",
+    IJCAI 2016, arXiv 1511.05950. Hakimi et al. "Taming Momentum in a Distributed Asynchronous
+    Environment", arXiv 1907.11612. Barkai et al. "Gap-Aware Mitigation of Gradient Staleness",
+    ICLR 2020, arXiv 1909.10802. Li, He, Ren, Mao. "Developing a Loss Prediction-based
+    Asynchronous Stochastic Gradient Descent Algorithm for Distributed Training of Deep Neural
+    Networks", ICPP 2020.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple, TypeAlias
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxstale.asyncdp.bn import async_bn_update
+from jaxstale.lc_asgd.compensation import lc_asgd
+from jaxstale.transforms import dc_asgd, gap_aware, staleness_aware
+
+__all__ = [
+    "LC_BN_MOMENTUM",
+    "LC_CAPACITY",
+    "LC_LAMBDA",
+    "METHODS",
+    "MODES",
+    "HParams",
+    "MethodSpec",
+    "as_spec",
+    "build_lc_asgd",
+    "build_lc_asgd_async_bn",
+    "build_method",
+    "lr_warmup",
+    "method_names",
+    "register_method",
+    "resolve",
+]
+
+MODES: tuple[str, ...] = ("async", "sync", "dana")
+
+Schedule = Callable[[jax.Array], jax.Array]
+LearningRate = float | jax.Array | Schedule
+
+LC_LAMBDA = 0.1
+LC_BN_MOMENTUM = 0.9  # the models' batch-norm momentum (jaxstale.models)
+LC_CAPACITY = 256  # static size of LC-ASGD's per-worker arrays (the builder sees M traced)
+
+
+class HParams(NamedTuple):
+    """What a method builder receives: ``learning_rate`` and ``num_workers`` may be traced jax
+    scalars (use them in arithmetic, never in Python control flow); ``momentum`` is static.
+
+    Attributes:
+        learning_rate: ``η``: a float, a traced scalar, or an optax schedule of the update count
+            (the executors' warm-up, :func:`lr_warmup`, arrives here as a schedule).
+        momentum: ``μ`` (0.0 = plain SGD), a Python float.
+        num_workers: ``M`` of this run (an int or a traced int32 scalar).
+    """
+
+    learning_rate: LearningRate | jax.Array
+    momentum: float
+    num_workers: int | jax.Array
+
+
+class MethodSpec(NamedTuple):
+    """How the server runs one method.
+
+    Attributes:
+        tx: the server's optax chain (in ``"dana"`` mode it only pre-processes the gradient).
+        mode: ``"async"`` (the gradient is applied through ``tx``), ``"sync"`` (SSGD: M
+            gradients at the same weights averaged, one update) or ``"dana"``.
+        learning_rate: ``η`` for ``"dana"`` mode (float or schedule).
+        momentum: ``μ`` for ``"dana"`` mode.
+        merge_model_state: optional ``merge(server, pulled, returned)`` of batch-norm
+            statistics (e.g. Async-BN, :mod:`jaxstale.asyncdp.bn`); ``None``: ordinary BN,
+            the server keeps ``returned`` (last writer wins).
+    """
+
+    tx: optax.GradientTransformation
+    mode: str = "async"
+    learning_rate: LearningRate = 0.0
+    momentum: float = 0.0
+    merge_model_state: Callable[[Any, Any, Any], Any] | None = None
+
+
+MethodBuilder = Callable[[HParams], "optax.GradientTransformation | MethodSpec"]
+Method: TypeAlias = "str | MethodBuilder | optax.GradientTransformation | MethodSpec"
+
+
+def _sgd(hp: HParams) -> optax.GradientTransformation:
+    return optax.sgd(hp.learning_rate, momentum=hp.momentum or None)
+
+
+def build_lc_asgd(hp: HParams, *, lam: float = LC_LAMBDA) -> optax.GradientTransformation:
+    """The ``lc-asgd`` method: ``chain(lc_asgd(λ), sgd(η, μ))`` with ordinary batch norm.
+
+    Example:
+        >>> from jaxstale.asyncdp.methods import HParams, build_lc_asgd
+        >>> tx = build_lc_asgd(HParams(0.1, 0.9, 4))
+        >>> type(tx.init({"w": 0.0})[0]).__name__
+        'LCASGDState'
+    """
+    comp = lc_asgd(lam, num_workers=hp.num_workers, capacity=LC_CAPACITY)
+    return optax.chain(comp, _sgd(hp))
+
+
+def build_lc_asgd_async_bn(
+    hp: HParams,
+    *,
+    lam: float = LC_LAMBDA,
+    decay: float | Callable[[jax.Array], jax.Array] | None = None,
+    momentum: float = LC_BN_MOMENTUM,
+) -> MethodSpec:
+    """The ``lc-asgd-async-bn`` method: the ``lc-asgd`` chain plus the Async-BN server merge.
+
+    ``merge_model_state`` is ``async_bn_update(server, pulled, returned, decay=d, momentum=m)``
+    with ``d`` a float or a function of the traced ``M``; default ``1 − m``, the model's own
+    time constant (so at ``M = 1`` the merge is ordinary BN).
+
+    Example:
+        >>> from jaxstale.asyncdp.methods import HParams, build_lc_asgd_async_bn
+        >>> build_lc_asgd_async_bn(HParams(0.1, 0.0, 4)).merge_model_state is not None
+        True
+    """
+    if decay is None:
+        d: jax.typing.ArrayLike = 1.0 - momentum
+    elif callable(decay):
+        d = decay(jnp.asarray(hp.num_workers, jnp.float32))
+    else:
+        d = decay
+    merge = functools.partial(async_bn_update, decay=d, momentum=momentum)
+    return MethodSpec(build_lc_asgd(hp, lam=lam), merge_model_state=merge)
+
+
+#: name -> builder: the built-in methods (one line each); ``register_method`` adds yours.
+METHODS: dict[str, MethodBuilder] = {
+    "sgd": _sgd,
+    "ssgd": lambda hp: MethodSpec(_sgd(hp), mode="sync"),
+    "asgd": _sgd,
+    "sa-asgd": lambda hp: optax.chain(staleness_aware(), _sgd(hp)),
+    "dc-asgd-c": lambda hp: optax.chain(dc_asgd(0.04), _sgd(hp)),
+    "dc-asgd-a": lambda hp: optax.chain(dc_asgd(2.0, adaptive=True), _sgd(hp)),
+    "gap-aware": lambda hp: optax.chain(
+        gap_aware(hp.learning_rate, momentum=hp.momentum), _sgd(hp)
+    ),
+    "dana": lambda hp: MethodSpec(optax.identity(), "dana", hp.learning_rate, hp.momentum),
+    "dana-dc": lambda hp: MethodSpec(
+        dc_asgd(2.0, adaptive=True), "dana", hp.learning_rate, hp.momentum
+    ),
+    "lc-asgd": build_lc_asgd,
+    "lc-asgd-async-bn": build_lc_asgd_async_bn,
+}
+_BUILTIN = frozenset(METHODS)
+
+
+def register_method(name: str, build: MethodBuilder, *, overwrite: bool = False) -> None:
+    """Register ``build(hp: HParams) -> transformation | MethodSpec`` under ``name`` for both
+    executors and the experiments (``--methods name``; built-ins cannot be replaced).
+
+    Example:
+        >>> import optax
+        >>> from jaxstale.asyncdp import register_method, build_method, HParams
+        >>> register_method("plain-doc", lambda hp: optax.sgd(hp.learning_rate), overwrite=True)
+        >>> build_method("plain-doc", HParams(0.1, 0.0, 4)).mode
+        'async'
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"method name must be a non-empty str, got {name!r}")
+    if not callable(build):
+        raise TypeError(f"build must be callable(HParams) -> transformation, got {build!r}")
+    if name in _BUILTIN or (name in METHODS and not overwrite):
+        raise ValueError(f"method {name!r} is already registered (pass overwrite=True for yours)")
+    METHODS[name] = build
+
+
+def method_names() -> tuple[str, ...]:
+    """The registered method names, built-ins first."""
+    return tuple(METHODS)
+
+
+def resolve(method: Method) -> MethodBuilder:
+    """The builder of a method given by name, builder, transformation or :class:`MethodSpec`."""
+    if isinstance(method, str):
+        if method not in METHODS:
+            raise ValueError(f"unknown method {method!r}; registered: {', '.join(METHODS)}")
+        return METHODS[method]
+    if isinstance(method, optax.GradientTransformation | MethodSpec):
+        return lambda hp: method
+    if callable(method):
+        return method
+    raise TypeError(
+        "method must be a registered name, a builder(HParams), an optax transformation or a "
+        f"MethodSpec; got {type(method).__name__}"
+    )
+
+
+def build_method(name: str, hp: HParams) -> MethodSpec:
+    """Build a registered method into a :class:`MethodSpec` (a bare transformation: ``"async"``).
+
+    Example:
+        >>> from jaxstale.asyncdp import build_method, HParams
+        >>> build_method("ssgd", HParams(0.1, 0.9, 4)).mode
+        'sync'
+    """
+    return as_spec(resolve(name)(hp))
+
+
+def as_spec(method: optax.GradientTransformation | MethodSpec) -> MethodSpec:
+    """Wrap a bare optax transformation as an ``"async"`` :class:`MethodSpec`; check modes."""
+    if isinstance(method, MethodSpec):
+        if method.mode not in MODES:
+            raise ValueError(f"unknown mode {method.mode!r}; allowed: {', '.join(MODES)}")
+        return method._replace(tx=optax.with_extra_args_support(method.tx))
+    if isinstance(method, optax.GradientTransformation):
+        return MethodSpec(optax.with_extra_args_support(method))
+    raise TypeError(f"expected an optax transformation or MethodSpec, got {type(method).__name__}")
+
+
+def lr_warmup(
+    learning_rate: float | jax.Array, num_workers: int | jax.Array, warmup_steps: int
+) -> LearningRate:
+    """Linear warm-up ``η_t = η · (1/M + (1 − 1/M) · min(t / warmup_steps, 1))`` (the DANA and
+    Gap-Aware authors ramp over 5 epochs); ``warmup_steps = 0`` returns ``η`` unchanged and
+    ``M = 1`` gives ``η`` bit for bit. ``η`` and ``M`` may be traced.
+
+    Example:
+        >>> from jaxstale.asyncdp import lr_warmup
+        >>> s = lr_warmup(0.4, 4, 10)
+        >>> [round(float(s(t)), 3) for t in (0, 5, 10, 20)]
+        [0.1, 0.25, 0.4, 0.4]
+    """
+    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int | np.integer):
+        raise TypeError(f"warmup_steps must be an int, got {type(warmup_steps).__name__}")
+    if warmup_steps < 0:
+        raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
+    if isinstance(num_workers, int | np.integer) and num_workers < 1:
+        raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+    if warmup_steps == 0:
+        return learning_rate
+
+    def schedule(count: jax.Array) -> jax.Array:
+        inv = 1.0 / jnp.asarray(num_workers, jnp.float32)
+        frac = jnp.minimum(jnp.asarray(count, jnp.float32) / warmup_steps, 1.0)
+        return learning_rate * (inv + (1.0 - inv) * frac)
+
+    return schedule

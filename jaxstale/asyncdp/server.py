@@ -1,0 +1,216 @@
+"""The parameter server's update: one pure function, used by both asynchronous executors.
+
+The server holds the master weights ``w_t`` (version ``t`` = after ``t`` updates), the optimizer
+state and, per worker ``i``, the weights it last pulled and the model state it pulled with them
+(rows of ``[C, ...]`` stacks). :func:`worker_gradient` is a worker's gradient at its snapshot;
+:func:`async_update` applies it, in order::
+
+    u, s  = tx.update(g, s, w_t, stale_params=w_i, staleness=τ, worker=i, worker_loss=ℓ, …)
+    w_t+1 = w_t + u;   w_i ← w_t+1                       ("async" mode)
+    v^i ← μ v^i + u;   Σ ← Σ + Δv^i;   w ← w − η v^i;   w_i ← w − η μ Σ     ("dana" mode)
+
+and :func:`sync_update` is SSGD (the M gradients at ``w_t`` averaged, applied once). A worker's
+forward pass advances the batch-norm statistics it pulled; the server keeps what arrives (last
+writer wins) unless the method's ``merge_model_state`` says otherwise (Async-BN,
+:mod:`jaxstale.asyncdp.bn`). The emulator calls these functions update by update; the mesh
+executor computes a round's gradients in parallel and then calls the same :func:`async_update`
+for each, in the delay model's order — so both run one server (see ``docs/design.md``).
+
+References:
+    Zheng et al. "Asynchronous Stochastic Gradient Descent with Delay Compensation", ICML 2017.
+    Hakimi et al. "Taming Momentum in a Distributed Asynchronous Environment", arXiv:1907.11612.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxstale.asyncdp.methods import HParams, MethodBuilder, MethodSpec, as_spec, lr_warmup
+from jaxstale.losses import cross_entropy
+
+__all__ = [
+    "AsyncState",
+    "async_update",
+    "build_spec",
+    "index",
+    "init_state",
+    "sync_update",
+    "worker_gradient",
+]
+
+
+class AsyncState(NamedTuple):
+    """The emulated cluster (a pytree; donated by the compiled steps).
+
+    Attributes:
+        params: the master weights ``w_t``.
+        model_state: the server's batch-norm statistics (an empty ``nnx.State`` for MLPs).
+        opt_state: the method's optax state.
+        workers: ``[C, ...]`` each worker's weights (its snapshot, or DANA's look-ahead); ``()``
+            in ``"sync"`` mode.
+        worker_model_state: ``[C, ...]`` the model state each worker pulled; ``()`` in ``"sync"``.
+        velocity: DANA's per-worker momentum ``[C, ...]``; ``()`` in other modes.
+        velocity_sum: DANA's ``Σ_i v^i``; ``()`` in other modes.
+        step: int32, the number of applied updates ``t``.
+        hparams: ``{"learning_rate", "num_workers"}``, this run's traced hyper-parameters.
+    """
+
+    params: Any
+    model_state: Any
+    opt_state: Any
+    workers: Any
+    worker_model_state: Any
+    velocity: Any
+    velocity_sum: Any
+    step: jax.Array
+    hparams: dict[str, jax.Array]
+
+
+def build_spec(
+    build: MethodBuilder, hparams: dict[str, Any], momentum: float, warmup_steps: int
+) -> MethodSpec:
+    """The method for one run's (possibly traced) ``η`` and ``M``, warm-up from ``η/M`` included."""
+    m = hparams["num_workers"]
+    lr = lr_warmup(hparams["learning_rate"], m, warmup_steps)
+    return as_spec(build(HParams(lr, momentum, m)))
+
+
+def init_state(
+    spec: MethodSpec, params: Any, model_state: Any, capacity: int, hparams: dict[str, Any]
+) -> AsyncState:
+    """The initial cluster: ``capacity`` workers holding ``params`` (version 0), zero momenta."""
+    stack = lambda t: jax.tree.map(lambda p: jnp.broadcast_to(p, (capacity, *p.shape)), t)
+    # fresh buffers: the steps donate the state, the caller's arrays must survive
+    params = jax.tree.map(lambda p: jnp.array(p, copy=True), params)
+    model_state = jax.tree.map(lambda p: jnp.array(p, copy=True), model_state)
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    return AsyncState(
+        params=params,
+        model_state=model_state,
+        opt_state=spec.tx.init(params),
+        workers=() if spec.mode == "sync" else stack(params),
+        worker_model_state=() if spec.mode == "sync" else stack(model_state),
+        velocity=stack(zeros) if spec.mode == "dana" else (),
+        velocity_sum=zeros if spec.mode == "dana" else (),
+        step=jnp.zeros((), jnp.int32),
+        hparams=hparams,
+    )
+
+
+def index(tree: Any, i: jax.Array) -> Any:
+    """Row ``i`` of every leaf of a stacked pytree (a worker's snapshot)."""
+    return jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False), tree)
+
+
+def _set(tree: Any, value: Any, i: jax.Array) -> Any:
+    return jax.tree.map(lambda a, v: jax.lax.dynamic_update_index_in_dim(a, v, i, 0), tree, value)
+
+
+def worker_gradient(
+    apply: Callable[..., tuple[jax.Array, Any]],
+    loss_fn: Callable[[jax.Array, jax.Array], jax.Array] | None,
+    w: Any,
+    model_state: Any,
+    x: jax.Array,
+    y: jax.Array,
+) -> tuple[jax.Array, Any, Any]:
+    """``(loss, new_model_state, grads)`` of a worker's batch at its weights ``w`` (train mode;
+    ``loss_fn`` None: mean cross-entropy)."""
+    loss_fn = loss_fn or cross_entropy
+
+    def loss(p):
+        logits, new_state = apply(p, model_state, x, True)
+        return loss_fn(logits, y), new_state
+
+    (value, new_state), g = jax.value_and_grad(loss, has_aux=True)(w)
+    return value, new_state, g
+
+
+def async_update(
+    spec: MethodSpec,
+    s: AsyncState,
+    worker: jax.Array,
+    staleness: jax.Array,
+    extra: dict[str, Any],
+    grad: tuple[jax.Array, Any, Any],
+    pulled: tuple[Any, Any],
+) -> AsyncState:
+    """Apply one worker's gradient (``"async"`` or ``"dana"`` mode): update ``t`` → ``t + 1``.
+
+    Args:
+        spec: the method.
+        s: the cluster.
+        worker: int32, the finishing worker ``i``.
+        staleness: int32, the gradient's staleness ``τ``.
+        extra: further per-update arguments for ``tx.update`` (e.g. LC-ASGD's ``t_comm``).
+        grad: ``(loss, new_model_state, g)`` from :func:`worker_gradient` at the snapshot.
+        pulled: ``(w_i, model_state_i)``, the worker's snapshot (``index(s.workers, worker)``…).
+
+    Returns:
+        The cluster after the update.
+    """
+    loss, new_ms, g = grad
+    w_i, ms_i = pulled
+    if spec.merge_model_state is not None:
+        new_ms = spec.merge_model_state(s.model_state, ms_i, new_ms)
+    u, opt_state = spec.tx.update(
+        g,
+        s.opt_state,
+        s.params,
+        stale_params=w_i,
+        staleness=staleness.astype(jnp.int32),
+        worker=worker,
+        worker_loss=loss,
+        **extra,
+    )
+    if spec.mode == "async":
+        params = optax.apply_updates(s.params, u)
+        new = s._replace(workers=_set(s.workers, params, worker))
+    else:  # dana
+        lr: Any = spec.learning_rate
+        lr = lr(s.step) if callable(lr) else lr
+        mu = spec.momentum
+        v_old = index(s.velocity, worker)
+        v_new = jax.tree.map(lambda v, gi: mu * v + gi, v_old, u)
+        vsum = jax.tree.map(lambda t, a, b: t + (a - b), s.velocity_sum, v_new, v_old)
+        params = jax.tree.map(lambda w, v: (w - lr * v).astype(w.dtype), s.params, v_new)
+        look = jax.tree.map(lambda w, t: (w - lr * mu * t).astype(w.dtype), params, vsum)
+        new = s._replace(
+            workers=_set(s.workers, look, worker),
+            velocity=_set(s.velocity, v_new, worker),
+            velocity_sum=vsum,
+        )
+    new = new._replace(
+        params=params,
+        model_state=new_ms,
+        worker_model_state=_set(s.worker_model_state, new_ms, worker),  # pulled with w
+        opt_state=opt_state,
+    )
+    return new._replace(step=s.step + 1)
+
+
+def sync_update(
+    spec: MethodSpec, s: AsyncState, grads: tuple[jax.Array, Any, Any]
+) -> tuple[AsyncState, jax.Array]:
+    """SSGD: ``grads = (losses, model_states, gradients)`` of the M workers, stacked, taken at
+    ``w_t``; average and apply once. Returns ``(state, mean loss)``."""
+    loss, new_ms, g = grads
+    g = jax.tree.map(lambda a: jnp.mean(a, axis=0), g)
+    new_ms = jax.tree.map(lambda a: jnp.mean(a, axis=0).astype(a.dtype), new_ms)
+    u, opt_state = spec.tx.update(
+        g,
+        s.opt_state,
+        s.params,
+        stale_params=s.params,
+        staleness=jnp.int32(0),
+        worker=jnp.int32(0),
+        worker_loss=jnp.mean(loss),
+    )
+    params = optax.apply_updates(s.params, u)
+    new = s._replace(params=params, model_state=new_ms, opt_state=opt_state)
+    return new._replace(step=s.step + 1), jnp.mean(loss)

@@ -1,0 +1,341 @@
+"""One driver for every executor: rounds, evaluation cadence, divergence, learning curves.
+
+Every way of training in jaxstale — the synchronous reference (:mod:`jaxstale.train`), the
+asynchronous data-parallel emulator and mesh executor (:mod:`jaxstale.asyncdp`), the pipeline
+emulator and mesh executor (:mod:`jaxstale.pipeline`) — is an :class:`Executor`: pure functions
+in the optax spirit over an explicit state,
+
+.. code-block:: text
+
+    state            = ex.init(params, model_state)
+    state, stats     = ex.step(state, r)            r = 0 … ex.num_rounds − 1 (jitted, donated)
+    params, mstate   = ex.params(state)
+
+and :func:`run` is the only loop. A *round* is the executor's unit of work (one update of the
+asynchronous server or of the synchronous trainer; one period of a pipeline schedule). Each round
+reports :class:`Stats`: the summed training loss of the updates it completed and their number,
+per lane (vmapped runs — seeds, learning rates, worker counts — are lanes of one executor).
+
+:func:`run` advances the rounds in evaluation intervals of ``eval_every`` rounds (through
+``ex.advance`` where the executor has a faster path than a host loop of ``step``: a
+``lax.scan`` over the interval), and at the end of each interval records, per lane,
+
+.. code-block:: text
+
+    {"step": updates done, ["batches": mini-batches consumed,] "train_loss": mean over the
+     interval's updates, "test_accuracy": accuracy on eval_data (None after divergence)}
+
+Divergence: a lane whose training loss becomes NaN or ±inf is *diverged at the first update whose
+loss is non-finite* (1-based, over the lane's updates); it is not evaluated any more and its
+final accuracy is None; the other lanes go on, and the loop stops early once every lane has
+diverged. Records of a diverged lane continue (with null loss and accuracy) while other lanes of
+the same executor run on — they share one clock. Final weights that are not finite also count as
+divergence (at the last update). Nothing is raised.
+
+Example:
+    >>> import jax, jax.numpy as jnp, numpy as np, optax
+    >>> from jaxstale import loop, train
+    >>> rng = np.random.default_rng(0)
+    >>> x = rng.normal(size=(64, 3)).astype(np.float32)
+    >>> y = (x[:, 0] > 0).astype(np.int32)
+    >>> apply = lambda p, s, xb, train: (xb @ p, s)
+    >>> idx = np.arange(60).reshape(6, 10) % 64
+    >>> ex = train.executor(apply, optax.sgd(0.5), x, y, idx)
+    >>> (res,) = loop.run(ex, jnp.zeros((3, 2)), {}, eval_every=3, eval_data=(x, y))
+    >>> [c["step"] for c in res.curve], res.diverged, res.final_test_accuracy > 0.9
+    ([3, 6], False, True)
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["Executor", "Result", "Stats", "accuracy", "advance", "run"]
+
+State = Any
+Params = Any
+
+
+class Stats(NamedTuple):
+    """What rounds report, per lane and round.
+
+    Attributes:
+        loss: ``[lanes, rounds]`` float32: the sum of the training losses of the updates the
+            round completed (NaN or inf once a lane diverged).
+        updates: ``[lanes, rounds]`` int: how many updates the round completed (0 in a
+            pipeline's warm-up rounds; 1 per round for the asynchronous server and the
+            synchronous trainer).
+    """
+
+    loss: np.ndarray
+    updates: np.ndarray
+
+
+class Executor(NamedTuple):
+    """A training run as pure functions; :func:`run` drives any of them.
+
+    Attributes:
+        init: ``init(params, model_state) -> state``: the initial state from initial weights
+            (stacked over lanes when ``vmapped``); device arrays, donated by ``step``.
+        step: ``step(state, r) -> (state, stats)``: round ``r`` (the state is donated: do not
+            reuse it); ``stats`` is a :class:`Stats` of one round.
+        params: ``params(state) -> (params, model_state)``: the current weights (stacked over
+            lanes when ``vmapped``), in the form ``apply`` takes.
+        apply: ``apply(params, model_state, x, train) -> (logits, model_state)`` of one lane,
+            for evaluation.
+        num_rounds: rounds of a full run.
+        num_updates: updates of a full run (per lane).
+        lanes: number of runs in the state.
+        vmapped: whether the state (and ``params(state)``) carries a leading lane axis, the
+            runs batched with ``jax.vmap`` (possibly a single lane); False: one unbatched run.
+        advance: optional ``advance(state, start, stop) -> (state, stats)``: rounds
+            ``start … stop − 1`` at once (e.g. one ``lax.scan``); default: ``step`` in a loop.
+        batches_per_update: mini-batches consumed by one update (SSGD: ``M``), reported as the
+            records' ``"batches"``; None to leave it out.
+    """
+
+    init: Callable[[Params, Any], State]
+    step: Callable[[State, int], tuple[State, Stats]]
+    params: Callable[[State], tuple[Params, Any]]
+    apply: Callable[..., tuple[jax.Array, Any]]
+    num_rounds: int
+    num_updates: int
+    lanes: int = 1
+    vmapped: bool = False
+    advance: Callable[[State, int, int], tuple[State, Stats]] | None = None
+    batches_per_update: int | None = None
+
+
+class Result(NamedTuple):
+    """One lane of :func:`run`.
+
+    Attributes:
+        params: final weights (host arrays).
+        model_state: final model state (batch-norm statistics).
+        losses: ``[num_updates]`` float32 training loss of every update, in order (NaN where the
+            run stopped early).
+        curve: evaluation records (see the module docstring).
+        diverged: whether the loss (or the final weights) became non-finite.
+        diverged_step: the 1-based update whose loss was first non-finite (None if none).
+        final_test_accuracy: the last recorded accuracy (None if diverged or not evaluated).
+    """
+
+    params: Any
+    model_state: Any
+    losses: np.ndarray
+    curve: list[dict[str, Any]]
+    diverged: bool
+    diverged_step: int | None
+    final_test_accuracy: float | None
+
+
+def advance(ex: Executor, state: State, start: int, stop: int) -> tuple[State, Stats]:
+    """Rounds ``start … stop − 1`` of ``ex``: ``ex.advance`` if it has one, else ``ex.step``.
+
+    Args:
+        ex: the executor.
+        state: its state (donated).
+        start: first round.
+        stop: one past the last round.
+
+    Returns:
+        ``(state, stats)`` with ``stats`` of shape ``[lanes, stop − start]``.
+    """
+    if ex.advance is not None:
+        return ex.advance(state, start, stop)
+    losses, counts = [], []
+    for r in range(start, stop):
+        state, st = ex.step(state, r)
+        losses.append(st.loss)
+        counts.append(st.updates)
+    loss = np.concatenate([np.asarray(a).reshape(ex.lanes, -1) for a in losses], axis=1)
+    count = np.concatenate([np.asarray(c).reshape(ex.lanes, -1) for c in counts], axis=1)
+    return state, Stats(loss, count)
+
+
+@functools.lru_cache(maxsize=64)
+def _counter(apply: Callable[..., Any], vmap: bool) -> Callable[..., jax.Array]:
+    def count(params, state, x, y, valid):
+        logits, _ = apply(params, state, x, False)
+        return jnp.sum((jnp.argmax(logits, axis=-1) == y) & valid, dtype=jnp.int32)
+
+    if vmap:
+        count = jax.vmap(count, in_axes=(0, 0, None, None, None))
+    return jax.jit(count)
+
+
+def accuracy(
+    apply: Callable[..., Any],
+    params: Params,
+    model_state: Any,
+    x: Any,
+    y: Any,
+    *,
+    vmap: bool = False,
+    batch_size: int = 512,
+) -> np.ndarray:
+    r"""Accuracy :math:`\frac{1}{N}\sum_i \mathbb{1}[\arg\max_c f(x_i)_c = y_i]`, eval mode.
+
+    The model runs with ``train=False`` (batch-norm uses its running averages) in batches of
+    ``batch_size``; the last batch is padded and masked, so one compiled shape serves all. The
+    count of correct predictions is exact, so the accuracy does not depend on the batching.
+
+    Args:
+        apply: ``apply(params, state, x, train) -> (logits, new_state)``.
+        params: the parameters (stacked ``[lanes, ...]`` when ``vmap``).
+        model_state: the non-parameter state (same layout).
+        x: inputs ``[N, ...]``.
+        y: integer labels ``[N]``.
+        vmap: the weights carry a leading lane axis (``jax.vmap`` over it).
+        batch_size: evaluation batch size.
+
+    Returns:
+        ``[lanes]`` float64 accuracies (``[1]`` without ``vmap``).
+
+    Raises:
+        ValueError: on empty or mismatched inputs, or ``batch_size < 1``.
+
+    Example:
+        >>> import jax.numpy as jnp, numpy as np
+        >>> from jaxstale.loop import accuracy
+        >>> apply = lambda p, s, x, train: (x @ p, s)
+        >>> accuracy(apply, jnp.eye(2), {}, np.eye(2), np.array([0, 0])).tolist()
+        [0.5]
+    """
+    x, y = np.asarray(x), np.asarray(y)
+    n = len(x)
+    if n == 0:
+        raise ValueError("accuracy needs at least one example, got an empty x")
+    if len(y) != n:
+        raise ValueError(f"x has {n} examples but y has {len(y)}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    bs = min(batch_size, n)
+    nb = -(-n // bs)
+    pad = nb * bs - n
+    xp = np.concatenate([x, np.zeros((pad, *x.shape[1:]), x.dtype)]) if pad else x
+    yp = np.concatenate([y, np.zeros((pad,), y.dtype)]) if pad else y
+    valid = np.arange(nb * bs) < n
+    count = _counter(apply, vmap)
+    total: Any = 0
+    for i in range(nb):
+        sl = slice(i * bs, (i + 1) * bs)
+        total = total + np.asarray(count(params, model_state, xp[sl], yp[sl], valid[sl]))
+    return np.asarray(total, np.int64).reshape(-1) / n
+
+
+def _finite(tree: Any) -> bool:
+    return all(bool(np.all(np.isfinite(np.asarray(a)))) for a in jax.tree.leaves(tree))
+
+
+def _lane(tree: Any, j: int, vmapped: bool) -> Any:
+    return jax.tree.map(lambda a: a[j], tree) if vmapped else tree
+
+
+def run(
+    ex: Executor,
+    params: Params,
+    model_state: Any,
+    *,
+    eval_every: int | None = None,
+    eval_data: tuple[Any, Any] | None = None,
+    eval_batch_size: int = 512,
+    callback: Callable[[int, list[dict[str, Any]]], None] | None = None,
+) -> list[Result]:
+    """Run ``ex`` from ``(params, model_state)`` to the end (or until every lane diverged).
+
+    Args:
+        ex: the executor.
+        params: initial weights (stacked over lanes when ``ex.vmapped``).
+        model_state: initial model state (same layout).
+        eval_every: rounds per evaluation interval (default: one interval, the whole run).
+        eval_data: ``(x, y)`` to measure accuracy on at the end of each interval (the
+            validation or test set); None records ``test_accuracy: None``.
+        eval_batch_size: batch size of the evaluation (see :func:`accuracy`).
+        callback: optional ``callback(rounds_done, records)`` after each interval (one record
+            per lane), e.g. for progress.
+
+    Returns:
+        One :class:`Result` per lane.
+
+    Raises:
+        ValueError: ``eval_every < 1``.
+    """
+    if eval_every is not None and (not isinstance(eval_every, int) or eval_every < 1):
+        raise ValueError(f"eval_every must be a positive int, got {eval_every!r}")
+    lanes = ex.lanes
+    every = eval_every or max(ex.num_rounds, 1)
+    state = ex.init(params, model_state)
+    losses = np.full((lanes, ex.num_updates), np.nan, np.float32)
+    done = np.zeros(lanes, np.int64)  # updates completed per lane
+    curves: list[list[dict[str, Any]]] = [[] for _ in range(lanes)]
+    dead = np.zeros(lanes, bool)
+    diverged_step: list[int | None] = [None] * lanes
+    for a in range(0, ex.num_rounds, every):
+        z = min(a + every, ex.num_rounds)
+        state, st = advance(ex, state, a, z)
+        loss = np.asarray(st.loss, np.float32).reshape(lanes, z - a)
+        count = np.asarray(st.updates).reshape(lanes, z - a)
+        if not count.any():
+            continue
+        seg = []
+        for j in range(lanes):
+            if (count[j] != 1).any():  # rounds with 0 or several updates: one loss per update
+                ok = count[j] > 0
+                mean = loss[j][ok] / count[j][ok].astype(np.float32)
+                per = np.repeat(mean, count[j][ok])
+            else:
+                per = loss[j]
+            first = int(done[j])
+            losses[j, first : first + len(per)] = per
+            done[j] += len(per)
+            bad = np.flatnonzero(~np.isfinite(per))
+            if not dead[j] and len(bad):
+                dead[j] = True
+                diverged_step[j] = first + int(bad[0]) + 1
+            seg.append(per)
+        acc = None
+        if eval_data is not None and not dead.all():
+            p, ms = ex.params(state)
+            acc = accuracy(ex.apply, p, ms, *eval_data, vmap=ex.vmapped, batch_size=eval_batch_size)
+            acc = np.broadcast_to(acc, (lanes,))
+        records = []
+        for j in range(lanes):
+            rec: dict[str, Any] = {"step": int(done[j])}
+            if ex.batches_per_update is not None:
+                rec["batches"] = int(done[j]) * ex.batches_per_update
+            rec["train_loss"] = float(np.mean(seg[j]))
+            rec["test_accuracy"] = None if dead[j] or acc is None else float(acc[j])
+            curves[j].append(rec)
+            records.append(rec)
+        if callback is not None:
+            callback(z, records)
+        if dead.all():
+            break
+    final = jax.device_get(ex.params(state))
+    results = []
+    for j in range(lanes):
+        p, ms = _lane(final[0], j, ex.vmapped), _lane(final[1], j, ex.vmapped)
+        if not dead[j] and not _finite(p):
+            dead[j] = True
+            diverged_step[j] = int(done[j])
+        div = bool(dead[j])
+        last = curves[j][-1]["test_accuracy"] if curves[j] else None
+        results.append(
+            Result(
+                params=p,
+                model_state=ms,
+                losses=losses[j],
+                curve=curves[j],
+                diverged=div,
+                diverged_step=diverged_step[j],
+                final_test_accuracy=None if div or last is None else float(last),
+            )
+        )
+    return results

@@ -1,0 +1,84 @@
+"""Pipelined model parallelism: policies as data, one program, two executors of it.
+
+:mod:`~jaxstale.pipeline.policies` (:class:`Policy` rows), :mod:`~jaxstale.pipeline.program`
+(:func:`compile` a schedule and a policy into named arrays), :mod:`~jaxstale.pipeline.emulator`
+(runs the program on one device) and :mod:`~jaxstale.pipeline.mesh` (on a ``"stage"`` mesh
+axis). :func:`make` picks the executor by name (:data:`EXECUTORS`), the same arguments for both.
+
+Example:
+    >>> import numpy as np, optax
+    >>> from jaxstale import loop, models, schedules, pipeline
+    >>> model = models.create("mlp", input_shape=(4, 4, 1), num_classes=3, hidden=(8,))
+    >>> stages = models.functional_stages(model, 2)
+    >>> xb = np.ones((6, 4, 4, 4, 1), np.float32); yb = np.zeros((6, 4), np.int32)
+    >>> ex = pipeline.make("emulate", stages, schedules.one_f_one_b(2, 6), "nesterov",
+    ...                    optax.sgd(0.1, 0.9), xb, yb, momentum=0.9)
+    >>> (res,) = loop.run(ex, [s.params for s in stages], [s.state for s in stages])
+    >>> len(res.losses), res.diverged
+    (6, False)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import optax
+
+from jaxstale.loop import Executor
+from jaxstale.losses import cross_entropy
+from jaxstale.pipeline import emulator as _emulator
+from jaxstale.pipeline import mesh as _mesh
+from jaxstale.pipeline.emulator import compose as compose
+from jaxstale.pipeline.policies import POLICIES as POLICIES
+from jaxstale.pipeline.policies import Policy as Policy
+from jaxstale.pipeline.policies import get_policy as get_policy
+from jaxstale.pipeline.policies import register_policy as register_policy
+from jaxstale.pipeline.program import BACKWARD_MODES as BACKWARD_MODES
+from jaxstale.pipeline.program import Program as Program
+from jaxstale.pipeline.program import compile as compile
+from jaxstale.schedules import Schedule
+
+EXECUTORS: tuple[str, ...] = ("emulate", "mesh")
+
+
+def make(
+    executor: str,
+    stages: Sequence[Any],
+    schedule: Schedule | Program,
+    policy: str | Policy | None,
+    tx: optax.GradientTransformation,
+    xb: Any,
+    yb: Any,
+    *,
+    backward: str = "saved",
+    target: str | None = None,
+    momentum: float | None = None,
+    loss_fn: Callable[[jax.Array, jax.Array], jax.Array] = cross_entropy,
+    mesh: jax.sharding.Mesh | None = None,
+) -> Executor:
+    """The executor (``"emulate"``: one device; ``"mesh"``: a stage per device of a ``"stage"``
+    axis) of ``schedule`` — compiled with ``policy`` (``backward``, ``target``), or a ready
+    :class:`~jaxstale.pipeline.program.Program` with ``policy=None`` — on ``(xb [nb, B, ...],
+    yb [nb, B])`` with the per-stage optimizer ``tx``; drive it with :func:`jaxstale.loop.run`.
+
+    ``stages`` (``jaxstale.models.functional_stages``) give the structure; weights are the
+    executor's ``init`` arguments. Pass the same stage objects, ``tx`` and ``loss_fn`` for every
+    seed of a sweep: runs of one structure then share a compiled round. ``momentum`` is ``μ`` of
+    the Nesterov prediction rule; ``mesh`` a mesh with a ``"stage"`` axis of ``N`` devices.
+    """
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown executor {executor!r}; choose one of {EXECUTORS}")
+    if isinstance(schedule, Program):
+        if policy is not None:
+            raise ValueError("pass policy=None with a compiled Program")
+        program = schedule
+    else:
+        if policy is None:
+            raise ValueError("a policy is needed to compile a schedule")
+        program = compile(schedule, policy, backward=backward, target=target)
+    kw: dict[str, Any] = {"momentum": momentum, "loss_fn": loss_fn}
+    if executor == "mesh":
+        return _mesh.executor(stages, program, tx, xb, yb, mesh=mesh, **kw)
+    return _emulator.executor(stages, program, tx, xb, yb, **kw)

@@ -1,0 +1,415 @@
+"""Single-device execution of a pipeline program, one jitted round at a time.
+
+A model split into ``N`` stages (:func:`jaxstale.models.functional_stages`) is trained on one
+device exactly as a pipeline would train it: the :class:`~jaxstale.pipeline.program.Program`'s
+rounds run in order, each a jitted function with donated buffers and its ticks unrolled (no
+``lax.scan`` over conv layers — DESIGN.md), called from a host loop. A pass's weights are the
+stage's current ones, a stashed version or a prediction (:func:`pass_weights`); gradients are
+vector-Jacobian products per stage,
+``(W̄_k, x̄_k) = vjp((W, x) ↦ s_k(W, x))|_(W^B_k, x_k)(ȳ_k)``, with ``x_k`` the stage input kept
+since the forward (made with the forward weights) and ``W^B_k`` the backward weights. Where they
+differ (vanilla, prediction) the program's ``backward`` mode decides: ``"saved"`` keeps the
+forward's residuals and puts ``W^B_k`` only where the weights themselves are residuals
+(``x̄ = ȳ W_Bᵀ``; within 1.3x of a plain step); ``"recompute"`` recomputes the stage forward at
+``W^B_k`` (about 4/3 of a step). The loss stage fuses its F and B (they see one version in every
+schedule here); ops of absent mini-batches are masked; each stage's batch-norm statistics are
+updated once per forward pass.
+
+Example:
+    >>> import numpy as np, optax
+    >>> from jaxstale import loop, models, schedules
+    >>> from jaxstale.pipeline import compile, emulator
+    >>> model = models.create("mlp", input_shape=(4, 4, 1), num_classes=3, hidden=(8,))
+    >>> stages = models.functional_stages(model, 2)
+    >>> xb = np.zeros((3, 4, 4, 4, 1), np.float32); yb = np.zeros((3, 4), np.int32)
+    >>> prog = compile(schedules.one_f_one_b(2, 3), "stash")
+    >>> ex = emulator.executor(stages, prog, optax.sgd(0.1, 0.9), xb, yb)
+    >>> (res,) = loop.run(ex, [s.params for s in stages], [s.state for s in stages])
+    >>> ex.num_rounds, prog.stash_capacity, len(res.losses)
+    (4, (2, 1), 3)
+
+References:
+    Narayanan et al., "PipeDream: Generalized Pipeline Parallelism for DNN Training", SOSP 2019.
+    Chen, Yang, Cheng, "Efficient and Robust Parallel DNN Training through Model Parallelism on
+    Multi-GPU Platform" (SpecTrain), arXiv:1809.02839, 2018.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxstale import schedules as S
+from jaxstale.loop import Executor, Stats
+from jaxstale.losses import cross_entropy
+from jaxstale.pipeline.program import Program
+from jaxstale.transforms import find_weight_prediction_state, predict_weights, weight_prediction
+from jaxstale.versions import VersionBuffer
+
+__all__ = [
+    "PipelineEmulator",
+    "compose",
+    "executor",
+    "for_program",
+    "pass_weights",
+    "split_residuals",
+    "with_prediction",
+]
+
+
+def _slot(b: jax.Array, m: int, nm: int, cap: int) -> jax.Array:
+    return (b * nm + m) % cap
+
+
+def _tree_where(c: jax.Array, a: Any, b: Any) -> Any:
+    return jax.tree.map(lambda x, y: jnp.where(c, x, y), a, b)
+
+
+_COMPOSED: dict[tuple[int, ...], tuple[Callable[..., Any], Any]] = {}
+
+
+def compose(stages: Sequence[Any]) -> Callable[..., tuple[jax.Array, list[Any]]]:
+    """``apply(params, states, x, train)`` of the whole model from its stages (``Functional``
+    objects or ``(fn(params, x), params)`` pairs); the same object for the same stages."""
+    key = tuple(id(getattr(st, "apply", st)) for st in stages)
+    if key in _COMPOSED:
+        return _COMPOSED[key][0]
+    applies = [
+        st.apply if hasattr(st, "apply") else (lambda p, s, x, train, fn=st[0]: (fn(p, x), s))
+        for st in stages
+    ]
+
+    def apply(params: Sequence[Any], states: Sequence[Any], x: jax.Array, train: bool) -> Any:
+        out = []
+        for a, p, s in zip(applies, params, states, strict=True):
+            x, s = a(p, s, x, train)
+            out.append(s)
+        return x, out
+
+    _COMPOSED[key] = (apply, list(stages))  # keep the keyed stages alive
+    return apply
+
+
+def with_prediction(tx: optax.GradientTransformation) -> optax.GradientTransformation:
+    """``tx`` if it already remembers its last update, else ``weight_prediction(tx)``."""
+    try:
+        find_weight_prediction_state(jax.eval_shape(tx.init, jnp.zeros((1,))))
+        return tx
+    except ValueError:
+        return weight_prediction(tx)
+
+
+def pass_weights(cur: Any, opt_state: Any, horizon: Any, rule: Any, momentum: float) -> Any:
+    """A pass's predicted weights: SpecTrain's (``rule`` 0) or NAG's (1) extrapolation of
+    ``horizon`` updates from the optimizer's last update (``horizon`` 0: ``cur``)."""
+    w_s = predict_weights(cur, opt_state, horizon, rule="spectrain")
+    w_n = predict_weights(cur, opt_state, horizon, rule="nesterov", momentum=momentum)
+    return _tree_where(rule == 1, w_n, w_s)
+
+
+def split_residuals(vjp_fn: Any, w: Any, x: Any) -> tuple[Any, list, list]:
+    """A VJP's ``(treedef, kinds, rest)``: which residual leaves are the weights, the input, or
+    other residuals (``rest``: what a forward must keep for a ``"saved"`` backward)."""
+    leaves, treedef = jax.tree.flatten(vjp_fn)
+    wl = jax.tree.leaves(w)
+    kinds: list[tuple[str, int]] = []
+    rest: list[Any] = []
+    for leaf in leaves:
+        i = next((i for i, a in enumerate(wl) if a is leaf), None)
+        if i is not None:
+            kinds.append(("w", i))
+        elif leaf is x:
+            kinds.append(("x", 0))
+        else:
+            kinds.append(("r", len(rest)))
+            rest.append(leaf)
+    return treedef, kinds, rest
+
+
+def rebuild(dead: Any, w: Any, x: Any, saved: Iterator[Any]) -> Any:
+    """The forward's linearisation from its ``saved`` residuals, with the backward weights ``w``
+    where the weights themselves are residuals (``dead``: a VJP of the same function for the
+    structure; XLA removes its computation)."""
+    treedef, kinds, _ = split_residuals(dead, w, x)
+    wl = jax.tree.leaves(w)
+    leaves = [wl[i] if kind == "w" else x if kind == "x" else next(saved) for kind, i in kinds]
+    return jax.tree.unflatten(treedef, leaves)
+
+
+class PipelineEmulator:
+    """The compiled round of a program's structure on one device (shared by its executors).
+
+    Programs that differ only in data — the prediction policies among themselves, every seed
+    and data stream — share one compiled round: get it with :func:`for_program`.
+
+    Args:
+        stages: the stages in functional form (their ``apply``; weights come at :meth:`init`).
+        program: the program (its structure: template, capacities, stash, prediction).
+        tx: the per-stage optimizer (wrapped in :func:`jaxstale.weight_prediction` for
+            predicting policies; that does not change its updates).
+        momentum: ``μ`` of the Nesterov prediction rule.
+        loss_fn: ``loss_fn(logits, labels) -> scalar``.
+    """
+
+    def __init__(
+        self,
+        stages: Sequence[Any],
+        program: Program,
+        tx: optax.GradientTransformation,
+        *,
+        momentum: float = 0.0,
+        loss_fn: Callable[[jax.Array, jax.Array], jax.Array] = cross_entropy,
+    ) -> None:
+        if len(stages) != program.schedule.num_stages:
+            raise ValueError(
+                f"{len(stages)} stages given for a schedule of {program.schedule.num_stages} stages"
+            )
+        self.stages, self.prog, self.num_stages = list(stages), program, len(stages)
+        self.stash, self.predict = program.policy.stash, program.policy.predict is not None
+        self.tx = with_prediction(tx) if self.predict else tx
+        self.momentum, self.loss_fn = float(momentum), loss_fn
+        self.step = jax.jit(self._round, donate_argnums=(0,))
+
+    def init(
+        self,
+        x_example: Any,
+        params: Sequence[Any] | None = None,
+        states: Sequence[Any] | None = None,
+    ) -> dict[str, Any]:
+        """The initial carry (weights or stashes, optimizer states, statistics, slot buffers)
+        of one run; ``x_example`` is one mini-batch (for the shapes)."""
+        n, nm, prog = self.num_stages, self.prog.schedule.num_micro, self.prog
+        x = jnp.asarray(x_example)
+        if x.shape[0] % nm:
+            raise ValueError(f"batch size {x.shape[0]} is not divisible by {nm} micro-batches")
+        shapes = [jax.ShapeDtypeStruct((x.shape[0] // nm, *x.shape[1:]), x.dtype)]
+        for st in self.stages[:-1]:
+            out, _ = jax.eval_shape(
+                lambda p, q, v, st=st: st.apply(p, q, v, True), st.params, st.state, shapes[-1]
+            )
+            shapes.append(out)
+        clone = lambda t: jax.tree.map(lambda a: jnp.array(a, copy=True), t)
+        carry: dict[str, Any] = {k: [] for k in ("weights", "opt", "bn", "inp", "ct", "acc", "res")}
+        params = [st.params for st in self.stages] if params is None else list(params)
+        states = [st.state for st in self.stages] if states is None else list(states)
+        for k in range(n):
+            p = clone(params[k])
+            w = VersionBuffer.create(p, prog.stash_capacity[k]) if self.stash else p
+            carry["weights"].append(w)
+            carry["opt"].append(self.tx.init(p))
+            carry["bn"].append(clone(states[k]))
+            res = []
+            if prog.saves_residuals and k < n - 1:
+                rest = lambda p, q, v, k=k: split_residuals(self._vjp(k, p, q, v)[1], p, v)[2]
+                for r in jax.eval_shape(rest, p, states[k], shapes[k]):
+                    res.append(jnp.zeros((prog.res_cap[k], *r.shape), r.dtype))
+            carry["res"].append(res)
+            carry["acc"].append(jax.tree.map(jnp.zeros_like, p) if nm > 1 else None)
+            shp = shapes[k]
+            carry["inp"].append(jnp.zeros((prog.in_cap[k], *shp.shape), shp.dtype) if k else None)
+            o = shapes[k + 1] if k < n - 1 else None
+            carry["ct"].append(jnp.zeros((prog.ct_cap[k], *o.shape), o.dtype) if o else None)
+        return carry
+
+    def _vjp(self, k: int, w: Any, bn: Any, x: jax.Array) -> tuple[Any, Any, Any]:
+        """``(y, vjp_fn, new_bn)`` of stage ``k`` at weights ``w`` (train mode)."""
+        st = self.stages[k]
+        return jax.vjp(lambda p, xx: st.apply(p, bn, xx, True), w, x, has_aux=True)
+
+    def current(self, carry: dict[str, Any], k: int) -> Any:
+        """Stage ``k``'s current weights."""
+        w = carry["weights"][k]
+        return w.get(0) if self.stash else w
+
+    def _round(self, carry, r_idx, tables, xb, yb):
+        """One round: the template's ticks in order; ops of absent mini-batches masked."""
+        n, nm, prog = self.num_stages, self.prog.schedule.num_micro, self.prog
+        carry = {key: list(v) for key, v in carry.items()}
+        loss_sum = jnp.zeros((), jnp.float32)
+        loss_cnt = jnp.zeros((), jnp.float32)
+        j = 0
+        fwd_cache: dict[tuple[int, int, int], Any] = {}
+        for row in prog.ticks:
+            pending = []
+            for o in row:
+                k, m = o.stage, o.micro
+                valid, b = tables["valid"][r_idx, j], tables["batch"][r_idx, j]
+                h, tau, rule = (tables[f][r_idx, j] for f in ("horizon", "tau", "rule"))
+                j += 1
+                bc = jnp.clip(b, 0, xb.shape[0] - 1)
+                st = self.stages[k]
+                cur = self.current(carry, k)
+                w = (
+                    pass_weights(cur, carry["opt"][k], h, rule, self.momentum)
+                    if self.predict
+                    else cur
+                )
+                if o.kind == S.BACKWARD and self.stash:
+                    w = carry["weights"][k].get(tau)
+
+                def micro(a, bc=bc, m=m):
+                    xa = jax.lax.dynamic_index_in_dim(a, bc, 0, keepdims=False)
+                    return xa if nm == 1 else xa.reshape(nm, xa.shape[0] // nm, *xa.shape[1:])[m]
+
+                inp = carry["inp"][k]
+                x_in = micro(xb) if k == 0 else jax.lax.dynamic_index_in_dim(
+                    inp, _slot(b, m, nm, prog.in_cap[k]), 0, False
+                )  # fmt: skip
+                if o.kind == S.FORWARD:
+                    if k == n - 1:
+                        continue  # fused into the loss stage's backward
+                    y, vjp_fn, new_bn = self._vjp(k, w, carry["bn"][k], x_in)
+                    # the same round's backward reuses this linearisation when it runs at the
+                    # very same weights (flush schedules); otherwise XLA drops the residuals
+                    fwd_cache[(k, o.d, m)] = (w, vjp_fn)
+                    if prog.saves_residuals:
+                        rslot = _slot(b, m, nm, prog.res_cap[k])
+                        carry["res"][k] = [
+                            jax.lax.dynamic_update_index_in_dim(buf, r, rslot, 0)
+                            for buf, r in zip(
+                                carry["res"][k], split_residuals(vjp_fn, w, x_in)[2], strict=True
+                            )
+                        ]
+                    carry["bn"][k] = _tree_where(valid, new_bn, carry["bn"][k])
+                    nxt = carry["inp"][k + 1]
+                    slot = _slot(b, m, nm, prog.in_cap[k + 1])
+                    carry["inp"][k + 1] = jax.lax.dynamic_update_index_in_dim(
+                        nxt, y.astype(nxt.dtype), slot, 0
+                    )
+                    continue
+                bn = carry["bn"][k]  # backward
+                if k == n - 1:
+                    labels = micro(yb)
+
+                    def lossf(p, xx, bn=bn, st=st, labels=labels):
+                        out, nbn = st.apply(p, bn, xx, True)
+                        return self.loss_fn(out, labels), nbn
+
+                    (loss, new_bn), (gw, gx) = jax.value_and_grad(
+                        lossf, argnums=(0, 1), has_aux=True
+                    )(w, x_in)
+                    carry["bn"][k] = _tree_where(valid, new_bn, carry["bn"][k])
+                    loss_sum = loss_sum + jnp.where(valid, loss, 0.0)
+                    loss_cnt = loss_cnt + valid.astype(jnp.float32)
+                else:
+                    cslot = _slot(b, m, nm, prog.ct_cap[k])
+                    ct = jax.lax.dynamic_index_in_dim(carry["ct"][k], cslot, 0, False)
+                    cached = fwd_cache.get((k, o.d, m))
+                    if cached is not None and cached[0] is w:
+                        vjp = cached[1]  # same weights, same input: no recompute needed
+                    elif prog.saves_residuals:
+                        rslot = _slot(b, m, nm, prog.res_cap[k])
+                        saved = [
+                            jax.lax.dynamic_index_in_dim(buf, rslot, 0, False)
+                            for buf in carry["res"][k]
+                        ]
+                        vjp = rebuild(self._vjp(k, w, bn, x_in)[1], w, x_in, iter(saved))
+                    else:
+                        _, vjp = jax.vjp(
+                            lambda p, xx, bn=bn, st=st: st.apply(p, bn, xx, True)[0], w, x_in
+                        )
+                    gw, gx = vjp(ct)
+                if k > 0:
+                    prev = carry["ct"][k - 1]
+                    slot = _slot(b, m, nm, prog.ct_cap[k - 1])
+                    carry["ct"][k - 1] = jax.lax.dynamic_update_index_in_dim(
+                        prev, gx.astype(prev.dtype), slot, 0
+                    )
+                gw = jax.tree.unflatten(jax.tree.structure(cur), jax.tree.leaves(gw))
+                if nm > 1:
+                    acc = gw if o.first_micro else jax.tree.map(jnp.add, carry["acc"][k], gw)
+                    if not o.update:
+                        carry["acc"][k] = _tree_where(valid, acc, carry["acc"][k])
+                        continue
+                    gw = jax.tree.map(lambda a: a / nm, acc)
+                if o.update:
+                    pending.append((k, valid, gw))
+            for k, valid, gw in pending:  # updates land at the end of the tick
+                cur = self.current(carry, k)
+                upd, new_opt = self.tx.update(gw, carry["opt"][k], cur)
+                new_w = _tree_where(valid, optax.apply_updates(cur, upd), cur)
+                carry["opt"][k] = _tree_where(valid, new_opt, carry["opt"][k])
+                carry["weights"][k] = carry["weights"][k].push(new_w) if self.stash else new_w
+        return carry, (loss_sum, loss_cnt)
+
+    def memory_analysis(self, carry: dict[str, Any], xb: Any, yb: Any) -> Any:
+        """XLA's compiled memory analysis of one round (``.argument_size_in_bytes`` etc.)."""
+        tables = {k: jnp.asarray(v) for k, v in self.prog.tables.items()}
+        lowered = self.step.lower(carry, jnp.int32(0), tables, jnp.asarray(xb), jnp.asarray(yb))
+        return lowered.compile().memory_analysis()
+
+
+_CORES: dict[tuple, tuple[PipelineEmulator, Any]] = {}
+
+
+def for_program(
+    stages: Sequence[Any],
+    program: Program,
+    tx: optax.GradientTransformation,
+    *,
+    momentum: float = 0.0,
+    loss_fn: Callable[[jax.Array, jax.Array], jax.Array] = cross_entropy,
+) -> PipelineEmulator:
+    """The :class:`PipelineEmulator` of ``program``'s structure, cached by that structure and
+    the identities of the stages' applies, ``tx`` and ``loss_fn``: pass the same objects for
+    every seed and policy of a sweep and they share one compiled round."""
+    s, pol = program.schedule, program.policy
+    key = (
+        tuple(id(st.apply) for st in stages),
+        id(tx),
+        float(momentum),
+        id(loss_fn),
+        (s.name, s.num_stages, s.num_micro, program.ticks, program.in_cap, program.ct_cap),
+        (program.res_cap, program.stash_capacity, pol.stash, pol.predict is not None),
+        program.saves_residuals,
+    )
+    if key not in _CORES:
+        core = PipelineEmulator(stages, program, tx, momentum=momentum, loss_fn=loss_fn)
+        _CORES[key] = (core, (stages, tx, loss_fn))  # keep the keyed objects alive
+    return _CORES[key][0]
+
+
+def executor(
+    stages: Sequence[Any],
+    program: Program,
+    tx: optax.GradientTransformation,
+    xb: Any,
+    yb: Any,
+    *,
+    momentum: float | None = None,
+    loss_fn: Callable[[jax.Array, jax.Array], jax.Array] = cross_entropy,
+) -> Executor:
+    """An :class:`~jaxstale.loop.Executor` of ``program`` on ``(xb [nb, B, ...], yb [nb, B])``.
+
+    A round is one period of the schedule; ``init`` takes per-stage weights and batch-norm
+    statistics, ``params`` returns them. ``tx`` is the per-stage optimizer (e.g.
+    ``optax.sgd(η, μ)``); ``momentum`` is required by Nesterov-rule policies.
+    """
+    s = program.schedule
+    if program.policy.predict == "nesterov" and momentum is None:
+        raise ValueError(f"policy {program.policy.name!r} needs momentum=μ (the optimizer's μ)")
+    if int(np.shape(xb)[0]) != s.num_batches:
+        raise ValueError(f"xb has {np.shape(xb)[0]} mini-batches, the schedule {s.num_batches}")
+    core = for_program(stages, program, tx, momentum=momentum or 0.0, loss_fn=loss_fn)
+    tables = {k: jnp.asarray(v) for k, v in program.tables.items()}
+    x0, nm = np.asarray(xb[0]), s.num_micro
+    xb, yb = jnp.asarray(xb), jnp.asarray(yb)
+
+    def step(carry: dict[str, Any], r: int) -> tuple[dict[str, Any], Stats]:
+        carry, (ls, lc) = core.step(carry, jnp.int32(r), tables, xb, yb)
+        loss = np.asarray(ls, np.float32) / np.float32(nm) if nm > 1 else np.asarray(ls)
+        return carry, Stats(loss.reshape(1, 1), np.asarray([[int(lc) // nm]], np.int32))
+
+    return Executor(
+        init=lambda params, states: core.init(x0, params, states),
+        step=step,
+        params=lambda c: ([core.current(c, k) for k in range(core.num_stages)], list(c["bn"])),
+        apply=compose(stages),
+        num_rounds=program.num_rounds,
+        num_updates=s.num_batches,
+    )

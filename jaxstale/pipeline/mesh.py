@@ -1,0 +1,437 @@
+"""A pipeline program on a device mesh: one stage per device of a ``"stage"`` axis.
+
+Runs the emulator's :class:`~jaxstale.pipeline.program.Program` tick by tick
+(:meth:`~jaxstale.pipeline.program.Program.tick_table`): every device runs its stage's op —
+idle, forward or backward — with the weights the policy names, and an update lands at the end
+of the tick of the backward that completes it. Heterogeneous stages share one axis: each
+stage's parameters are flattened (``ravel_pytree``), zero-padded to ``P_max`` and stacked
+``[N, P_max]``, sharded ``P('stage')``; inside ``jax.shard_map`` each device runs its own stage
+through ``lax.switch`` (idle, ``F_k``, ``B_k``). Activations and cotangents travel as flat
+buffers padded to ``A_max`` with ``lax.ppermute`` every tick and are filed into the slots the
+program names; a ``"saved"`` backward (and ``stash``) rebuilds the forward's linearisation from
+its residuals, kept flattened and padded to ``R_max``. Memory per device: weights, optimizer
+state and gradient accumulator of ``P_max``, a stash of ``C × P_max`` (``C`` the most versions
+any stage keeps), slots ``S × A_max`` and ``S × R_max``. One compiled tick serves every program
+of the same sizes. Batch-norm state is not carried on the mesh (use ``mlp`` or ``cnn``).
+
+References:
+    Huang et al., "GPipe", NeurIPS 2019, arXiv:1811.06965. Narayanan et al., "PipeDream", SOSP
+    2019. JAX documentation, "Manual parallelism with shard_map"
+    (https://docs.jax.dev/en/latest/notebooks/shard_map.html).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.flatten_util import ravel_pytree
+from jax.sharding import NamedSharding, PartitionSpec
+
+from jaxstale.loop import Executor, Stats
+from jaxstale.losses import cross_entropy
+from jaxstale.mesh import check_mesh, make_mesh, to_host
+from jaxstale.pipeline.emulator import (
+    compose,
+    pass_weights,
+    rebuild,
+    split_residuals,
+    with_prediction,
+)
+from jaxstale.pipeline.program import Program
+from jaxstale.schedules import BACKWARD, FORWARD
+from jaxstale.versions import VersionBuffer
+
+__all__ = ["MeshPipeline", "MeshState", "executor"]
+
+FIELDS: tuple[str, ...] = (
+    "op", "data", "micro", "in_slot", "ct_slot", "res_slot", "recv_act", "recv_ct",
+    "tau", "horizon", "rule", "update", "first",
+)  # fmt: skip
+_F = {name: i for i, name in enumerate(FIELDS)}
+
+
+class MeshState(NamedTuple):
+    """Executor state, every leaf ``[N, ...]`` sharded ``P('stage')``: flat padded weights
+    ``params``, their ``opt_state``, a ``stash`` (:class:`jaxstale.VersionBuffer` per stage),
+    slots of in-flight stage inputs ``acts``, cotangents ``cots`` and residuals ``res``, what
+    arrived over ``ppermute`` at the last tick (``inbox_f``, ``inbox_b``), the accumulated
+    gradient ``gacc`` and ``busy`` (ticks each device spent on F or B)."""
+
+    params: jax.Array
+    opt_state: Any
+    stash: VersionBuffer
+    acts: jax.Array
+    cots: jax.Array
+    res: jax.Array
+    inbox_f: jax.Array
+    inbox_b: jax.Array
+    gacc: jax.Array
+    busy: jax.Array
+
+
+def _as_stage(stage: Any) -> tuple[Callable[[Any, jax.Array], jax.Array], Any]:
+    if hasattr(stage, "apply") and hasattr(stage, "params"):
+        if jax.tree.leaves(getattr(stage, "state", None)):
+            raise ValueError(
+                "the mesh pipeline supports stages without non-parameter state (no batch-norm "
+                "statistics); use the mlp or cnn model"
+            )
+        st = stage.state
+        return (lambda p, x: stage.apply(p, st, x, True)[0]), stage.params
+    if isinstance(stage, tuple | list) and len(stage) == 2 and callable(stage[0]):
+        return stage[0], stage[1]
+    raise TypeError(
+        "each stage must be a jaxstale.models.Functional or a (fn(params, x) -> y, params) pair, "
+        f"got {type(stage).__name__}"
+    )
+
+
+def _pad(v: jax.Array, size: int) -> jax.Array:
+    return jnp.pad(v, (0, size - v.shape[0]))
+
+
+class MeshPipeline:
+    """The compiled tick of a pipeline on a ``"stage"`` mesh (shared by its executors).
+
+    Args:
+        stages: ``N`` stages: :class:`jaxstale.models.Functional` (no batch-norm state) or
+            ``(fn(params, x) -> y, params)`` pairs.
+        program: the program (its sizes and policy structure).
+        tx: the per-stage optimizer, applied to each stage's flat weights on its device
+            (element-wise optimizers give the per-pytree result).
+        micro_x: an example micro-batch input ``[mb, ...]``.
+        mesh: a mesh with a ``"stage"`` axis of ``N`` devices (default: the first ``N``).
+        momentum: ``μ`` of the Nesterov prediction rule.
+        loss_fn: ``loss_fn(logits, labels) -> scalar``.
+    """
+
+    def __init__(
+        self,
+        stages: Sequence[Any],
+        program: Program,
+        tx: optax.GradientTransformation,
+        micro_x: Any,
+        *,
+        mesh: jax.sharding.Mesh | None = None,
+        momentum: float = 0.0,
+        loss_fn: Callable[[jax.Array, jax.Array], jax.Array] = cross_entropy,
+    ) -> None:
+        self.num_stages = n = program.schedule.num_stages
+        if len(stages) != n:
+            raise ValueError(f"{len(stages)} stages given for a schedule of {n} stages")
+        self.mesh = make_mesh(n, "stage") if mesh is None else check_mesh(mesh, "stage", n)
+        self.program, self.loss_fn, self.momentum = program, loss_fn, float(momentum)
+        self.predict = program.policy.predict is not None
+        self.tx = with_prediction(tx) if self.predict else tx
+        self.saved = program.saves_residuals
+        self.num_micro = program.schedule.num_micro
+        fns, params = zip(*[_as_stage(s) for s in stages], strict=True)
+        self.fns = list(fns)
+        flats, self.unravels = [], []
+        for p in params:
+            f, unravel = ravel_pytree(p)
+            flats.append(f)
+            self.unravels.append(unravel)
+        self.sizes = [int(f.shape[0]) for f in flats]
+        self.p_max = max(self.sizes)
+        self.dtype = jnp.result_type(*flats)
+        self.flat0 = jnp.stack([_pad(f.astype(self.dtype), self.p_max) for f in flats])
+        x = jax.ShapeDtypeStruct(np.shape(micro_x), jnp.result_type(micro_x))
+        self.micro_shape = tuple(x.shape)
+        self.in_shapes: list[Any] = [x]  # stage k's input
+        for fn, p in zip(self.fns[:-1], params[:-1], strict=True):
+            y = jax.eval_shape(fn, p, self.in_shapes[-1])
+            self.in_shapes.append(jax.ShapeDtypeStruct(y.shape, y.dtype))
+        self.a_max = max([math.prod(s.shape) for s in self.in_shapes[1:]], default=1)
+        # residuals a forward keeps for its backward: (treedef, kinds, shapes) per stage
+        self.res_specs: list[Any] = []
+        for k in range(n - 1 if self.saved else 0):
+            spec = jax.eval_shape(lambda p, x, k=k: self._linearise(k, p, x)[2], params[k],
+                                  self.in_shapes[k])  # fmt: skip
+            self.res_specs.append([(r.shape, r.dtype) for r in spec])
+        self.r_max = max([sum(math.prod(s) for s, _ in sp) for sp in self.res_specs] or [1]) or 1
+        self.slots = max(*program.in_cap, *program.ct_cap, *program.res_cap, 1)
+        self.capacity = max(program.stash_capacity)
+        self._tick = jax.jit(self._sharded(), donate_argnums=(0,))
+
+    def _linearise(self, k: int, p: Any, x: jax.Array) -> tuple[Any, Any, list]:
+        y, vjp_fn = jax.vjp(self.fns[k], p, x)
+        return y, vjp_fn, split_residuals(vjp_fn, p, x)[2]
+
+    def _stage_in(self, k: int, x_in: jax.Array, xb: jax.Array) -> jax.Array:
+        if k == 0:
+            return xb
+        shape = self.in_shapes[k].shape
+        return x_in[: math.prod(shape)].reshape(shape).astype(self.in_shapes[k].dtype)
+
+    def _branches(self) -> list[Callable[..., Any]]:
+        n, a_max, p_max, dt, r_max = self.num_stages, self.a_max, self.p_max, self.dtype, self.r_max
+
+        def zeros():
+            return (
+                jnp.zeros((a_max,), dt),
+                jnp.zeros((p_max,), dt),
+                jnp.zeros((), jnp.float32),
+                jnp.zeros((r_max,), jnp.float32),
+            )
+
+        def idle(w, x_in, cot_in, res, xb, yb):
+            za, zp, zl, zr = zeros()
+            return za, za, zp, zl, zr
+
+        def fwd(k):
+            def f(w, x_in, cot_in, res, xb, yb):
+                za, zp, zl, zr = zeros()
+                if k == n - 1:  # fused into the loss stage's backward
+                    return za, za, zp, zl, zr
+                p = self.unravels[k](w[: self.sizes[k]])
+                inp = self._stage_in(k, x_in, xb)
+                if self.saved:
+                    y, _, rest = self._linearise(k, p, inp)
+                    flat = [r.reshape(-1).astype(jnp.float32) for r in rest]
+                    zr = _pad(jnp.concatenate(flat), r_max) if flat else zr
+                else:
+                    y = self.fns[k](p, inp)
+                return _pad(y.reshape(-1).astype(dt), a_max), za, zp, zl, zr
+
+            return f
+
+        def bwd(k):
+            def f(w, x_in, cot_in, res, xb, yb):
+                za, _, zl, zr = zeros()
+                p = self.unravels[k](w[: self.sizes[k]])
+                inp = self._stage_in(k, x_in, xb)
+                if k == n - 1:
+                    loss, (gp, gx) = jax.value_and_grad(
+                        lambda p, x: self.loss_fn(self.fns[k](p, x), yb), argnums=(0, 1)
+                    )(p, inp)
+                else:
+                    y_shape = self.in_shapes[k + 1]
+                    ct = cot_in[: math.prod(y_shape.shape)].reshape(y_shape.shape)
+                    if self.saved:  # the forward's linearisation, the backward's weights
+                        saved, at = [], 0
+                        for shape, dtype in self.res_specs[k]:
+                            size = math.prod(shape)
+                            saved.append(res[at : at + size].reshape(shape).astype(dtype))
+                            at += size
+                        vjp = rebuild(jax.vjp(self.fns[k], p, inp)[1], p, inp, iter(saved))
+                    else:
+                        _, vjp = jax.vjp(self.fns[k], p, inp)
+                    gp, gx = vjp(ct.astype(y_shape.dtype))
+                    loss = zl
+                g = _pad(ravel_pytree(gp)[0].astype(dt), p_max)
+                cot = za if k == 0 else _pad(gx.reshape(-1).astype(dt), a_max)
+                return za, cot, g, loss.astype(jnp.float32), zr
+
+            return f
+
+        return [idle] + [fwd(k) for k in range(n)] + [bwd(k) for k in range(n)]
+
+    def init(self, params: Sequence[Any] | None = None) -> MeshState:
+        """The initial :class:`MeshState` on the mesh from per-stage weights (default: the
+        stages')."""
+        n, dt = self.num_stages, self.dtype
+        flat0 = self.flat0
+        if params is not None:
+            if len(params) != n:
+                raise ValueError(f"params: {len(params)} stages given, the executor has {n}")
+            flats = [ravel_pytree(p)[0].astype(dt) for p in params]
+            if [int(f.shape[0]) for f in flats] != self.sizes:
+                raise ValueError("params: stage parameter sizes differ from the executor's")
+            flat0 = jnp.stack([_pad(f, self.p_max) for f in flats])
+        state = MeshState(
+            params=flat0,
+            opt_state=jax.vmap(self.tx.init)(flat0),
+            stash=jax.vmap(lambda f: VersionBuffer.create(f, self.capacity))(flat0),
+            acts=jnp.zeros((n, self.slots, self.a_max), dt),
+            cots=jnp.zeros((n, self.slots, self.a_max), dt),
+            res=jnp.zeros((n, self.slots, self.r_max), jnp.float32),
+            inbox_f=jnp.zeros((n, self.a_max), dt),
+            inbox_b=jnp.zeros((n, self.a_max), dt),
+            gacc=jnp.zeros((n, self.p_max), dt),
+            busy=jnp.zeros((n,), jnp.int32),
+        )
+        return jax.device_put(state, NamedSharding(self.mesh, PartitionSpec("stage")))
+
+    def _tick_local(
+        self, st: MeshState, row: jax.Array, xs: jax.Array, ys: jax.Array
+    ) -> tuple[MeshState, jax.Array]:
+        """One tick on one device (inside ``shard_map``): file arrivals, run the op, update."""
+        n, nm, tx = self.num_stages, self.num_micro, self.tx
+        st = jax.tree.map(lambda a: a[0], st)  # this device's stage
+        row = row.reshape(-1)
+        k = jax.lax.axis_index("stage")
+        op, i = row[_F["op"]], row[_F["data"]]
+        ra, rc = row[_F["recv_act"]], row[_F["recv_ct"]]
+        ia, ic = jnp.maximum(ra, 0), jnp.maximum(rc, 0)
+        acts = st.acts.at[ia].set(jnp.where(ra >= 0, st.inbox_f, st.acts[ia]))
+        cots = st.cots.at[ic].set(jnp.where(rc >= 0, st.inbox_b, st.cots[ic]))
+        # the weights this pass uses: stashed (tau > 0) and/or predicted (horizon > 0)
+        w = st.stash.get(row[_F["tau"]])
+        if self.predict:
+            w = pass_weights(w, st.opt_state, row[_F["horizon"]], row[_F["rule"]], self.momentum)
+        branch = jnp.where(op == 0, 0, jnp.where(op == FORWARD, 1 + k, 1 + n + k))
+        rs = row[_F["res_slot"]]
+        out, cot, g, loss, res = jax.lax.switch(
+            branch,
+            self._branches(),
+            w,
+            acts[row[_F["in_slot"]]],
+            cots[row[_F["ct_slot"]]],
+            st.res[rs],
+            xs[i],
+            ys[i],
+        )
+        res_buf = jnp.where(op == FORWARD, st.res.at[rs].set(res), st.res)
+        first = row[_F["first"]] > 0
+        gacc = jnp.where(op == BACKWARD, jnp.where(first, g, st.gacc + g), st.gacc)
+
+        def update(args):
+            params, opt_state, stash, acc = args
+            grad = acc / nm if nm > 1 else acc
+            upd, opt_state = tx.update(grad, opt_state, params)
+            params = optax.apply_updates(params, upd)
+            return params, opt_state, stash.push(params), acc
+
+        params, opt_state, stash, gacc = jax.lax.cond(
+            row[_F["update"]] > 0, update, lambda a: a, (st.params, st.opt_state, st.stash, gacc)
+        )
+        if n > 1:
+            inbox_f = jax.lax.ppermute(out, "stage", [(j, j + 1) for j in range(n - 1)])
+            inbox_b = jax.lax.ppermute(cot, "stage", [(j + 1, j) for j in range(n - 1)])
+        else:
+            inbox_f, inbox_b = out, cot
+        new = MeshState(
+            params=params,
+            opt_state=opt_state,
+            stash=stash,
+            acts=acts,
+            cots=cots,
+            res=res_buf,
+            inbox_f=inbox_f,
+            inbox_b=inbox_b,
+            gacc=gacc,
+            busy=st.busy + (op != 0).astype(jnp.int32),
+        )
+        # the loss stage's loss, replicated on every device (one scalar all-reduce per tick)
+        is_loss = (k == n - 1) & (op == BACKWARD)
+        loss = jax.lax.psum(jnp.where(is_loss, loss, 0.0), "stage")
+        return jax.tree.map(lambda a: a[None], new), loss
+
+    def _sharded(self) -> Callable[..., Any]:
+        stage, rep = PartitionSpec("stage"), PartitionSpec()
+        return jax.shard_map(
+            self._tick_local,
+            mesh=self.mesh,
+            in_specs=(stage, stage, rep, rep),
+            out_specs=(stage, rep),
+            check_vma=False,
+        )
+
+    def stage_params(self, state: MeshState) -> list[Any]:
+        """The weights held in ``state``, gathered to the host, one pytree per stage."""
+        flat = to_host(state.params)
+        return [
+            self.unravels[k](jnp.asarray(flat[k, : self.sizes[k]])) for k in range(self.num_stages)
+        ]
+
+
+_CORES: dict[tuple, tuple[MeshPipeline, Any]] = {}
+
+
+def _core(
+    stages: Sequence[Any],
+    program: Program,
+    tx: optax.GradientTransformation,
+    micro: np.ndarray,
+    mesh: jax.sharding.Mesh | None,
+    momentum: float,
+    loss_fn: Callable[[jax.Array, jax.Array], jax.Array],
+) -> MeshPipeline:
+    key = (
+        tuple(id(getattr(st, "apply", st)) for st in stages),
+        id(tx),
+        id(mesh),
+        float(momentum),
+        id(loss_fn),
+        micro.shape,
+        str(micro.dtype),
+        program.schedule.num_stages,
+        program.schedule.num_micro,
+        program.policy.predict is not None,
+        program.saves_residuals,
+        max(*program.in_cap, *program.ct_cap, *program.res_cap, 1),
+        max(program.stash_capacity),
+    )
+    if key not in _CORES:
+        core = MeshPipeline(
+            stages, program, tx, micro, mesh=mesh, momentum=momentum, loss_fn=loss_fn
+        )
+        _CORES[key] = (core, (stages, tx, mesh, loss_fn))
+    return _CORES[key][0]
+
+
+def executor(
+    stages: Sequence[Any],
+    program: Program,
+    tx: optax.GradientTransformation,
+    xb: Any,
+    yb: Any,
+    *,
+    mesh: jax.sharding.Mesh | None = None,
+    momentum: float | None = None,
+    loss_fn: Callable[[jax.Array, jax.Array], jax.Array] = cross_entropy,
+) -> Executor:
+    """An :class:`~jaxstale.loop.Executor` of ``program`` on ``(xb, yb)`` on a ``"stage"`` mesh
+    (default: the first ``N`` devices): the emulator executor's arguments, rounds, stats,
+    ``init`` and ``params`` (:func:`jaxstale.pipeline.emulator.executor`)."""
+    s = program.schedule
+    if program.policy.predict == "nesterov" and momentum is None:
+        raise ValueError(f"policy {program.policy.name!r} needs momentum=μ (the optimizer's μ)")
+    xb, yb = np.asarray(xb), np.asarray(yb)
+    nb, nm = s.num_batches, s.num_micro
+    if xb.shape[0] != nb or yb.shape[0] != nb:
+        raise ValueError(f"xb has {xb.shape[0]} mini-batches, the schedule {nb}")
+    if xb.shape[1] % nm:
+        raise ValueError(f"batch size {xb.shape[1]} is not divisible by {nm} micro-batches")
+    xs = xb.reshape(nb * nm, xb.shape[1] // nm, *xb.shape[2:])
+    ys = yb.reshape(nb * nm, yb.shape[1] // nm, *yb.shape[2:])
+    core = _core(stages, program, tx, xs[0], mesh, momentum or 0.0, loss_fn)
+    rep = NamedSharding(core.mesh, PartitionSpec())
+    xs_d, ys_d = jax.device_put(xs, rep), jax.device_put(ys, rep)
+    table = program.tick_table()
+    rows_np = np.stack([table[f] for f in FIELDS], axis=-1)  # [T, N, F]
+    last = s.num_stages - 1
+    loss_ticks = (table["op"][:, last] == BACKWARD).reshape(program.num_rounds, program.period)
+    sharding = NamedSharding(core.mesh, PartitionSpec("stage"))
+    rows: list[Any] = []
+
+    def step(state: MeshState, r: int) -> tuple[MeshState, Stats]:
+        if not rows:
+            rows.extend(jax.device_put(row, sharding) for row in rows_np)
+        loss_sum = jnp.zeros((), jnp.float32)
+        for t in range(r * program.period, (r + 1) * program.period):
+            state, loss = core._tick(state, rows[t], xs_d, ys_d)
+            loss_sum = loss_sum + loss
+        count = int(loss_ticks[r].sum()) // nm
+        loss_v = np.asarray(loss_sum, np.float32)
+        loss_v = loss_v / np.float32(nm) if nm > 1 else loss_v
+        return state, Stats(loss_v.reshape(1, 1), np.asarray([[count]], np.int32))
+
+    return Executor(
+        init=lambda params, states: core.init(params),
+        step=step,
+        params=lambda state: (
+            core.stage_params(state),
+            [getattr(st, "state", {}) for st in stages],
+        ),
+        apply=compose(stages),
+        num_rounds=program.num_rounds,
+        num_updates=nb,
+    )

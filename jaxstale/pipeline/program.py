@@ -1,0 +1,334 @@
+"""Compile a schedule and a weight policy into a program of named arrays (host side, numpy).
+
+Both pipeline executors run the same :class:`Program`. It cuts the schedule's timeline into
+**rounds** of the steady-state period (``period`` ticks; one mini-batch per round in the steady
+state): every round runs the same *template* of ops — stage, F or B, mini-batch offset ``d``
+(round ``r`` runs mini-batch ``r − d``), micro-batch, whether it applies or starts an update —
+with the ops of absent mini-batches masked. The padded program has the schedule's length,
+per-stage op order and weight versions; the compiler replays it and checks every order,
+dependency and version. Per round and template op it holds ``[rounds, ops]`` tables (``valid``,
+``batch``, the stash look-back ``tau``, the prediction ``horizon`` and ``rule``);
+:meth:`Program.tick_table` is the same program per tick and stage, with the slots of in-flight
+inputs, cotangents and residuals (``(b·M + m) mod capacity``, capacities from a long replay).
+
+Example:
+    >>> from jaxstale import schedules
+    >>> from jaxstale.pipeline.program import compile
+    >>> prog = compile(schedules.one_f_one_b(4, 8), "stash")
+    >>> prog.period, prog.num_rounds, prog.stash_capacity   # PipeDream: N − k versions
+    (2, 11, (4, 3, 2, 1))
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from jaxstale import schedules as S
+from jaxstale.pipeline.policies import Policy, get_policy
+
+__all__ = ["BACKWARD_MODES", "Op", "Program", "compile"]
+
+BACKWARD_MODES: tuple[str, ...] = ("saved", "recompute")
+
+
+class Op(NamedTuple):
+    """One op of the round template: stage ``k``, ``kind`` (F or B), offset ``d`` (round ``r``
+    runs mini-batch ``r − d``), micro-batch, and whether a backward applies the stage's update
+    or starts a fresh gradient accumulation."""
+
+    stage: int
+    kind: int
+    d: int
+    micro: int
+    update: bool
+    first_micro: bool
+
+
+def _stage_orders(s: S.Schedule) -> list[list[tuple[int, int, int]]]:
+    orders: list[list[tuple[int, int, int]]] = [[] for _ in range(s.num_stages)]
+    for t in range(s.num_ticks):
+        for k, op, b, m in s.ops(t):
+            orders[k].append((op, b, m))
+    return orders
+
+
+def _template(s: S.Schedule) -> tuple[list[list[Op]], int, int]:
+    """The steady-state round of ``s``'s kind: ticks of one period, batches as offsets."""
+    n, nm = s.num_stages, s.num_micro
+    kw: dict[str, Any] = {"num_stages": n, "num_batches": 3 * n + 6}
+    if s.name != "1f1b":
+        kw["num_micro"] = nm
+    ref = S.get(s.name, **kw)
+    bs = n + 1
+    t0, t1 = int(ref.micro_fwd_tick[bs, 0, 0]), int(ref.micro_fwd_tick[bs + 1, 0, 0])
+    period = t1 - t0
+    ticks: list[list[Op]] = []
+    for t in range(t0, t1):
+        row = []
+        for k, op, b, m in ref.ops(t):
+            upd = op == S.BACKWARD and int(ref.update_tick[b, k]) == t
+            first = op == S.BACKWARD and int(ref.micro_bwd_tick[b, :, k].min()) == t
+            row.append(Op(k, op, bs - b, m, upd, first))
+        # periodicity: the next period is the same with every batch shifted by one
+        nxt = [(k, op, bs + 1 - b, m) for k, op, b, m in ref.ops(t + period)]
+        if nxt != [(o.stage, o.kind, o.d, o.micro) for o in row]:  # pragma: no cover
+            raise ValueError(f"schedule {s.name!r} has no periodic steady state to run")
+        ticks.append(row)
+    ds = [o.d for row in ticks for o in row]
+    return ticks, min(ds), max(ds)
+
+
+def _events(ticks: list[list[Op]], rounds: list[int], nb: int) -> list[list[tuple]]:
+    """Per global tick of the round program: ``(op, k, b, m, valid, update)`` events."""
+    out = []
+    for r in rounds:
+        for row in ticks:
+            out.append(
+                [(o.kind, o.stage, r - o.d, o.micro, 0 <= r - o.d < nb, o.update) for o in row]
+            )
+    return out
+
+
+def _capacity(intervals: list[tuple[int, int]], items: list[int]) -> int:
+    """Smallest slot count such that items live at the same tick get distinct ``item % cap``."""
+    cap = 1
+    while True:
+        ok = True
+        for t0, _ in intervals:
+            live = [it for (a, z), it in zip(intervals, items, strict=True) if a <= t0 <= z]
+            if len({it % cap for it in live}) != len(live):
+                ok = False
+                break
+        if ok:
+            return cap
+        cap += 1
+
+
+class _Replay:
+    """Host replay of the masked round program: slots, stash taus, and the checks."""
+
+    def __init__(self, s: S.Schedule, ticks: list[list[Op]], dmin: int, dmax: int):
+        n, nb, nm = s.num_stages, s.num_batches, s.num_micro
+        self.rounds = list(range(dmin, nb + dmax))
+        events = _events(ticks, self.rounds, nb)
+        # 1. per-stage order of the valid ops == the schedule's
+        got: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
+        for row in events:
+            for op, k, b, m, valid, _ in row:
+                if valid:
+                    got[k].append((op, b, m))
+        if got != _stage_orders(s):  # pragma: no cover - guarded by construction
+            raise ValueError(f"round program does not reproduce schedule {s.name!r}")
+        # 2. dependencies (strictly earlier tick), versions (updates land at the tick's end),
+        #    stash taus (pushes include the masked updates, which push unchanged weights)
+        fdone: dict[tuple[int, int, int], int] = {}
+        bdone: dict[tuple[int, int, int], int] = {}
+        nupd, npush = [0] * n, [0] * n
+        push_at_f: dict[tuple[int, int, int], int] = {}
+        self.tau: dict[tuple[int, int, int], int] = {}
+        for tick, row in enumerate(events):
+            landing = []
+            for op, k, b, m, valid, upd in row:
+                key = (b, m, k)
+                if op == S.FORWARD:
+                    if valid and k > 0 and not fdone.get((b, m, k - 1), tick) < tick:
+                        raise ValueError("round program violates a forward dependency")
+                    if valid and nupd[k] != s.fwd_version[b, k]:  # pragma: no cover
+                        raise ValueError("round program forward version mismatch")
+                    fdone[key] = tick
+                    push_at_f[key] = npush[k]
+                else:
+                    dep = bdone.get((b, m, k + 1), tick) if k < n - 1 else fdone.get(key, tick)
+                    if valid and not dep < tick:  # pragma: no cover
+                        raise ValueError("round program violates a backward dependency")
+                    if valid and nupd[k] != s.bwd_version[b, k]:  # pragma: no cover
+                        raise ValueError("round program backward version mismatch")
+                    bdone[key] = tick
+                    self.tau[key] = npush[k] - push_at_f.get(key, npush[k])
+                    if upd:
+                        landing.append((k, int(valid)))
+            for k, v in landing:
+                nupd[k] += v
+                npush[k] += 1
+        self.stash_capacity = tuple(
+            1 + max([t for (b, m, kk), t in self.tau.items() if kk == k and 0 <= b < nb] or [0])
+            for k in range(n)
+        )
+        # 3. slot capacities, from a long run of the same round program (steady state included)
+        nb_long = max(nb, 2 * (dmax - dmin) + 4)
+        ev = _events(ticks, list(range(dmin, nb_long + dmax)), nb_long)
+        fl: dict[tuple[int, int, int], int] = {}
+        bl: dict[tuple[int, int, int], int] = {}
+        for tick, row in enumerate(ev):
+            for op, k, b, m, _, _ in row:
+                (fl if op == S.FORWARD else bl)[(b, m, k)] = tick
+        self.in_cap = [1] * n  # stage k input: from the F at k-1 to the B at k
+        self.ct_cap = [1] * n  # cotangent into stage k: from the B at k+1 to the B at k
+        self.res_cap = [1] * n  # saved forward residuals of stage k: from its F to its B
+        for k in range(n):
+            keys = [(b, m) for (b, m, kk) in bl if kk == k]
+            ks = [km for km in keys if (*km, k) in fl]
+            self.res_cap[k] = _capacity(
+                [(fl[(b, m, k)], bl[(b, m, k)]) for b, m in ks], [b * nm + m for b, m in ks]
+            )
+            if k > 0:
+                ks = [km for km in keys if (*km, k - 1) in fl]
+                self.in_cap[k] = _capacity(
+                    [(fl[(b, m, k - 1)], bl[(b, m, k)]) for b, m in ks], [b * nm + m for b, m in ks]
+                )
+            if k < n - 1:
+                ks = [km for km in keys if (*km, k + 1) in bl]
+                self.ct_cap[k] = _capacity(
+                    [(bl[(b, m, k + 1)], bl[(b, m, k)]) for b, m in ks], [b * nm + m for b, m in ks]
+                )
+
+
+class Program(NamedTuple):
+    """A schedule and a weight policy compiled for the executors (see the module docstring).
+
+    Attributes:
+        schedule: the executed schedule (its flush counterpart for a ``flush`` policy).
+        policy: the :class:`~jaxstale.pipeline.policies.Policy`.
+        backward: ``"saved"`` (the forward's residuals are kept; the backward weights enter
+            where the weights themselves are residuals) or ``"recompute"`` (the stage forward is
+            recomputed at the backward weights): how a backward runs at other weights than its
+            forward's.
+        ticks: the round template, one tuple of :class:`Op` per tick of the period.
+        rounds: ``[R]`` round ids.
+        tables: name -> ``[R, J]`` arrays, one column per template op in tick order.
+        in_cap: per stage, slots of in-flight stage inputs.
+        ct_cap: per stage, slots of received cotangents.
+        res_cap: per stage, slots of saved forward residuals.
+        stash_capacity: per stage, weight versions kept (``stash``; 1 otherwise).
+    """
+
+    schedule: S.Schedule
+    policy: Policy
+    backward: str
+    ticks: tuple[tuple[Op, ...], ...]
+    rounds: np.ndarray
+    tables: dict[str, np.ndarray]
+    in_cap: tuple[int, ...]
+    ct_cap: tuple[int, ...]
+    res_cap: tuple[int, ...]
+    stash_capacity: tuple[int, ...]
+
+    @property
+    def period(self) -> int:
+        """Ticks per round."""
+        return len(self.ticks)
+
+    @property
+    def num_rounds(self) -> int:
+        """Rounds of a full run."""
+        return len(self.rounds)
+
+    @property
+    def saves_residuals(self) -> bool:
+        """Whether forwards keep their residuals for the backward (``stash`` or ``saved``)."""
+        return self.policy.stash or self.backward == "saved"
+
+    def tick_table(self) -> dict[str, np.ndarray]:
+        """The program per tick and stage: name -> ``[ticks, N]`` int32 arrays: ``op`` (0 idle or
+        masked, 1 F, 2 B), ``data`` (``b·M + m``), ``micro``, the op's ``in_slot`` /
+        ``ct_slot`` / ``res_slot``, ``recv_act`` / ``recv_ct`` (the slot the activation /
+        cotangent arriving from stage ``k ∓ 1`` is filed into, −1: none), ``tau``, ``horizon``,
+        ``rule``, ``update``, ``first``."""
+        s, n, nm = self.schedule, self.schedule.num_stages, self.schedule.num_micro
+        total = self.num_rounds * self.period
+        names = ("op", "data", "micro", "in_slot", "ct_slot", "res_slot", "recv_act", "recv_ct")
+        out = {k: np.zeros((total, n), np.int32) for k in (*names, "tau", "horizon", "rule")}
+        out["update"] = np.zeros((total, n), np.int32)
+        out["first"] = np.zeros((total, n), np.int32)
+        out["recv_act"][:] = -1
+        out["recv_ct"][:] = -1
+        where = [(ti, o) for ti, row in enumerate(self.ticks) for o in row]
+        for i in range(self.num_rounds):
+            for j, (ti, o) in enumerate(where):
+                t, k = i * self.period + ti, o.stage
+                if not self.tables["valid"][i, j]:
+                    continue
+                b, m = int(self.tables["batch"][i, j]), o.micro
+                item = b * nm + m
+                out["op"][t, k] = o.kind
+                out["data"][t, k] = item
+                out["micro"][t, k] = m
+                out["in_slot"][t, k] = item % self.in_cap[k]
+                out["ct_slot"][t, k] = item % self.ct_cap[k]
+                out["res_slot"][t, k] = item % self.res_cap[k]
+                for f in ("tau", "horizon", "rule"):
+                    out[f][t, k] = self.tables[f][i, j]
+                out["update"][t, k] = int(o.update)
+                out["first"][t, k] = int(o.first_micro)
+                if o.kind == S.FORWARD and k < n - 1 and t + 1 < total:
+                    out["recv_act"][t + 1, k + 1] = item % self.in_cap[k + 1]
+                if o.kind == S.BACKWARD and k > 0 and t + 1 < total:
+                    out["recv_ct"][t + 1, k - 1] = item % self.ct_cap[k - 1]
+        assert total == s.num_ticks, "the round program has the schedule's length"
+        return out
+
+
+def compile(
+    schedule: S.Schedule,
+    policy: str | Policy,
+    *,
+    backward: str = "saved",
+    target: str | None = None,
+) -> Program:
+    """Compile ``schedule`` and ``policy`` (a registered name or a ``Policy``) into the
+    executors' :class:`Program`; ``backward`` is ``"saved"`` or ``"recompute"``, ``target``
+    overrides the policy's. ``TypeError`` / ``ValueError`` on bad arguments."""
+    if not isinstance(schedule, S.Schedule):
+        raise TypeError(f"schedule must be a jaxstale.schedules.Schedule, got {type(schedule)}")
+    pol = get_policy(policy)
+    if target is not None:
+        if target not in S.TARGETS:
+            raise ValueError(f"unknown target {target!r}; choose one of {S.TARGETS}")
+        pol = pol._replace(target=target)
+    if backward not in BACKWARD_MODES:
+        raise ValueError(f"backward must be one of {BACKWARD_MODES}, got {backward!r}")
+    if pol.flush and (schedule.fwd_staleness.any() or schedule.bwd_staleness.any()):
+        schedule = S.gpipe(schedule.num_stages, schedule.num_batches, schedule.num_micro)
+    ticks, dmin, dmax = _template(schedule)
+    rep = _Replay(schedule, ticks, dmin, dmax)
+    nb = schedule.num_batches
+    fh, bh = schedule.horizons(pol.target)
+    flat = [o for row in ticks for o in row]
+    r = np.asarray(rep.rounds)[:, None]
+    b = r - np.asarray([o.d for o in flat])[None, :]
+    valid = (b >= 0) & (b < nb)
+    bc = np.clip(b, 0, nb - 1)
+    ks = np.asarray([o.stage for o in flat])[None, :]
+    is_f = np.asarray([o.kind == S.FORWARD for o in flat])[None, :]
+    hor = np.where(is_f, fh[bc, ks], bh[bc, ks])
+    if not pol.predict_backward:
+        hor = np.where(is_f, hor, 0)
+    if pol.predict is None:
+        hor = np.zeros_like(hor)
+    tau = np.zeros_like(b)
+    for j, o in enumerate(flat):
+        if o.kind == S.BACKWARD:
+            for i, rr in enumerate(rep.rounds):
+                tau[i, j] = rep.tau[(rr - o.d, o.micro, o.stage)]
+    tables = {
+        "valid": valid,
+        "batch": b.astype(np.int32),
+        "horizon": np.where(valid, hor, 0).astype(np.int32),
+        "tau": tau.astype(np.int32),
+        "rule": np.full(b.shape, int(pol.predict == "nesterov"), np.int32),
+    }
+    n = schedule.num_stages
+    return Program(
+        schedule=schedule,
+        policy=pol,
+        backward=backward,
+        ticks=tuple(tuple(row) for row in ticks),
+        rounds=np.asarray(rep.rounds),
+        tables=tables,
+        in_cap=tuple(rep.in_cap),
+        ct_cap=tuple(rep.ct_cap),
+        res_cap=tuple(rep.res_cap),
+        stash_capacity=rep.stash_capacity if pol.stash else (1,) * n,
+    )

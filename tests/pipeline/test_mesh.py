@@ -1,0 +1,194 @@
+"""The mesh pipeline executor against the sequential model and the single-device emulator.
+
+Same model, data, seed and program: the weights after K mini-batches must agree to 1e-5
+(float32; on the MLP they agree bit for bit). Fast tests cover a few (schedule, policy) pairs on
+4 and 8 devices; the full matrix (every schedule and policy, both backward readings, 4 and 8
+devices, MLP and CNN) is marked slow.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from jax.flatten_util import ravel_pytree
+from jax.sharding import PartitionSpec
+
+from jaxstale import loop, models, pipeline, schedules
+from jaxstale.losses import cross_entropy
+from jaxstale.mesh import make_mesh
+
+LR, MU, K, B, MICRO = 0.1, 0.9, 4, 4, 2
+TOL = 1e-5
+
+
+def _model(name: str, n: int):
+    if name == "mlp":  # every stage a different shape: input layer, body, loss head
+        hidden = (12, 20, 8, 16, 10, 14, 6)[: n - 1]
+        return models.create("mlp", input_shape=(4, 4, 1), num_classes=5, hidden=hidden)
+    return models.create(
+        "cnn", input_shape=(8, 8, 1), num_classes=5, channels=(2, 3), hidden=(8, 6)
+    )
+
+
+def _data(name: str, k: int = K):
+    rng = np.random.default_rng(0)
+    shape = (4, 4, 1) if name == "mlp" else (8, 8, 1)
+    xb = rng.normal(size=(k, B, *shape)).astype(np.float32)
+    yb = rng.integers(0, 5, (k, B)).astype(np.int32)
+    return xb, yb
+
+
+def _flat(params) -> jax.Array:
+    return jnp.concatenate([ravel_pytree(p)[0] for p in params])
+
+
+class _Setup:
+    """One model split per (name, N); every schedule and policy runs on it."""
+
+    def __init__(self, name: str, n: int):
+        self.name, self.n = name, n
+        self.model = _model(name, n)
+        self.stages = models.functional_stages(self.model, n)
+        self.xb, self.yb = _data(name)
+        self.tx = optax.sgd(LR, momentum=MU)
+        self.mesh = make_mesh(n, "stage")
+
+    def data_for(self, sched_name: str):
+        if sched_name == "1f1b":  # no micro-batches: the same stream as K·M mini-batches
+            return (
+                self.xb.reshape(K * MICRO, B // MICRO, *self.xb.shape[2:]),
+                self.yb.reshape(K * MICRO, B // MICRO),
+            )
+        return self.xb, self.yb
+
+    def schedule(self, sched_name: str):
+        xb, _ = self.data_for(sched_name)
+        kw = {} if sched_name == "1f1b" else {"num_micro": MICRO}
+        return schedules.get(sched_name, num_stages=self.n, num_batches=len(xb), **kw)
+
+    def run(self, executor: str, sched_name: str, policy: str, **kw):
+        xb, yb = self.data_for(sched_name)
+        ex = pipeline.make(
+            executor, self.stages, self.schedule(sched_name), policy, self.tx, xb, yb,
+            momentum=MU, mesh=self.mesh if executor == "mesh" else None, **kw,
+        )  # fmt: skip
+        init = ([s.params for s in self.stages], [s.state for s in self.stages])
+        (res,) = loop.run(ex, *init, eval_every=3)
+        return res
+
+    def parity(self, sched_name: str, policy: str, target: str | None = None, backward="saved"):
+        kw = {"target": target, "backward": backward}
+        want = self.run("emulate", sched_name, policy, **kw)
+        got = self.run("mesh", sched_name, policy, **kw)
+        moved = float(jnp.max(jnp.abs(_flat(want.params) - _flat([s.params for s in self.stages]))))
+        assert moved > 1e-2  # the run did something
+        np.testing.assert_allclose(got.losses, want.losses, atol=1e-5)
+        assert [c["step"] for c in got.curve] == [c["step"] for c in want.curve]
+        return float(jnp.max(jnp.abs(_flat(want.params) - _flat(got.params))))
+
+
+_SETUPS: dict = {}
+
+
+def _setup(name: str, n: int) -> _Setup:
+    if (name, n) not in _SETUPS:
+        _SETUPS[(name, n)] = _Setup(name, n)
+    return _SETUPS[(name, n)]
+
+
+def test_gpipe_equals_sequential_sgd_on_the_unsplit_model():
+    """GPipe with M micro-batches == plain SGD with momentum on the whole model and batch."""
+    s = _setup("mlp", 4)
+    f = models.functional(s.model)
+    tx = optax.sgd(LR, momentum=MU)
+    p, st = f.params, tx.init(f.params)
+    loss = lambda p, x, y: cross_entropy(f.apply(p, f.state, x, True)[0], y)
+    losses = []
+    for k in range(K):
+        value, g = jax.value_and_grad(loss)(p, s.xb[k], s.yb[k])
+        losses.append(float(value))
+        u, st = tx.update(g, st, p)
+        p = optax.apply_updates(p, u)
+    res = s.run("mesh", "gpipe", "sync")
+    assert float(jnp.max(jnp.abs(ravel_pytree(p)[0] - _flat(res.params)))) < TOL
+    np.testing.assert_allclose(res.losses, losses, atol=1e-5)
+
+
+def test_weights_live_one_stage_per_device_and_the_devices_do_the_schedule():
+    s = _setup("mlp", 4)
+    prog = pipeline.compile(s.schedule("gpipe"), "sync")
+    ex = pipeline.make("mesh", s.stages, prog, None, s.tx, s.xb, s.yb, mesh=s.mesh)
+    state = ex.init([st.params for st in s.stages], [st.state for st in s.stages])
+    for r in range(ex.num_rounds):
+        state, _ = ex.step(state, r)
+    assert state.params.sharding.spec == PartitionSpec("stage")
+    assert len(state.params.sharding.device_set) == 4
+    # GPipe, counted on the devices: every stage busy 2·K·M ticks, efficiency M / (M + N − 1)
+    busy = np.asarray(state.busy)
+    np.testing.assert_array_equal(busy, 2 * K * MICRO)
+    assert busy.sum() / (4 * prog.schedule.num_ticks) == pytest.approx(MICRO / (MICRO + 4 - 1))
+
+
+@pytest.mark.parametrize(
+    "n, sched, policy, target, backward",
+    [
+        (4, "1f1b-flush", "vanilla", None, "saved"),
+        (4, "1f1b", "stash", None, "saved"),
+        (4, "1f1b", "nesterov", "roundtrip", "recompute"),
+        (8, "1f1b", "spectrain-v1", "roundtrip", "saved"),
+    ],
+)
+def test_parity_with_emulator(n, sched, policy, target, backward):
+    assert _setup("mlp", n).parity(sched, policy, target, backward) < TOL
+
+
+def test_errors():
+    s = _setup("mlp", 2)
+    xb, yb = s.data_for("1f1b")
+    sched = s.schedule("1f1b")
+    with pytest.raises(ValueError, match="has 4 devices but 2 are needed"):
+        pipeline.make("mesh", s.stages, sched, "vanilla", s.tx, xb, yb, mesh=make_mesh(4))
+    with pytest.raises(ValueError, match="axis named 'stage'"):
+        pipeline.make("mesh", s.stages, sched, "vanilla", s.tx, xb, yb, mesh=make_mesh(2, "data"))
+    with pytest.raises(TypeError, match="Functional"):
+        pipeline.make("mesh", [object(), object()], sched, "vanilla", s.tx, xb, yb)
+    bn = models.functional_stages(
+        models.create("resnet20", input_shape=(8, 8, 1), num_classes=3, width=4), 2
+    )
+    with pytest.raises(ValueError, match="batch-norm"):
+        pipeline.make("mesh", bn, schedules.one_f_one_b(2, 2), "vanilla", s.tx, *_data("cnn", 2))
+
+
+_FLUSH = [
+    (sched, p, None)
+    for sched in ("gpipe", "1f1b-flush")
+    for p in ("sync", "vanilla", "stash", "spectrain-v1", "spectrain-v2", "nesterov")
+]  # no staleness: every policy is synchronous SGD on these schedules
+_ALL = _FLUSH + [
+    ("1f1b", p, t)
+    for p in ("vanilla", "stash", "spectrain-v1", "spectrain-v2", "nesterov", "sync")
+    for t in (("sequential", "roundtrip") if p in ("spectrain-v1", "nesterov") else (None,))
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backward", ["saved", "recompute"])
+@pytest.mark.parametrize("n", [4, 8])
+@pytest.mark.parametrize("sched, policy, target", _ALL)
+def test_parity_with_emulator_all(n, sched, policy, target, backward):
+    diff = _setup("mlp", n).parity(sched, policy, target, backward)
+    print(f"mlp N={n} {sched} {policy} {target} {backward}: max|diff| = {diff:.3g}")
+    assert diff < TOL
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backward", ["saved", "recompute"])
+@pytest.mark.parametrize(
+    "sched, policy", [("gpipe", "sync"), ("1f1b", "stash"), ("1f1b", "nesterov")]
+)
+def test_parity_with_emulator_cnn(sched, policy, backward):
+    """Convolutional first stages, dense later ones: heterogeneous stages on 4 devices."""
+    diff = _setup("cnn", 4).parity(sched, policy, backward=backward)
+    print(f"cnn N=4 {sched} {policy} {backward}: max|diff| = {diff:.3g}")
+    assert diff < TOL

@@ -1,0 +1,102 @@
+"""The one driver loop (jaxstale.loop): rounds, evaluation cadence, divergence, records."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxstale import loop
+from jaxstale.loop import Executor, Stats
+
+
+def _toy(losses, counts=None, *, lanes=1, vmapped=False, params=None, batches=None):
+    """An executor replaying given per-round losses ``[lanes, rounds]`` (params: a counter)."""
+    losses = np.asarray(losses, np.float32).reshape(lanes, -1)
+    counts = np.ones_like(losses, np.int32) if counts is None else np.asarray(counts)
+    counts = counts.reshape(lanes, -1)
+    calls = []
+
+    def step(state, r):
+        calls.append(r)
+        return state + 1, Stats(losses[:, r : r + 1], counts[:, r : r + 1])
+
+    final = jnp.zeros((lanes, 2)) if vmapped else jnp.zeros(2)
+    return (
+        Executor(
+            init=lambda p, s: 0,
+            step=step,
+            params=lambda state: (final if params is None else params, {}),
+            apply=lambda p, s, x, train: (x @ p, s),
+            num_rounds=losses.shape[1],
+            num_updates=int(counts.sum(axis=1).max()),
+            lanes=lanes,
+            vmapped=vmapped,
+            batches_per_update=batches,
+        ),
+        calls,
+    )
+
+
+def test_records_at_the_end_of_each_interval_with_interval_means():
+    ex, calls = _toy([1.0, 3.0, 2.0, 4.0, 6.0])
+    (res,) = loop.run(ex, None, None, eval_every=2)
+    assert calls == [0, 1, 2, 3, 4]
+    assert [c["step"] for c in res.curve] == [2, 4, 5]
+    assert [c["train_loss"] for c in res.curve] == [2.0, 3.0, 6.0]
+    assert all(c["test_accuracy"] is None for c in res.curve)  # no eval data
+    np.testing.assert_array_equal(res.losses, [1, 3, 2, 4, 6])
+    assert not res.diverged and res.final_test_accuracy is None
+
+
+def test_rounds_without_updates_are_skipped_and_counts_divide_sums():
+    # a pipeline-like executor: warm-up rounds complete nothing, a round may complete two
+    ex, _ = _toy([0.0, 0.0, 2.0, 6.0], counts=[0, 0, 1, 2], batches=3)
+    (res,) = loop.run(ex, None, None, eval_every=1)
+    assert [c["step"] for c in res.curve] == [1, 3]  # updates done, not rounds
+    assert [c["batches"] for c in res.curve] == [3, 9]
+    np.testing.assert_array_equal(res.losses, [2.0, 3.0, 3.0])
+
+
+def test_divergence_is_per_lane_and_records_continue_while_others_run():
+    ex, calls = _toy([[1.0, np.nan, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]], lanes=2, vmapped=True)
+    x, y = np.eye(2, dtype=np.float32), np.array([0, 1])
+    res = loop.run(ex, None, None, eval_every=2, eval_data=(x, y))
+    assert [r.diverged for r in res] == [True, False]
+    assert res[0].diverged_step == 2 and res[1].diverged_step is None
+    assert res[0].final_test_accuracy is None and res[1].final_test_accuracy == 0.5
+    assert [c["test_accuracy"] for c in res[0].curve] == [None, None]
+    assert np.isnan(res[0].curve[0]["train_loss"])
+    assert len(calls) == 4  # the live lane ran to the end
+
+
+def test_stops_once_every_lane_diverged():
+    ex, calls = _toy([1.0, np.inf, 1.0, 1.0, 1.0, 1.0])
+    (res,) = loop.run(ex, None, None, eval_every=2)
+    assert calls == [0, 1] and res.diverged and res.diverged_step == 2
+    assert len(res.curve) == 1 and np.isnan(res.losses[2:]).all()
+
+
+def test_non_finite_final_weights_count_as_divergence():
+    ex, _ = _toy([1.0, 1.0], params=jnp.array([[jnp.nan, 0.0], [0.0, 0.0]]))
+    (res,) = loop.run(ex, None, None)
+    assert res.diverged and res.diverged_step == 2
+
+
+def test_accuracy_is_an_exact_count_whatever_the_batching():
+    apply = lambda p, s, x, train: (x @ p, s)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(37, 3)).astype(np.float32)
+    y = rng.integers(0, 2, 37)
+    w = jnp.asarray(rng.normal(size=(3, 2)), jnp.float32)
+    want = float(np.mean(np.argmax(x @ np.asarray(w), -1) == y))
+    for bs in (1, 5, 37, 512):
+        assert loop.accuracy(apply, w, {}, x, y, batch_size=bs).tolist() == [want]
+    two = loop.accuracy(apply, jnp.stack([w, -w]), {}, x, y, vmap=True)
+    assert two.shape == (2,) and two[0] == want
+    with pytest.raises(ValueError, match="empty"):
+        loop.accuracy(apply, w, {}, x[:0], y[:0])
+
+
+def test_bad_eval_every():
+    ex, _ = _toy([1.0])
+    with pytest.raises(ValueError, match="eval_every"):
+        loop.run(ex, None, None, eval_every=0)
