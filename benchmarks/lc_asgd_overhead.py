@@ -2,7 +2,7 @@
 
 Setting: one emulated update = the finishing worker's gradient at its stale weights (a
 ``[M, ...]`` snapshot stack, gather), the server's optax chain, the apply, the worker's pull
-(scatter) — one jitted, donated call, as in :class:`jaxstale.emulate.AsyncEmulator`. ASGD's chain
+(scatter) — one jitted, donated call, as in :class:`jaxstale.asyncdp.AsyncEmulator`. ASGD's chain
 is ``optax.sgd(η, 0.9)``; LC-ASGD's is ``chain(lc_asgd(0.1), sgd)`` with the default predictors
 (least-squares step predictor, AR(2) loss predictor over a 32-step horizon) and, as an option,
 the GRU loss predictor. The extra arguments (``worker_loss``, ``worker``, ``staleness``) are
@@ -148,12 +148,10 @@ def bench_model(
 
 
 def bench_emulator_scan(m: int, chunk: int, repeats: int) -> dict[str, float]:
-    """ms per update of :class:`~jaxstale.emulate.AsyncEmulator` in ``lax.scan`` mode (how the
+    """ms per update of :class:`~jaxstale.asyncdp.AsyncEmulator` in ``lax.scan`` mode (how the
     emulator runs MLPs), digits MLP, batch 32, for ``asgd`` and ``lc-asgd`` (real times)."""
-    from jaxstale.emulate import AsyncEmulator
-    from jaxstale.lc_asgd.register import register
+    from jaxstale.asyncdp import AsyncEmulator
 
-    register()
     f = models.functional(models.create("mlp", input_shape=(8, 8, 1), num_classes=10, seed=0))
     rng = np.random.default_rng(0)
     xs = rng.random((chunk, 32, 8, 8, 1), dtype=np.float32)

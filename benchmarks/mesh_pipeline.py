@@ -3,9 +3,10 @@
 For ``N = 2, 4, 8`` stages on emulated CPU devices (``--xla_force_host_platform_device_count``,
 set here before jax is imported) this runs the same MLP, data and schedule through
 
-* :class:`jaxstale.parallel.PipelineExecutor` — one device per stage, ``shard_map`` +
-  ``ppermute``, one jitted tick per host-loop iteration, and
-* :class:`jaxstale.emulate.pipeline.PipelineEmulator` — everything on one device,
+* the mesh executor (``jaxstale.pipeline.make("mesh", ...)``) — one device per stage,
+  ``shard_map`` + ``ppermute``, one jitted tick per host-loop iteration, and
+* the emulator (``jaxstale.pipeline.make("emulate", ...)``) — everything on one device, one
+  jitted round per iteration; both run the same compiled program,
 
 and reports the wall time per mini-batch of each (after a warm-up run that compiles) and the
 **schedule efficiency** measured on the mesh: busy stage-ticks (F or B, counted on the devices)
@@ -37,13 +38,10 @@ import argparse
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxstale import models, schedules
-from jaxstale.emulate.pipeline import PipelineEmulator
-from jaxstale.parallel import PipelineExecutor, make_mesh
+from jaxstale import make_mesh, models, pipeline, schedules
 
 
 def steady_efficiency(s: schedules.Schedule) -> float:
@@ -55,8 +53,18 @@ def steady_efficiency(s: schedules.Schedule) -> float:
     return float((s.table[t0:t1] != 0).mean())
 
 
+def _run(ex, stages) -> object:
+    """One whole run of an executor, round by round; returns the final state."""
+    state = ex.init([st.params for st in stages], [st.state for st in stages])
+    for r in range(ex.num_rounds):
+        state, _stats = ex.step(state, r)
+    jax.block_until_ready(state)
+    return state
+
+
 def _timed(fn) -> float:
     t = time.perf_counter()
+    fn()
     fn()
     return time.perf_counter() - t
 
@@ -68,15 +76,7 @@ def bench(n: int, micro: int, batches: int, mb: int, reps: int) -> list[dict]:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(batches * micro, mb, 8, 8, 1)).astype(np.float32)
     y = rng.integers(0, 10, (batches * micro, mb)).astype(np.int32)
-    lr, mu = 0.05, 0.9
-    ex = PipelineExecutor(
-        stages,
-        optax.sgd(lr, momentum=mu),
-        jnp.zeros((mb, 8, 8, 1)),
-        mesh=make_mesh(n, "stage"),
-        act_slots=max(micro, n),
-        stash_capacity=n,
-    )
+    tx, mesh = optax.sgd(0.05, momentum=0.9), make_mesh(n, "stage")
     rows = []
     for name, policy in (("gpipe", "sync"), ("1f1b", "vanilla")):
         if name == "gpipe":
@@ -88,17 +88,12 @@ def bench(n: int, micro: int, batches: int, mb: int, reps: int) -> list[dict]:
             s = schedules.one_f_one_b(n, batches * micro)
             xb, yb = x, y
             theory = 1.0
-        res = ex.run(s, xb, yb, policy=policy)  # compiles (shared by both schedules)
-        t_mesh = min(_timed(lambda s=s, xb=xb, yb=yb: ex.run(s, xb, yb, policy=policy))
-                     for _ in range(reps))  # fmt: skip
-        em = PipelineEmulator(stages, s, policy=policy, learning_rate=lr, momentum=mu)
-
-        def emulate(em=em, xb=xb, yb=yb):
-            carry, _ = em.run(em.init(xb[0]), xb, yb)
-            jax.block_until_ready(carry)
-
-        emulate()  # compiles
-        t_emu = min(_timed(emulate) for _ in range(reps))
+        on_mesh = pipeline.make("mesh", stages, s, policy, tx, xb, yb, mesh=mesh)
+        emulated = pipeline.make("emulate", stages, s, policy, tx, xb, yb)
+        busy = np.asarray(_run(on_mesh, stages).busy)  # compiles; busy ticks counted on devices
+        t_mesh = min(_timed(lambda: _run(on_mesh, stages)) for _ in range(reps))
+        _run(emulated, stages)  # compiles
+        t_emu = min(_timed(lambda: _run(emulated, stages)) for _ in range(reps))
         rows.append(
             {
                 "N": n,
@@ -106,9 +101,9 @@ def bench(n: int, micro: int, batches: int, mb: int, reps: int) -> list[dict]:
                 "M": s.num_micro,
                 "mini-batches": s.num_batches,
                 "ticks": s.num_ticks,
-                "mesh ms/mini-batch": 1e3 * t_mesh / s.num_batches,
-                "emulator ms/mini-batch": 1e3 * t_emu / s.num_batches,
-                "efficiency (measured)": res.efficiency,
+                "mesh ms/mini-batch": 1e3 * t_mesh / 2 / s.num_batches,
+                "emulator ms/mini-batch": 1e3 * t_emu / 2 / s.num_batches,
+                "efficiency (measured)": float(busy.sum()) / (n * s.num_ticks),
                 "steady-state (measured)": steady_efficiency(s) if name == "1f1b" else "-",
                 "theory": theory,
             }

@@ -1,14 +1,15 @@
 """Cost of one emulated pipelined step per weight policy vs one plain synchronous step.
 
-For each policy of :mod:`jaxstale.emulate.pipeline` this times one steady-state round of the
-emulator (= one mini-batch through every stage: each stage's forward, its backward recomputed at
-the policy's weights, the update) and one jitted, donated synchronous SGD step of the *unsplit*
+For each policy of :mod:`jaxstale.pipeline` this times one steady-state round of the pipeline
+emulator (= one mini-batch through every stage: each stage's forward, its backward at the
+policy's weights, the update) and one jitted, donated synchronous SGD step of the *unsplit*
 model on the same mini-batch, in the same process, interleaved, and reports the ratio (target:
-at most 1.3x); vanilla and the prediction policies run twice, with ``backward="recompute"`` (the
-default: the stage forward is recomputed at the backward weights) and ``backward="saved"``
-(the forward's residuals are kept). Memory comes from XLA's compiled memory analysis of the round
-(``jitted.lower(...).compile().memory_analysis()``) plus the bytes of the carried state (weights,
-optimizer state, stash, in-flight activation slots).
+the default backward mode within 1.3x for every policy); vanilla and the prediction policies run
+twice, with ``backward="saved"`` (the default: the forward's residuals are kept) and
+``backward="recompute"`` (the stage forward is recomputed at the backward weights). Memory comes
+from XLA's compiled memory analysis of the round
+(``jitted.lower(...).compile().memory_analysis()``) plus the bytes of the carried state
+(weights, optimizer state, stash, in-flight activation slots).
 
 Run: ``python benchmarks/pipeline_emulation.py [--model cnn] [--stages 4] [--batch 128]``.
 """
@@ -27,9 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxstale import models, schedules
-from jaxstale.emulate.pipeline import POLICIES, PipelineEmulator
+from jaxstale import models, pipeline, schedules
 from jaxstale.losses import cross_entropy
+from jaxstale.pipeline import emulator
 
 
 def _bytes(tree) -> int:
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> str:
     ap.add_argument("--size", type=int, default=28, help="input height = width (1 channel)")
     ap.add_argument("--reps", type=int, default=7, help="timed repetitions (median)")
     ap.add_argument("--rounds", type=int, default=4, help="steady-state rounds per repetition")
-    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--policies", default=",".join(pipeline.POLICIES))
     args = ap.parse_args(argv)
 
     n, bs, hw = args.stages, args.batch, args.size
@@ -96,28 +97,29 @@ def main(argv: list[str] | None = None) -> str:
     rows = []
     ems = {}
     for policy in args.policies.split(","):
-        for backward in ("recompute", "saved"):
-            if backward == "saved" and policy in ("sync", "stash"):
+        for backward in ("saved", "recompute"):
+            pol = pipeline.get_policy(policy)
+            if backward == "recompute" and (pol.stash or pol.flush):
                 continue  # the same computation either way
-            em = PipelineEmulator(
-                stages, sched, policy=policy, learning_rate=0.05, momentum=0.9, backward=backward
-            )
+            prog = pipeline.compile(sched, policy, backward=backward)
+            em = emulator.PipelineEmulator(stages, prog, tx, momentum=0.9)
             carry = em.init(xb[0])
             mem = em.memory_analysis(carry, xb, yb)
-            label = policy if backward == "recompute" else f"{policy} (backward=saved)"
-            ems[label] = [em, carry, mem]
+            tables = {k: jnp.asarray(v) for k, v in prog.tables.items()}
+            label = policy if backward == "saved" else f"{policy} (backward=recompute)"
+            ems[label] = [em, carry, mem, tables, prog.num_rounds]
     # steady-state rounds: after warm-up, before cool-down
-    first = {p: ems[p][0].num_rounds // 2 - args.rounds // 2 for p in ems}
+    first = {p: ems[p][4] // 2 - args.rounds // 2 for p in ems}
     for p in ems:  # compile + warm
-        em, carry, _ = ems[p]
-        carry, out = em.step(carry, jnp.int32(first[p]), em._tables, xb, yb)
+        em, carry, _, tables, _ = ems[p]
+        carry, out = em.step(carry, jnp.int32(first[p]), tables, xb, yb)
         jax.block_until_ready(out)
         ems[p][1] = carry
 
     def run_policy(p):
-        em, carry, _ = ems[p]
+        em, carry, _, tables, _ = ems[p]
         for i in range(args.rounds):
-            carry, out = em.step(carry, jnp.int32(first[p] + i), em._tables, xb, yb)
+            carry, out = em.step(carry, jnp.int32(first[p] + i), tables, xb, yb)
         jax.block_until_ready(out)
         ems[p][1] = carry
 
@@ -141,7 +143,7 @@ def main(argv: list[str] | None = None) -> str:
     ]
     for p in ems:
         tp = float(np.median(t_pol[p]))
-        em, carry, mem = ems[p]
+        em, carry, mem, _, _ = ems[p]
         rows.append((p, tp / ts))
         lines.append(
             f"| {p} | {tp * 1e3:.2f} | {tp / ts:.2f}x | {_bytes(carry) / 2**20:.2f} | "
