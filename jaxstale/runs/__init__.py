@@ -3,7 +3,7 @@
 * :mod:`~jaxstale.runs.folder` — :class:`RunFolder`: config, per-cell results, metrics,
   summary, table and plots of one experiment run, written atomically and resumable;
 * :mod:`~jaxstale.runs.tables` — ``mean ± std`` cells and markdown tables;
-* :mod:`~jaxstale.runs.plots` — learning-curve figures;
+* :mod:`~jaxstale.runs.plots` — learning-curve figures and per-method styles;
 * :mod:`~jaxstale.runs.cli` — the common command line and progress lines.
 """
 
@@ -15,6 +15,7 @@ from jaxstale.runs.folder import atomic_write_text as atomic_write_text
 from jaxstale.runs.folder import config_hash as config_hash
 from jaxstale.runs.folder import to_json as to_json
 from jaxstale.runs.plots import curves_figure as curves_figure
+from jaxstale.runs.plots import method_style as method_style
 from jaxstale.runs.tables import format_mean_std as format_mean_std
 from jaxstale.runs.tables import markdown_table as markdown_table
 from jaxstale.runs.tables import mean_std_table as mean_std_table
@@ -29,6 +30,7 @@ __all__ = [
     "format_mean_std",
     "markdown_table",
     "mean_std_table",
+    "method_style",
     "progress",
     "to_json",
 ]
