@@ -1,7 +1,9 @@
-"""Run folders, result tables, learning-curve figures and the experiments' command line.
+"""Run folders, code fingerprints, result tables, learning-curve figures and the command line.
 
 * :mod:`~jaxstale.runs.folder` — :class:`RunFolder`: config, per-cell results, metrics,
   summary, table and plots of one experiment run, written atomically and resumable;
+* :mod:`~jaxstale.runs.fingerprint` — :func:`code_fingerprint`: which code computed a run (so a
+  resumed run never mixes results of different code);
 * :mod:`~jaxstale.runs.tables` — ``mean ± std`` cells and markdown tables;
 * :mod:`~jaxstale.runs.plots` — learning-curve figures and per-method styles;
 * :mod:`~jaxstale.runs.cli` — the common command line and progress lines.
@@ -9,6 +11,10 @@
 
 from jaxstale.runs.cli import cli_parser as cli_parser
 from jaxstale.runs.cli import progress as progress
+from jaxstale.runs.fingerprint import RESULT_PARTS as RESULT_PARTS
+from jaxstale.runs.fingerprint import code_changes as code_changes
+from jaxstale.runs.fingerprint import code_fingerprint as code_fingerprint
+from jaxstale.runs.fingerprint import code_hash as code_hash
 from jaxstale.runs.folder import RESULTS_DIR as RESULTS_DIR
 from jaxstale.runs.folder import RunFolder as RunFolder
 from jaxstale.runs.folder import atomic_write_text as atomic_write_text
@@ -22,9 +28,13 @@ from jaxstale.runs.tables import mean_std_table as mean_std_table
 
 __all__ = [
     "RESULTS_DIR",
+    "RESULT_PARTS",
     "RunFolder",
     "atomic_write_text",
     "cli_parser",
+    "code_changes",
+    "code_fingerprint",
+    "code_hash",
     "config_hash",
     "curves_figure",
     "format_mean_std",
