@@ -41,8 +41,8 @@ import hashlib
 import json
 import math
 import os
+import secrets
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -125,10 +125,26 @@ def config_hash(config: Mapping[str, Any], length: int = 10) -> str:
     return hashlib.sha1(to_json(config, canonical=True).encode()).hexdigest()[:length]
 
 
+def _create_temp(path: Path) -> tuple[int, Path]:
+    """Creates a new hidden temporary file beside ``path`` with mode ``0o666 & ~umask``.
+
+    (``tempfile.mkstemp`` would create it ``0o600`` whatever the umask, and ``os.replace`` keeps
+    that mode.)
+    """
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary file name beside {path}")
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     """Writes ``text`` to ``path`` atomically (temporary file in the same folder + ``os.replace``).
 
-    A reader sees either the old file or the complete new one, never a partial write.
+    A reader sees either the old file or the complete new one, never a partial write. The file
+    gets the mode an ordinary ``open(path, "w")`` gives a new file: ``0o666 & ~umask``.
 
     Args:
       path: destination file; its folder must exist.
@@ -138,7 +154,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
       ``Path(path)``.
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _create_temp(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -153,10 +169,12 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
 
 
 def _atomic_savefig(fig: Any, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
-    os.close(fd)
+    fd, tmp = _create_temp(path)
     try:
-        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, format="png", dpi=120, bbox_inches="tight")
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
