@@ -2,6 +2,7 @@
 
 * :mod:`~jaxstale.runs.folder` — :class:`RunFolder`: config, per-cell results, metrics,
   summary, table and plots of one experiment run, written atomically and resumable;
+  :class:`RunFolderError` and :class:`StaleResultsError`;
 * :mod:`~jaxstale.runs.fingerprint` — :func:`code_fingerprint`: which code computed a run (so a
   resumed run never mixes results of different code);
 * :mod:`~jaxstale.runs.tables` — ``mean ± std`` cells and markdown tables;
@@ -17,6 +18,8 @@ from jaxstale.runs.fingerprint import code_fingerprint as code_fingerprint
 from jaxstale.runs.fingerprint import code_hash as code_hash
 from jaxstale.runs.folder import RESULTS_DIR as RESULTS_DIR
 from jaxstale.runs.folder import RunFolder as RunFolder
+from jaxstale.runs.folder import RunFolderError as RunFolderError
+from jaxstale.runs.folder import StaleResultsError as StaleResultsError
 from jaxstale.runs.folder import atomic_write_text as atomic_write_text
 from jaxstale.runs.folder import config_hash as config_hash
 from jaxstale.runs.folder import to_json as to_json
@@ -30,6 +33,8 @@ __all__ = [
     "RESULTS_DIR",
     "RESULT_PARTS",
     "RunFolder",
+    "RunFolderError",
+    "StaleResultsError",
     "atomic_write_text",
     "cli_parser",
     "code_changes",
