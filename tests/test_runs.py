@@ -36,21 +36,30 @@ def test_folder_layout_and_run_id(tmp_path):
     assert len(a.run_id) == 10 and all(c in "0123456789abcdef" for c in a.run_id)
     assert RunFolder("exp", {**cfg, "steps": 11}, root=tmp_path).run_id != a.run_id
     assert RunFolder("other", cfg, root=tmp_path).run_id == a.run_id  # name-free hash
+    assert not (tmp_path / "exp").exists()  # created on the first record, not before
+    assert a.create() == a.path and (a.path / "cells").is_dir()
     stored = json.loads((a.path / "config.json").read_text())
-    assert stored == {"experiment": "exp", "run_id": a.run_id, "config": cfg}
+    assert stored == {
+        "experiment": "exp",
+        "run_id": a.run_id,
+        "config": cfg,
+        "code": {**runs.code_fingerprint(), "hash": a.code_hash},
+    }
     out = RunFolder("exp", cfg, out=tmp_path / "mine")
-    assert out.path == tmp_path / "mine" and (out.path / "config.json").exists()
+    assert out.path == tmp_path / "mine" and not out.path.exists()
+    out.record({"seed": 0}, {"final_test_accuracy": 0.5})
+    assert (out.path / "config.json").exists()
 
 
 def test_out_with_different_config_is_refused(tmp_path):
-    RunFolder("exp", {"a": 1}, out=tmp_path / "o")
-    with pytest.raises(ValueError, match="different config"):
+    RunFolder("exp", {"a": 1}, out=tmp_path / "o").create()
+    with pytest.raises(runs.RunFolderError, match="different config"):
         RunFolder("exp", {"a": 2}, out=tmp_path / "o")
     with pytest.raises(ValueError, match="experiment"):
         RunFolder("a/b", {}, root=tmp_path)
 
 
-def test_resume_skips_finished_cells(tmp_path):
+def test_resume_skips_finished_cells(tmp_path, capsys):
     calls = []
 
     def fn(key):
@@ -60,8 +69,10 @@ def test_resume_skips_finished_cells(tmp_path):
         return _cell(key)
 
     run = RunFolder("exp", {"x": 1}, root=tmp_path)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(SystemExit) as exit_info:  # Ctrl-C: one line, status 130
         run.run(_keys(), fn)
+    assert exit_info.value.code == 130
+    assert f"interrupted: 4/8 cells saved in {run.path}; re-run" in capsys.readouterr().err
     assert len(calls) == 5 and len(run.rows()) == 4
     lines_before = (run.path / "metrics.jsonl").read_text().splitlines()
     assert len(lines_before) == 4 * 3
@@ -217,4 +228,6 @@ def test_report_finishes_and_prints_the_table_paths_and_time(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert out.startswith("| t |\n")
     assert f"[exp] summary: {paths['summary']}" in out
-    assert "[exp] 4 runs, " in err
+    assert f"[exp] 4 runs, 2 diverged, 0s wall time, in {run.path}" in err
+    run.report("| t |\n")  # defaults: every row of the folder, wall time since creation
+    assert "[exp] 8 runs, 2 diverged, " in capsys.readouterr().err

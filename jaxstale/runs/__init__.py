@@ -1,34 +1,51 @@
-"""Run folders, result tables, learning-curve figures and the experiments' command line.
+"""Run folders, code fingerprints, result tables, learning-curve figures and the command line.
 
 * :mod:`~jaxstale.runs.folder` — :class:`RunFolder`: config, per-cell results, metrics,
   summary, table and plots of one experiment run, written atomically and resumable;
+  :class:`RunFolderError` and :class:`StaleResultsError`;
+* :mod:`~jaxstale.runs.fingerprint` — :func:`code_fingerprint`: which code computed a run (so a
+  resumed run never mixes results of different code);
 * :mod:`~jaxstale.runs.tables` — ``mean ± std`` cells and markdown tables;
-* :mod:`~jaxstale.runs.plots` — learning-curve figures;
+* :mod:`~jaxstale.runs.plots` — learning-curve figures and per-method styles;
 * :mod:`~jaxstale.runs.cli` — the common command line and progress lines.
 """
 
 from jaxstale.runs.cli import cli_parser as cli_parser
 from jaxstale.runs.cli import progress as progress
+from jaxstale.runs.fingerprint import RESULT_PARTS as RESULT_PARTS
+from jaxstale.runs.fingerprint import code_changes as code_changes
+from jaxstale.runs.fingerprint import code_fingerprint as code_fingerprint
+from jaxstale.runs.fingerprint import code_hash as code_hash
 from jaxstale.runs.folder import RESULTS_DIR as RESULTS_DIR
 from jaxstale.runs.folder import RunFolder as RunFolder
+from jaxstale.runs.folder import RunFolderError as RunFolderError
+from jaxstale.runs.folder import StaleResultsError as StaleResultsError
 from jaxstale.runs.folder import atomic_write_text as atomic_write_text
 from jaxstale.runs.folder import config_hash as config_hash
 from jaxstale.runs.folder import to_json as to_json
 from jaxstale.runs.plots import curves_figure as curves_figure
+from jaxstale.runs.plots import method_style as method_style
 from jaxstale.runs.tables import format_mean_std as format_mean_std
 from jaxstale.runs.tables import markdown_table as markdown_table
 from jaxstale.runs.tables import mean_std_table as mean_std_table
 
 __all__ = [
     "RESULTS_DIR",
+    "RESULT_PARTS",
     "RunFolder",
+    "RunFolderError",
+    "StaleResultsError",
     "atomic_write_text",
     "cli_parser",
+    "code_changes",
+    "code_fingerprint",
+    "code_hash",
     "config_hash",
     "curves_figure",
     "format_mean_std",
     "markdown_table",
     "mean_std_table",
+    "method_style",
     "progress",
     "to_json",
 ]

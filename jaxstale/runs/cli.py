@@ -82,6 +82,9 @@ def cli_parser(description: str | None = None) -> argparse.ArgumentParser:
     - ``--model NAME [NAME ...]``: one or more model names (``--model mlp cnn`` or ``mlp,cnn``);
       a list of str, or None.
     - ``--steps N``: training steps per run.
+    - ``--force-resume``: reuse finished cells of the run folder even when they were computed
+      under different code (``RunFolder(..., force_resume=True)``; otherwise such a folder is
+      refused with :class:`~jaxstale.runs.StaleResultsError`).
 
     Args:
       description: the experiment's one-line description (shown by ``--help``).
@@ -93,6 +96,8 @@ def cli_parser(description: str | None = None) -> argparse.ArgumentParser:
       >>> args = cli_parser("demo").parse_args(["--quick", "--model", "mlp,cnn", "--seeds", "2"])
       >>> args.quick, args.model, args.seeds, args.dataset, args.steps, args.out
       (True, ['mlp', 'cnn'], 2, 'digits', None, None)
+      >>> args.force_resume
+      False
     """
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--quick", action="store_true", help="small configuration (< 1 minute)")
@@ -103,6 +108,11 @@ def cli_parser(description: str | None = None) -> argparse.ArgumentParser:
         "--model", nargs="+", action=_ListAction, default=None, help="model name(s), e.g. mlp cnn"
     )
     p.add_argument("--steps", type=_positive_int, default=None, help="training steps per run")
+    p.add_argument(
+        "--force-resume",
+        action="store_true",
+        help="reuse finished cells of --out even if they were computed under different code",
+    )
     return p
 
 

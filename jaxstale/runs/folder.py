@@ -3,8 +3,8 @@
 Every experiment writes one run folder ``results/<experiment>/<run-id>/`` (or exactly ``--out
 DIR``)::
 
-    config.json      {"experiment": ..., "run_id": ..., "config": {...}}   (written on creation)
-    cells/<h>.json   one file per finished cell: {"key": ..., "row": ..., "metrics": [...]}
+    config.json      {"experiment", "run_id", "config", "code", ...}     (see below)
+    cells/<h>.json   one file per finished cell: {"key", "code", "row", "metrics"}
     metrics.jsonl    one line per metric record, tagged with its cell's key fields
     summary.json     {"experiment": name, "rows": [...]}                 (written by ``finish``)
     table.md         the experiment's markdown table
@@ -18,12 +18,36 @@ derived from the cell files (rebuilt atomically on a run's first record and on `
 appended in between), so an interrupted run never loses or half-writes anything it had finished.
 NaN and infinities are written as JSON ``null``.
 
+**Code fingerprints.** The config alone cannot say whether stored cells are still valid: the code
+that computed them may have changed. So ``config.json`` also records the code fingerprint
+(:func:`~jaxstale.runs.code_fingerprint`) of the run, each cell file records the hash of the
+fingerprint it was computed under (:func:`~jaxstale.runs.code_hash`), and opening a folder that
+holds cells computed under different code raises :class:`StaleResultsError` before anything is
+computed, unless ``force_resume=True`` (``--force-resume``) accepts them; that decision is
+recorded. ``config.json`` holds::
+
+    "experiment", "run_id", "config"   the experiment name, the run id, the config
+    "code"            the fingerprint of the code that last wrote here, plus its "hash"
+    "code_history"    earlier fingerprints of this folder (each with its "hash"), if any
+    "force_resumed"   if any: [{"time", "reused_cells", "from": [hashes], "to": hash,
+                      "changed": [what differed]}], one entry per accepted mix
+
+**Nothing is written before the inputs are checked.** The constructor validates the experiment
+name, the config, the target path (not a file, writable, either new, empty or a run folder of
+the same config) and the stored cells' code, and raises :class:`RunFolderError` (a
+``ValueError``) naming ``--out`` otherwise. The folder itself is created by
+:meth:`RunFolder.create`, which the first :meth:`~RunFolder.record`, the end of
+:meth:`~RunFolder.run_grouped` and :meth:`~RunFolder.finish` call. Files are created with the
+mode ``0o666 & ~umask`` (as by ``open``), folders with the default mode.
+
 Example:
     >>> import tempfile
     >>> tmp = tempfile.mkdtemp()
     >>> run = RunFolder("demo", {"lr": 0.1}, out=tmp)
     >>> run.run_id
     'edf980217e'
+    >>> sorted(run.code)  # the fingerprint of the code computing it, recorded in config.json
+    ['experiment_sha', 'git_commit', 'jaxstale', 'source_sha', 'user_sha', 'versions']
     >>> run.done({"seed": 0}) is None
     True
     >>> run.record({"seed": 0}, {"final_test_accuracy": float("nan")}, [{"step": 1, "loss": 2.0}])
@@ -41,8 +65,8 @@ import hashlib
 import json
 import math
 import os
+import secrets
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -51,8 +75,17 @@ from typing import Any
 import numpy as np
 
 from jaxstale.runs.cli import progress
+from jaxstale.runs.fingerprint import code_changes, code_fingerprint, code_hash
 
-__all__ = ["RESULTS_DIR", "RunFolder", "atomic_write_text", "config_hash", "to_json"]
+__all__ = [
+    "RESULTS_DIR",
+    "RunFolder",
+    "RunFolderError",
+    "StaleResultsError",
+    "atomic_write_text",
+    "config_hash",
+    "to_json",
+]
 
 RESULTS_DIR = "results"
 
@@ -125,10 +158,26 @@ def config_hash(config: Mapping[str, Any], length: int = 10) -> str:
     return hashlib.sha1(to_json(config, canonical=True).encode()).hexdigest()[:length]
 
 
+def _create_temp(path: Path) -> tuple[int, Path]:
+    """Creates a new hidden temporary file beside ``path`` with mode ``0o666 & ~umask``.
+
+    (``tempfile.mkstemp`` would create it ``0o600`` whatever the umask, and ``os.replace`` keeps
+    that mode.)
+    """
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary file name beside {path}")
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     """Writes ``text`` to ``path`` atomically (temporary file in the same folder + ``os.replace``).
 
-    A reader sees either the old file or the complete new one, never a partial write.
+    A reader sees either the old file or the complete new one, never a partial write. The file
+    gets the mode an ordinary ``open(path, "w")`` gives a new file: ``0o666 & ~umask``.
 
     Args:
       path: destination file; its folder must exist.
@@ -138,7 +187,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
       ``Path(path)``.
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _create_temp(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -153,10 +202,12 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
 
 
 def _atomic_savefig(fig: Any, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
-    os.close(fd)
+    fd, tmp = _create_temp(path)
     try:
-        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, format="png", dpi=120, bbox_inches="tight")
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -178,8 +229,67 @@ def _key_order(key: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 # ----------------------------------------------------------------------------------------------
+# Errors and checks
+# ----------------------------------------------------------------------------------------------
+
+
+class RunFolderError(ValueError):
+    """The run folder cannot be used as given: a bad ``--out``, or a folder of another run.
+
+    Raised by :class:`RunFolder` before anything is written; the message is one line that names
+    the folder and says what to do. :meth:`RunFolder.from_args` turns it into a one-line
+    command-line error.
+    """
+
+
+class StaleResultsError(RunFolderError):
+    """The run folder holds cells computed under different code (see :func:`code_fingerprint`).
+
+    Raised before anything is computed, so old and new results are never mixed silently. The
+    message says which parts changed (jaxstale source, experiment source, user sources,
+    jax/jaxlib/optax/flax versions) and how to go on: ``--force-resume``
+    (``RunFolder(..., force_resume=True)``) to reuse the old cells anyway, another ``--out``, or
+    deleting the folder.
+    """
+
+
+def _check_target(path: Path, where: str) -> None:
+    """Fails (RunFolderError) unless a run folder can be created at / reused from ``path``."""
+    try:
+        if path.exists() or path.is_symlink():
+            if not path.is_dir():
+                raise RunFolderError(f"{where} {path} is an existing file, not a folder")
+            if not (path / "config.json").is_file() and any(path.iterdir()):
+                raise RunFolderError(
+                    f"{where} {path} is a non-empty folder that holds no run (no config.json); "
+                    "choose a new or empty folder"
+                )
+            if not os.access(path, os.W_OK | os.X_OK):
+                raise RunFolderError(f"{where} {path} is not writable; choose another folder")
+            return
+        parent = path.parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir():
+            raise RunFolderError(f"{where} {path} cannot be created: {parent} is not a folder")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise RunFolderError(f"{where} {path} cannot be created: {parent} is not writable")
+    except OSError as e:
+        raise RunFolderError(f"{where} {path} cannot be used: {e.strerror or e}") from None
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# ----------------------------------------------------------------------------------------------
 # Run folder
 # ----------------------------------------------------------------------------------------------
+
+CellFn = Callable[[dict[str, Any]], tuple[Mapping[str, Any], Sequence[Mapping[str, Any]]]]
+GroupFn = Callable[
+    [list[dict[str, Any]]], Sequence[tuple[Mapping[str, Any], Sequence[Mapping[str, Any]]]]
+]
 
 
 class RunFolder:
@@ -189,20 +299,47 @@ class RunFolder:
     "seed": 0}``). ``record`` stores the cell's row (the key fields followed by the row fields)
     together with its metric records in ``cells/<sha1(canonical key)>.json`` in one atomic write,
     then rebuilds ``metrics.jsonl``; ``done`` returns the stored row, so a re-run of the same
-    config skips it. ``finish`` writes ``summary.json``, ``table.md`` and the figures.
+    config skips it. ``finish`` (or ``report``) writes ``summary.json``, ``table.md`` and the
+    figures.
+
+    The constructor only checks and reads; the folder is created by :meth:`create` on the
+    first :meth:`record` (or at the end of :meth:`run_grouped`, or by :meth:`finish`), so a
+    command that fails on bad input leaves nothing behind. Call :meth:`create` yourself before
+    writing other files into :attr:`path`.
+
+    An experiment's ``main`` typically reads::
+
+        run = RunFolder.from_args(EXPERIMENT, cfg, args, modules=(sys.modules[__name__],),
+                                  sources=user_builders)
+        rows = run.run_grouped(keys, compute_group, vary=("seed",))
+        run.report(make_table(rows), make_figures(rows), rows=rows)
 
     Args:
       experiment: experiment name (folder ``results/<experiment>/``).
       config: JSON-able dict of everything that determines the results; its hash is the run-id.
-      out: if given, the run folder is exactly this path (``--out DIR``).
+      out: if given, the run folder is exactly this path (``--out DIR``): a new path, an empty
+        folder, or the folder of an earlier run of the same config (resume).
       root: the results root used when ``out`` is None.
+      code: the code fingerprint (:func:`code_fingerprint`) of the code computing the cells;
+        recorded in ``config.json`` (it is not part of the run id). Default:
+        ``code_fingerprint()``, which covers the jaxstale sources and library versions but not
+        the experiment's modules or user-registered code: pass your own to cover those.
+      force_resume: reuse cells computed under a different code fingerprint instead of raising
+        :class:`StaleResultsError`; the decision is recorded in ``config.json`` and later runs
+        of the same code accept those cells too.
 
     Raises:
-      ValueError: if ``experiment`` is empty or contains a path separator, or if the folder
-        already holds a run with a different config (choose another ``out`` or delete it).
+      ValueError: if ``experiment`` is empty or contains a path separator.
+      TypeError: if ``config`` is not JSON-able.
+      RunFolderError: (a ``ValueError``) if the target is an existing file, not writable, a
+        non-empty folder without a run, or the folder of a run with a different config.
+      StaleResultsError: (a ``RunFolderError``) if the folder holds cells computed under a
+        different code fingerprint (or written before fingerprints were recorded) and
+        ``force_resume`` is False.
 
     Attributes:
-      experiment, config, run_id, path.
+      experiment, config, run_id, path, code (the fingerprint), code_hash (its hash),
+      reused_cells (number of stored cells computed under other code and accepted).
     """
 
     def __init__(
@@ -212,7 +349,10 @@ class RunFolder:
         out: str | os.PathLike[str] | None = None,
         *,
         root: str | os.PathLike[str] = RESULTS_DIR,
+        code: Mapping[str, Any] | None = None,
+        force_resume: bool = False,
     ) -> None:
+        self._started = time.perf_counter()
         if not experiment or "/" in experiment or os.sep in experiment:
             raise ValueError(f"experiment must be a non-empty name without '/', got {experiment!r}")
         self.experiment = experiment
@@ -220,22 +360,173 @@ class RunFolder:
         self.run_id = config_hash(self.config)
         self.path = Path(out) if out is not None else Path(root) / experiment / self.run_id
         self.cells_dir = self.path / "cells"
-        self.cells_dir.mkdir(parents=True, exist_ok=True)
-        header = {"experiment": experiment, "run_id": self.run_id, "config": self.config}
+        where = "--out" if out is not None else "results folder (choose another with --out)"
+        _check_target(self.path, where)
+        self.code: dict[str, Any] = (
+            json.loads(to_json(code)) if code is not None else code_fingerprint()
+        )
+        self.code_hash = code_hash(self.code)
+        self.reused_cells = 0
+
         config_path = self.path / "config.json"
+        old: dict[str, Any] = {}
         if config_path.exists():
-            old = json.loads(config_path.read_text(encoding="utf-8"))
+            try:
+                old = json.loads(config_path.read_text(encoding="utf-8"))
+                if not isinstance(old, dict):
+                    raise ValueError("not a JSON object")
+            except (OSError, ValueError) as e:
+                raise RunFolderError(
+                    f"{where} {self.path} holds an unreadable config.json ({e}); "
+                    "use another --out or delete it"
+                ) from None
             if old.get("config") != self.config or old.get("experiment") != experiment:
-                raise ValueError(
-                    f"{self.path} already holds a run of {old.get('experiment')!r} with a "
-                    f"different config ({old.get('config')}); use another --out or delete it"
+                raise RunFolderError(
+                    f"{where} {self.path} already holds a run of {old.get('experiment')!r} with "
+                    f"a different config ({old.get('config')}); use another --out or delete it"
                 )
-        else:
-            atomic_write_text(config_path, to_json(header, indent=2) + "\n")
+        header = self._header(old)
+        self._check_code(old, header, force_resume)
+        self._header_text = to_json(header, indent=2) + "\n"
+        self._created = False  # create() not yet called by this object
         self._metrics_synced = False  # metrics.jsonl not yet rebuilt by this process
+
+    @classmethod
+    def from_args(
+        cls,
+        experiment: str,
+        config: Mapping[str, Any],
+        args: Any,
+        *,
+        modules: Iterable[Any] = (),
+        sources: Iterable[Any] = (),
+        root: str | os.PathLike[str] = RESULTS_DIR,
+    ) -> RunFolder:
+        """The run folder of a command-line run (``--out``, ``--force-resume``, fingerprint).
+
+        Computes ``code_fingerprint(modules=modules, sources=sources)`` and opens the folder
+        with ``args.out`` and ``args.force_resume`` (both from :func:`cli_parser`). A bad
+        ``--out`` or stale results end the program with one line on stderr,
+        ``<experiment>: error: <message>``, and exit status 2 (like argparse), no traceback.
+
+        Args:
+          experiment: experiment name.
+          config: the config dict.
+          args: the parsed ``argparse.Namespace`` (missing ``out`` / ``force_resume``: None /
+            False).
+          modules: the experiment's modules or source paths (see :func:`code_fingerprint`).
+          sources: user code the results depend on, e.g. registered methods' builders.
+          root: the results root when ``--out`` is not given.
+
+        Returns:
+          The :class:`RunFolder`.
+        """
+        fingerprint = code_fingerprint(modules=modules, sources=sources)
+        try:
+            return cls(
+                experiment,
+                config,
+                getattr(args, "out", None),
+                root=root,
+                code=fingerprint,
+                force_resume=bool(getattr(args, "force_resume", False)),
+            )
+        except RunFolderError as e:
+            print(f"{experiment}: error: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+    def _header(self, old: Mapping[str, Any]) -> dict[str, Any]:
+        """The new config.json content: the current code, earlier fingerprints kept."""
+        history: list[dict[str, Any]] = list(old.get("code_history") or [])
+        old_code = old.get("code")
+        if isinstance(old_code, dict) and old_code.get("hash") != self.code_hash:
+            if all(h.get("hash") != old_code.get("hash") for h in history):
+                history.append(old_code)
+        header: dict[str, Any] = {
+            "experiment": self.experiment,
+            "run_id": self.run_id,
+            "config": self.config,
+            "code": {**self.code, "hash": self.code_hash},
+        }
+        if history:
+            header["code_history"] = history
+        if old.get("force_resumed"):
+            header["force_resumed"] = list(old["force_resumed"])
+        return header
+
+    def _check_code(self, old: Mapping[str, Any], header: dict[str, Any], force: bool) -> None:
+        """Refuses (or, forced, accepts and records) cells computed under other code."""
+        accepted = {
+            h
+            for event in header.get("force_resumed", [])
+            if event.get("to") == self.code_hash
+            for h in event.get("from", [])
+        }
+        hashes = [c.get("code") for c in self._cells()]
+        other = [h for h in hashes if h != self.code_hash]
+        self.reused_cells = len(other)
+        stale = sorted({h for h in other if h not in accepted}, key=str)
+        if not stale:
+            return
+        earlier = [old.get("code"), *(old.get("code_history") or [])]
+        known = {c["hash"]: c for c in earlier if isinstance(c, dict) and c.get("hash")}
+        changes: list[str] = []
+        for h in stale:
+            for change in code_changes(known.get(h), self.code) or [f"code hash {h}"]:
+                if change not in changes:
+                    changes.append(change)
+        n = sum(h in stale for h in hashes)
+        if not force:
+            raise StaleResultsError(
+                f"{self.path} holds {n} of {len(hashes)} finished cells computed under different "
+                f"code (changed: {'; '.join(changes)}); not mixing them with new results: re-run "
+                f"with --force-resume to reuse them anyway, or use another --out, or delete "
+                f"{self.path}"
+            )
+        event = {
+            "time": _now(),
+            "reused_cells": n,
+            "from": stale,
+            "to": self.code_hash,
+            "changed": changes,
+        }
+        header["force_resumed"] = [*header.get("force_resumed", []), event]
+        print(
+            f"[{self.experiment}] --force-resume: reusing {n} cells computed under different "
+            f"code ({'; '.join(changes)})",
+            file=sys.stderr,
+        )
 
     def __repr__(self) -> str:
         return f"RunFolder({self.experiment!r}, run_id={self.run_id!r}, path={str(self.path)!r})"
+
+    def create(self) -> Path:
+        """Creates the folder (with ``cells/``) and writes ``config.json``; idempotent.
+
+        Called by :meth:`record`, at the end of :meth:`run_grouped` and by :meth:`finish`; call
+        it before writing your own files into :attr:`path`.
+
+        Returns:
+          :attr:`path`.
+
+        Raises:
+          RunFolderError: if the folder cannot be created.
+        """
+        if self._created:
+            return self.path
+        config_path = self.path / "config.json"
+        try:
+            self.cells_dir.mkdir(parents=True, exist_ok=True)
+            current = config_path.read_text(encoding="utf-8") if config_path.exists() else None
+            if current != self._header_text:
+                atomic_write_text(config_path, self._header_text)
+        except OSError as e:
+            raise RunFolderError(
+                f"cannot create the run folder {self.path} ({e.strerror or e}); "
+                "choose another --out"
+            ) from None
+        self._created = True
+        return self.path
 
     # -- cells ----------------------------------------------------------------------------------
 
@@ -251,7 +542,7 @@ class RunFolder:
 
     def _cells(self) -> list[dict[str, Any]]:
         cells = [c for p in sorted(self.cells_dir.glob("*.json")) if (c := self._load(p))]
-        cells = [c for c in cells if isinstance(c.get("key"), dict)]
+        cells = [c for c in cells if isinstance(c, dict) and isinstance(c.get("key"), dict)]
         return sorted(cells, key=lambda c: _key_order(c["key"]))
 
     def done(self, key: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -283,21 +574,28 @@ class RunFolder:
     ) -> None:
         """Stores a finished cell: its row and metric records in one atomic file write.
 
-        The stored row is ``{**key, **row}``. Then the cell's metric records, each tagged with
-        the key fields, go to ``metrics.jsonl``: the first ``record`` of a process (and any
-        re-record of a cell) rebuilds the file atomically from all cell files, later ones append
-        (so a long sweep stays linear in time); ``finish`` rebuilds it sorted by key. The cell
-        files are the source of truth, so an interrupted append loses nothing. NaN/inf values
-        are stored as ``null``.
+        The stored row is ``{**key, **row}``; the cell file also records :attr:`code_hash`, the
+        hash of the code fingerprint it was computed under. Then the cell's metric records,
+        each tagged with the key fields, go to ``metrics.jsonl``: the first ``record`` of a
+        process (and any re-record of a cell) rebuilds the file atomically from all cell files,
+        later ones append (so a long sweep stays linear in time); ``finish`` rebuilds it sorted
+        by key. The cell files are the source of truth, so an interrupted append loses nothing.
+        NaN/inf values are stored as ``null``. Creates the folder first if needed.
 
         Args:
           key: the cell key dict (JSON-able scalars).
           row: the cell's result fields (e.g. ``final_test_accuracy``, ``diverged``).
           metrics: per-step/epoch metric records (e.g. ``{"step", "train_loss", ...}``).
         """
+        self.create()
         cell_key: dict[str, Any] = dict(key)
         cell_metrics = [dict(m) for m in metrics]
-        cell = {"key": cell_key, "row": {**key, **row}, "metrics": cell_metrics}
+        cell = {
+            "key": cell_key,
+            "code": self.code_hash,
+            "row": {**key, **row},
+            "metrics": cell_metrics,
+        }
         path = self._cell_path(key)
         existed = path.exists()
         atomic_write_text(path, to_json(cell) + "\n")
@@ -322,11 +620,13 @@ class RunFolder:
     def run(
         self,
         keys: Iterable[Mapping[str, Any]],
-        fn: Callable[[dict[str, Any]], tuple[Mapping[str, Any], Sequence[Mapping[str, Any]]]],
+        fn: CellFn,
         *,
         desc: str | None = None,
     ) -> list[dict[str, Any]]:
         """Runs ``fn(key) -> (row, metrics)`` for every key not yet done, recording each.
+
+        Ctrl-C is handled as in :meth:`run_grouped`.
 
         Args:
           keys: cell keys, in the order to run them.
@@ -343,9 +643,7 @@ class RunFolder:
     def run_grouped(
         self,
         keys: Iterable[Mapping[str, Any]],
-        fn: Callable[
-            [list[dict[str, Any]]], Sequence[tuple[Mapping[str, Any], Sequence[Mapping[str, Any]]]]
-        ],
+        fn: GroupFn,
         *,
         vary: Sequence[str] = ("seed",),
         desc: str | None = None,
@@ -356,6 +654,10 @@ class RunFolder:
         its own cell: ``fn`` receives the list of pending keys of a group and returns one
         ``(row, metrics)`` per key, in order. Finished cells are never passed to ``fn``.
 
+        A ``KeyboardInterrupt`` (Ctrl-C) keeps every cell recorded so far, prints one line to
+        stderr, ``interrupted: N/M cells saved in <path>; re-run the same command to resume``,
+        and raises ``SystemExit(130)`` (the shell's status for SIGINT; no traceback).
+
         Args:
           keys: cell keys.
           fn: computes a group of cells.
@@ -364,6 +666,9 @@ class RunFolder:
 
         Returns:
           The rows of ``keys`` in the order of ``keys``.
+
+        Raises:
+          SystemExit: with code 130 on Ctrl-C.
         """
         key_list = [dict(k) for k in keys]
         groups: dict[Hashable, list[dict[str, Any]]] = {}
@@ -372,21 +677,35 @@ class RunFolder:
                 fixed = {k: v for k, v in key.items() if k not in vary}
                 groups.setdefault(to_json(fixed, canonical=True), []).append(key)
         pending = sum(len(g) for g in groups.values())
-        if pending < len(key_list):
+        saved = len(key_list) - pending
+        if saved:
             print(
-                f"[{self.experiment}] resuming {self.path}: {len(key_list) - pending}/"
-                f"{len(key_list)} "
+                f"[{self.experiment}] resuming {self.path}: {saved}/{len(key_list)} "
                 "cells already done",
                 file=sys.stderr,
             )
-        for group in progress(
-            list(groups.values()), total=len(groups), desc=desc or self.experiment
-        ):
-            results = list(fn(group))
-            if len(results) != len(group):
-                raise ValueError(f"cell function returned {len(results)} results for {len(group)}")
-            for key, (row, metrics) in zip(group, results, strict=True):
-                self.record(key, row, metrics)
+        try:
+            for group in progress(
+                list(groups.values()), total=len(groups), desc=desc or self.experiment
+            ):
+                results = list(fn(group))
+                if len(results) != len(group):
+                    raise ValueError(
+                        f"cell function returned {len(results)} results for {len(group)}"
+                    )
+                for key, (row, metrics) in zip(group, results, strict=True):
+                    self.record(key, row, metrics)
+                    saved += 1
+        except KeyboardInterrupt:
+            end_bar = "\n" if getattr(sys.stderr, "isatty", lambda: False)() else ""
+            print(
+                f"{end_bar}interrupted: {saved}/{len(key_list)} cells saved in {self.path}; "
+                "re-run the same command to resume",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise SystemExit(130) from None
+        self.create()
         out: list[dict[str, Any]] = []
         for key in key_list:
             stored = self.done(key)
@@ -408,6 +727,10 @@ class RunFolder:
           Name -> path of each written file (``summary``, ``table``, ``metrics``, and each figure
           name).
         """
+        for name in figures or {}:
+            if not name or "/" in name or name.startswith("."):
+                raise ValueError(f"figure name must be a plain file stem, got {name!r}")
+        self.create()
         paths = {
             "metrics": self._write_metrics(),
             "summary": atomic_write_text(
@@ -417,8 +740,6 @@ class RunFolder:
             "table": atomic_write_text(self.path / "table.md", table_md.rstrip("\n") + "\n"),
         }
         for name, fig in (figures or {}).items():
-            if not name or "/" in name:
-                raise ValueError(f"figure name must be a plain file stem, got {name!r}")
             path = self.path / f"{name}.png"
             _atomic_savefig(fig, path)
             paths[name] = path
@@ -431,27 +752,60 @@ class RunFolder:
         table_md: str,
         figures: Mapping[str, Any] | None = None,
         *,
-        num_runs: int,
-        started: float,
+        rows: Sequence[Mapping[str, Any]] | None = None,
+        num_runs: int | None = None,
+        started: float | None = None,
     ) -> dict[str, Path]:
-        """:meth:`finish`, then print the table and every written path, and the wall time.
+        """:meth:`finish`, then the same end-of-run summary for every experiment.
 
-        What an experiment's ``main`` ends with: the table and ``[<experiment>] <name>: <path>``
-        lines on stdout, ``[<experiment>] <n> runs, <s>s`` on stderr.
+        Prints, on stdout, the table and one ``[<experiment>] <name>: <path>`` line per written
+        file; on stderr, ``[<experiment>] <n> runs, <d> diverged, <t> wall time, in <path>``
+        (plus a note when cells computed under other code were reused by ``--force-resume``).
+        A row counts as diverged when its ``"diverged"`` field is true (rows without that field:
+        when ``"final_test_accuracy"`` is present and null).
 
         Args:
           table_md: the markdown table.
           figures: name -> matplotlib Figure, as for :meth:`finish`.
-          num_runs: the number of runs (cells) the experiment reports.
-          started: ``time.perf_counter()`` when the experiment started.
+          rows: the rows the experiment reports (default: every finished row in the folder).
+          num_runs: the number of runs reported (default: ``len(rows)``).
+          started: ``time.perf_counter()`` when the experiment started (default: when this
+            object was created).
 
         Returns:
           What :meth:`finish` returns.
         """
         paths = self.finish(table_md, figures)
+        row_list = list(rows) if rows is not None else self.rows()
+        n = len(row_list) if num_runs is None else num_runs
+        diverged = sum(_diverged(r) for r in row_list)
+        elapsed = time.perf_counter() - (self._started if started is None else started)
         print(table_md)
         for name, path in paths.items():
             print(f"[{self.experiment}] {name}: {path}")
-        elapsed = time.perf_counter() - started
-        print(f"[{self.experiment}] {num_runs} runs, {elapsed:.0f}s", file=sys.stderr)
+        print(
+            f"[{self.experiment}] {n} runs, {diverged} diverged, {_fmt_wall(elapsed)} wall time, "
+            f"in {self.path}",
+            file=sys.stderr,
+        )
+        if self.reused_cells:
+            print(
+                f"[{self.experiment}] note: {self.reused_cells} cells were computed under "
+                "different code and reused (--force-resume; see config.json)",
+                file=sys.stderr,
+            )
         return paths
+
+
+def _diverged(row: Mapping[str, Any]) -> bool:
+    if "diverged" in row:
+        return bool(row["diverged"])
+    return "final_test_accuracy" in row and row["final_test_accuracy"] is None
+
+
+def _fmt_wall(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}min"
+    return f"{seconds / 3600:.1f}h"

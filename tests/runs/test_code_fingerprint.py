@@ -1,0 +1,101 @@
+"""Code fingerprints: source hashes, versions, git commit; stable, cheap, never failing."""
+
+import functools
+import importlib.metadata
+import json
+import platform
+import shutil
+import subprocess
+
+import pytest
+
+from jaxstale import runs
+
+
+def _build(hp):
+    return hp * 2
+
+
+def _build_changed(hp):
+    return hp * 3
+
+
+def _fp(*sources):
+    return runs.code_fingerprint(sources=sources)
+
+
+def test_fingerprint_fields_versions_and_cache(tmp_path):
+    fp = runs.code_fingerprint()
+    assert set(fp) == {
+        "jaxstale",
+        "source_sha",
+        "experiment_sha",
+        "user_sha",
+        "versions",
+        "git_commit",
+    }
+    for name in ("jax", "jaxlib", "optax", "flax", "numpy"):
+        assert fp["versions"][name] == importlib.metadata.version(name)
+    assert fp["versions"]["python"] == platform.python_version()
+    assert fp["jaxstale"] == importlib.metadata.version("jaxstale")
+    assert len(fp["source_sha"]) == 64 and fp["experiment_sha"] is None and fp["user_sha"] is None
+    assert runs.code_fingerprint() == fp  # deterministic
+    json.dumps(fp)  # plain JSON
+
+    exp = tmp_path / "exp.py"
+    exp.write_text("X = 1\n")
+    a = runs.code_fingerprint(modules=[exp])["experiment_sha"]
+    assert a is not None and runs.code_fingerprint(modules=[str(exp)])["experiment_sha"] == a
+    exp.write_text("X = 22\n")  # an edited file is hashed again (size/mtime changed)
+    assert runs.code_fingerprint(modules=[exp])["experiment_sha"] != a
+    with pytest.raises(ValueError, match="not a file or folder"):
+        runs.code_fingerprint(modules=[tmp_path / "missing.py"])
+
+
+def test_user_sources_use_the_source_text_and_stable_fallbacks():
+    assert _fp(_build) == _fp(_build)
+    assert _fp(_build)["user_sha"] != _fp(_build_changed)["user_sha"]
+    assert _fp(_build, _build_changed) == _fp(_build_changed, _build)  # order-free
+    assert _fp(functools.partial(_build, 1)) != _fp(functools.partial(_build, 2))
+
+    class Opaque:  # no source text available for instances: repr without the address
+        pass
+
+    assert _fp(Opaque()) == _fp(Opaque())
+    compiled = {}
+    exec(compile("def f(x):\n    return x + 1\n", "<prompt>", "exec"), compiled)
+    assert _fp(compiled["f"])["user_sha"] is not None  # no source file: its compiled code
+
+
+def test_code_hash_ignores_git_commit_and_names_changes():
+    fp = _fp(_build)
+    assert runs.code_hash(fp) == runs.code_hash({**fp, "git_commit": "f" * 40})
+    changed = {**fp, "versions": {**fp["versions"], "jax": "9.9"}}
+    assert runs.code_hash(changed) != runs.code_hash(fp)
+    assert runs.code_changes(fp, changed) == [f"jax {fp['versions']['jax']} -> 9.9"]
+    assert runs.code_changes(fp, _fp(_build_changed)) == ["user sources"]
+    assert "no code fingerprint" in runs.code_changes(None, fp)[0]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_git_commit_recorded_in_a_git_repository(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "exp.py").write_text("X = 1\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "exp.py"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "x"], check=True)
+    head = subprocess.run(
+        [*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    assert runs.code_fingerprint(modules=[repo / "exp.py"])["git_commit"] == head
+    outside = tmp_path / "plain"
+    outside.mkdir()
+    (outside / "exp.py").write_text("X = 1\n")
+    assert runs.code_fingerprint(modules=[outside / "exp.py"])["git_commit"] is None
+
+
+def test_git_commit_is_none_without_git(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no git executable found
+    assert runs.code_fingerprint()["git_commit"] is None

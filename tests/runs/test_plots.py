@@ -1,0 +1,110 @@
+"""Figures a reader understands: distinct stable styles, visible overlaps, notes, footer."""
+
+import io
+import math
+
+from jaxstale import runs
+from jaxstale.runs import curves_figure, method_style
+
+NAMES = [f"method-{i}" for i in range(30)]
+
+
+def _curve(scale=1.0, steps=20):
+    return [
+        {"step": s, "train_loss": scale / (s + 1), "test_accuracy": 1 - scale / (s + 2)}
+        for s in range(1, steps + 1)
+    ]
+
+
+def _combo(style):
+    return (style["color"], style["linestyle"], style["marker"])
+
+
+def test_method_styles_distinct_for_30_names_and_stable():
+    styles = [method_style(n, NAMES) for n in NAMES]
+    assert len({_combo(s) for s in styles}) == 30
+    assert len({(s["color"], s["linestyle"]) for s in styles}) == 30
+    assert len({s["color"] for s in styles[:10]}) == 10
+    assert [method_style(n, NAMES) for n in NAMES] == styles  # stable across calls
+    assert method_style("method-3", [*NAMES, "method-3"]) == styles[3]  # duplicates ignored
+    # the 11-method case of the user report: sgd and lc-asgd-async-bn no longer look alike
+    eleven = ["sgd", "ssgd", "asgd", "dc-asgd", "dc-asgd-a", "gap-aware", "staleness-aware",
+              "dana", "lc-asgd", "lc-asgd-async-bn", "nag-asgd"]  # fmt: skip
+    assert len({_combo(method_style(n, eleven)) for n in eleven}) == 11
+    # without a list: a deterministic hash choice; an unlisted name avoids the listed styles
+    # (pinned: the same in every process, unlike Python's randomised hash())
+    assert method_style("sgd") == {"color": "#9467bd", "linestyle": "--", "marker": "v"}
+    assert _combo(method_style("other", NAMES)) not in {_combo(s) for s in styles}
+
+
+def test_series_use_their_method_style_across_figures():
+    methods = ["sgd", "asgd", "dana"]
+    fig = curves_figure({"asgd (M=16)": [_curve()], "sgd": [_curve(2)]}, methods=methods)
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    for label, method in (("asgd (M=16)", "asgd"), ("sgd", "sgd")):
+        style = method_style(method, methods)
+        assert lines[label].get_color() == style["color"]
+        assert lines[label].get_linestyle() == style["linestyle"]
+        assert lines[label].get_marker() == style["marker"]
+    other = curves_figure({"dana": [_curve()], "asgd": [_curve(3)]}, methods=methods)
+    asgd = next(li for li in other.axes[0].get_lines() if li.get_label() == "asgd")
+    assert asgd.get_color() == lines["asgd (M=16)"].get_color()
+    custom = curves_figure({"sgd": [_curve()]}, styles={"sgd": {"color": "k"}})
+    assert custom.axes[0].get_lines()[0].get_color() == "k"
+
+
+def test_identical_curves_both_stay_visible_and_are_named():
+    fig = curves_figure({"asgd": [_curve()], "ssgd": [_curve()], "sgd": [_curve(2)]})
+    a, b, _ = fig.axes[0].get_lines()
+    assert list(a.get_ydata()) == list(b.get_ydata())
+    assert b.get_zorder() > a.get_zorder() and b.get_linewidth() < a.get_linewidth()
+    assert b.get_markevery() != a.get_markevery() and b.get_markersize() < a.get_markersize()
+    assert (a.get_color(), a.get_marker()) != (b.get_color(), b.get_marker())
+    legend = [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
+    assert legend == ["asgd", "ssgd (= asgd)", "sgd"]
+
+
+def test_empty_panels_say_why():
+    diverged = [{"step": 1, "train_loss": None, "test_accuracy": None}]
+    fig = curves_figure(
+        {
+            "M=4": {"asgd": [_curve()], "dc-asgd": [diverged]},
+            "M=16": {"asgd": [diverged, diverged], "dc-asgd": [diverged]},
+            "M=32": {"asgd": [], "dc-asgd": [[]]},
+        }
+    )
+    notes = [[t.get_text() for t in ax.texts] for ax in fig.axes]
+    assert notes == [
+        [],
+        [],
+        ["all runs diverged"] * 1,
+        ["all runs diverged"],
+        ["no runs"],
+        ["no runs"],
+    ]
+    legend = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert legend == ["asgd", "dc-asgd: all runs diverged"]
+    assert curves_figure({}).axes[0].texts[0].get_text() == "no runs"
+    nan = [{"step": 1, "train_loss": math.nan, "test_accuracy": math.inf}]
+    assert curves_figure({"sgd": [nan]}).axes[0].texts[0].get_text() == "all runs diverged"
+
+
+def test_footer_is_drawn_small_at_the_bottom():
+    footer = "digits, mlp, lr 0.1, momentum 0.9, 3 seeds, " + "gamma delays " * 30
+    fig = curves_figure({"sgd": [_curve()]}, footer=footer, title="t")
+    [text] = [t for t in fig.texts if t.get_gid() == "footer"]
+    assert text.get_text().replace("\n", " ").split() == footer.split()
+    assert text.get_fontsize() < 9 and text.get_position()[1] < 0.2
+    assert len(text.get_text().splitlines()) > 1  # wrapped to the figure's width
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()  # constrained layout leaves room for it below the panels
+    renderer = canvas.get_renderer()
+    text_top = text.get_window_extent(renderer).y1
+    assert all(ax.get_tightbbox(renderer).y0 >= text_top for ax in fig.axes)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    assert buf.getvalue()[:4] == b"\x89PNG"
+    assert not [t for t in curves_figure({"sgd": [_curve()]}).texts if t.get_gid() == "footer"]
+    assert runs.curves_figure is curves_figure
