@@ -89,17 +89,114 @@ class DelaySchedule(NamedTuple):
         """Histogram of the staleness: ``counts[τ]`` = number of updates with staleness τ."""
         return np.bincount(self.staleness, minlength=1)
 
+    def validate(self) -> DelaySchedule:
+        """Check that the schedule is a possible event sequence; return it unchanged.
 
-def _check_int(name: str, value: int, minimum: int) -> int:
+        Every constructor in :mod:`jaxstale.delays` ends with it; call it on a schedule you
+        built by hand (the executors consume a schedule as data and cannot check it later).
+
+        Checks (the first violation raises a one-line error naming the field): ``worker``,
+        ``pulled``, ``batch`` (and ``start_time``, ``finish_time`` when present) are 1-D of the
+        same length ``T`` (``ValueError``), the first three of an integer dtype (``TypeError``);
+        ``num_workers`` is an int ``≥ 1``; ``0 ≤ pulled[t] ≤ t`` (no gradient is taken at
+        weights that do not exist yet); ``0 ≤ worker[t] < num_workers``; ``batch[t] ≥ 0``;
+        ``start_time[t] ≤ finish_time[t]`` when both are present (NaN fails).
+
+        Returns:
+            ``self``.
+
+        Example:
+            >>> import numpy as np
+            >>> from jaxstale.delays import DelaySchedule
+            >>> ok = DelaySchedule(np.array([0, 0]), np.array([0, 0]), np.array([0, 1]), 1, "mine")
+            >>> ok.validate().staleness.tolist()
+            [0, 1]
+            >>> bad = ok._replace(pulled=np.array([0, 2]))
+            >>> bad.validate()
+            Traceback (most recent call last):
+            ...
+            ValueError: DelaySchedule.validate: pulled[1] = 2 is outside [0, 1] (...)
+        """
+        where = "DelaySchedule.validate"
+        if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int | np.integer):
+            raise TypeError(f"{where}: num_workers must be an int, got {self.num_workers!r}")
+        if self.num_workers < 1:
+            raise ValueError(f"{where}: num_workers must be >= 1, got {self.num_workers}")
+        fields = {"worker": self.worker, "pulled": self.pulled, "batch": self.batch}
+        if self.start_time is not None:
+            fields["start_time"] = self.start_time
+        if self.finish_time is not None:
+            fields["finish_time"] = self.finish_time
+        arrays = {name: np.asarray(value) for name, value in fields.items()}
+        t_count = len(arrays["pulled"]) if arrays["pulled"].ndim == 1 else -1
+        for name, arr in arrays.items():
+            if arr.ndim != 1 or len(arr) != t_count:
+                raise ValueError(
+                    f"{where}: {name} must be 1-D with one entry per update, like pulled "
+                    f"(shape ({max(t_count, 0)},)); got shape {arr.shape}"
+                )
+            if name in ("worker", "pulled", "batch") and arr.dtype.kind not in "iu":
+                raise TypeError(f"{where}: {name} must hold integers, got dtype {arr.dtype}")
+        t = np.arange(t_count)
+
+        def first_bad(name: str, ok: np.ndarray, allowed: str, why: str = "") -> None:
+            if not np.all(ok):
+                i = int(np.argmin(ok))
+                raise ValueError(
+                    f"{where}: {name}[{i}] = {arrays[name][i]} is outside {allowed.format(t=i)}"
+                    + (f" ({why})" if why else "")
+                )
+
+        pulled, worker = arrays["pulled"], arrays["worker"]
+        first_bad(
+            "pulled",
+            (pulled >= 0) & (pulled <= t),
+            "[0, {t}]",
+            "update t applies a gradient taken at a version 0 … t",
+        )
+        first_bad("worker", (worker >= 0) & (worker < self.num_workers), f"[0, {self.num_workers})")
+        first_bad("batch", arrays["batch"] >= 0, "[0, inf)")
+        if "start_time" in arrays and "finish_time" in arrays:
+            start, finish = arrays["start_time"], arrays["finish_time"]
+            ok = start <= finish
+            if not np.all(ok):
+                i = int(np.argmin(ok))
+                raise ValueError(
+                    f"{where}: start_time[{i}] = {start[i]} must be <= finish_time[{i}] = "
+                    f"{finish[i]} (a gradient arrives after its worker started it)"
+                )
+        return self
+
+
+def _check_int(where: str, name: str, value: int, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        raise TypeError(f"{where}: {name} must be an int, got {type(value).__name__}")
     if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+        raise ValueError(f"{where}: {name} must be >= {minimum}, got {value}")
     return int(value)
 
 
+def _check_real(
+    where: str, name: str, value: float, low: float, high: float = np.inf, *, low_open: bool = False
+) -> float:
+    """``float(value)``; ``TypeError`` unless a real number, ``ValueError`` outside the range."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise TypeError(f"{where}: {name} must be a real number, got {type(value).__name__}")
+    x = float(value)
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if np.isinf(high) else ']'}"
+    if not ((x > low if low_open else x >= low) and (x < high if np.isinf(high) else x <= high)):
+        raise ValueError(f"{where}: {name} must be in {interval}, got {x}")
+    return x
+
+
 def _from_pulled(
-    pulled: np.ndarray, worker: np.ndarray, batch: np.ndarray, m: int, name: str
+    pulled: np.ndarray,
+    worker: np.ndarray,
+    batch: np.ndarray,
+    m: int,
+    name: str,
+    start_time: np.ndarray | None = None,
+    finish_time: np.ndarray | None = None,
 ) -> DelaySchedule:
     return DelaySchedule(
         worker=worker.astype(np.int32),
@@ -107,7 +204,9 @@ def _from_pulled(
         batch=batch.astype(np.int32),
         num_workers=m,
         name=name,
-    )
+        start_time=start_time,
+        finish_time=finish_time,
+    ).validate()
 
 
 def constant(tau: int, num_updates: int) -> DelaySchedule:
@@ -131,8 +230,8 @@ def constant(tau: int, num_updates: int) -> DelaySchedule:
     References:
         Jain et al., ICLR 2018 workshop (constant-delay SGD with momentum).
     """
-    tau = _check_int("tau", tau, 0)
-    t_count = _check_int("num_updates", num_updates, 1)
+    tau = _check_int("constant", "tau", tau, 0)
+    t_count = _check_int("constant", "num_updates", num_updates, 1)
     t = np.arange(t_count)
     return _from_pulled(np.maximum(t - tau, 0), t % (tau + 1), t, tau + 1, "constant")
 
@@ -157,8 +256,8 @@ def round_robin(num_workers: int, num_updates: int) -> DelaySchedule:
         >>> s.worker.tolist(), s.staleness.tolist()
         ([0, 1, 2, 0, 1, 2, 0], [0, 1, 2, 2, 2, 2, 2])
     """
-    m = _check_int("num_workers", num_workers, 1)
-    t_count = _check_int("num_updates", num_updates, 1)
+    m = _check_int("round_robin", "num_workers", num_workers, 1)
+    t_count = _check_int("round_robin", "num_updates", num_updates, 1)
     t = np.arange(t_count)
     return _from_pulled(np.maximum(t - m + 1, 0), t % m, t, m, "round_robin")
 
@@ -187,8 +286,9 @@ def gamma_timed(
         num_workers: ``M ≥ 1``.
         num_updates: ``T ≥ 1``.
         batch_size: ``B`` (sets the time scale only; ``≥ 1``).
-        seed: numpy seed.
-        shape: the gamma shape ``k`` (``> 0``; 100 = compute times with 10% relative spread).
+        seed: numpy seed, an int ``≥ 0``.
+        shape: the gamma shape ``k`` (finite, ``> 0``; 100 = compute times with 10% relative
+            spread).
         straggler_fraction: fraction of workers that are slow, in ``[0, 1]``.
         straggler_slowdown: how many times slower the stragglers are (``≥ 1``).
 
@@ -206,15 +306,13 @@ def gamma_timed(
         arXiv 1907.11612; Barkai et al., "Gap-Aware Mitigation of Gradient Staleness",
         ICLR 2020, arXiv 1909.10802 (their simulators use Gamma(100, B/100) worker times).
     """
-    m = _check_int("num_workers", num_workers, 1)
-    t_count = _check_int("num_updates", num_updates, 1)
-    b = _check_int("batch_size", batch_size, 1)
-    if not np.isfinite(shape) or shape <= 0:
-        raise ValueError(f"shape must be a finite number > 0, got {shape}")
-    if not 0.0 <= straggler_fraction <= 1.0:
-        raise ValueError(f"straggler_fraction must be in [0, 1], got {straggler_fraction}")
-    if not np.isfinite(straggler_slowdown) or straggler_slowdown < 1.0:
-        raise ValueError(f"straggler_slowdown must be >= 1, got {straggler_slowdown}")
+    m = _check_int("gamma_timed", "num_workers", num_workers, 1)
+    t_count = _check_int("gamma_timed", "num_updates", num_updates, 1)
+    b = _check_int("gamma_timed", "batch_size", batch_size, 1)
+    seed = _check_int("gamma_timed", "seed", seed, 0)
+    shape = _check_real("gamma_timed", "shape", shape, 0, low_open=True)
+    straggler_fraction = _check_real("gamma_timed", "straggler_fraction", straggler_fraction, 0, 1)
+    straggler_slowdown = _check_real("gamma_timed", "straggler_slowdown", straggler_slowdown, 1)
     rng = np.random.default_rng(seed)
     slow = np.ones(m)
     slow[: round(straggler_fraction * m)] = straggler_slowdown
@@ -239,8 +337,7 @@ def gamma_timed(
         started[i] = now
         next_batch += 1
         heapq.heappush(heap, (now + float(rng.gamma(shape, scale[i])), i))
-    sched = _from_pulled(pulled, worker, batch, m, "gamma")
-    return sched._replace(start_time=start, finish_time=finish)
+    return _from_pulled(pulled, worker, batch, m, "gamma", start, finish)
 
 
 def make_schedule(
@@ -272,14 +369,20 @@ def make_schedule(
         [0, 1, 2, 2, 2]
     """
     if name == "constant":
-        _check_int("num_workers", num_workers, 1)
+        _check_int("make_schedule", "num_workers", num_workers, 1)
         if kwargs:
-            raise ValueError(f"constant delay takes no extra options, got {sorted(kwargs)}")
+            raise ValueError(
+                f"make_schedule: constant takes no extra options, got {sorted(kwargs)}"
+            )
         return constant(num_workers - 1, num_updates)
     if name == "round_robin":
         if kwargs:
-            raise ValueError(f"round_robin takes no extra options, got {sorted(kwargs)}")
+            raise ValueError(
+                f"make_schedule: round_robin takes no extra options, got {sorted(kwargs)}"
+            )
         return round_robin(num_workers, num_updates)
     if name == "gamma":
         return gamma_timed(num_workers, num_updates, batch_size=batch_size, seed=seed, **kwargs)
-    raise ValueError(f"unknown delay model {name!r}; known: {', '.join(DELAY_MODELS)}")
+    raise ValueError(
+        f"make_schedule: unknown delay model name {name!r}; known: {', '.join(DELAY_MODELS)}"
+    )

@@ -96,3 +96,13 @@ def test_bad_parameters_raise_value_error(call):
 def test_non_int_raises_type_error():
     with pytest.raises(TypeError):
         delays.round_robin(2.5, 10)
+
+
+def test_every_constructor_returns_a_validated_schedule():
+    for sched in (
+        delays.constant(2, 6),
+        delays.round_robin(3, 7),
+        delays.gamma_timed(3, 50, batch_size=8, seed=0),
+        delays.make_schedule("gamma", 2, 20, straggler_fraction=0.5, straggler_slowdown=3.0),
+    ):
+        assert sched.validate() is sched

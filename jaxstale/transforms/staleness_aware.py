@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxstale.transforms._utils import MISSING, broadcast_prefix, require_extra
+from jaxstale.transforms._utils import MISSING, broadcast_prefix, check_range, require_extra
 
 __all__ = [
     "StalenessAwareState",
@@ -41,9 +41,14 @@ def staleness_aware() -> optax.GradientTransformationExtraArgs:
     Staleness semantics: ``staleness = τ`` is the number of updates applied between the read of
     the weights the gradient was computed at and its application (``w_t`` vs ``w_{t−τ}``).
     ``τ = 0`` (fresh) and ``τ = 1`` leave the gradient bit for bit unchanged (division by exactly
-    ``1.0``); a negative τ is treated as fresh. ``staleness`` may be a scalar (one per gradient,
-    the asynchronous data-parallel case) or a pytree prefix of the gradients (e.g. one per
-    pipeline stage sub-tree); it may be traced.
+    ``1.0``). ``staleness`` may be a scalar (one per gradient, the asynchronous data-parallel
+    case) or a pytree prefix of the gradients (e.g. one per pipeline stage sub-tree); it may be
+    traced.
+
+    Checks: a negative staleness is an error. A concrete one raises ``ValueError``; a traced
+    one (inside ``jax.jit``, ``lax.scan``, ``jax.vmap``) is checked by ``checkify`` (wrap the
+    step in ``jax.experimental.checkify.checkify`` to have it reported) and is otherwise
+    treated as fresh.
 
     For a staleness-dependent learning rate *inside* the optimizer (e.g. on top of a schedule or
     with a power ``τ^{-p}``), use :func:`staleness_schedule` with ``optax.inject_hyperparams``.
@@ -85,6 +90,8 @@ def staleness_aware() -> optax.GradientTransformationExtraArgs:
         staleness = require_extra(
             staleness, "staleness", name, "τ, the number of updates since the weights were read"
         )
+        for tau in jax.tree.leaves(staleness):
+            check_range(tau, "staleness", name, 0)
         per_leaf = broadcast_prefix(staleness, updates, "staleness", name)
         new_updates = jax.tree.map(lambda g, s: g / _divisor(s, g.dtype), updates, per_leaf)
         return new_updates, state
@@ -137,6 +144,7 @@ class StalenessSchedule:
         base = jnp.asarray(base, jnp.float32)
         if staleness is None:
             return base
+        check_range(staleness, "staleness", "staleness_schedule", 0)
         divisor = _divisor(staleness, jnp.float32)
         if self.power == 1.0:
             return base / divisor
@@ -162,7 +170,8 @@ def staleness_schedule(
     scales the whole step, and ``state.hyperparams['learning_rate']`` logs the rate used.
 
     Staleness semantics: ``τ = 0`` or ``1`` (or no ``staleness`` argument at all) gives exactly
-    ``η(t)``: the plain optimizer.
+    ``η(t)``: the plain optimizer. A negative ``τ`` is an error: ``ValueError`` when concrete,
+    reported by ``checkify`` when traced (and otherwise treated as fresh).
 
     Args:
       learning_rate: the base learning rate ``η``, a float or an optax schedule.

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxstale.transforms._utils import broadcast_prefix, check_like
+from jaxstale.transforms._utils import broadcast_prefix, check_like, check_range
 
 __all__ = [
     "WeightPredictionState",
@@ -135,6 +135,10 @@ def find_weight_prediction_state(state: Any) -> WeightPredictionState:
     return found[0]
 
 
+#: The prediction rules of :func:`predict_weights`.
+RULES: tuple[str, ...] = ("spectrain", "nesterov")
+
+
 def _geometric(mu: jax.typing.ArrayLike, steps: jax.Array) -> jax.Array:
     """``μ + μ² + … + μ^s = μ(1 − μ^s)/(1 − μ)`` (``s`` for ``μ = 1``), exact at ``s ∈ {0, 1}``."""
     mu = jnp.asarray(mu, jnp.float32)
@@ -162,7 +166,7 @@ def predict_weights(
         \\text{nesterov:}\\quad \\hat w = w + \\Delta w_{last}\\,(\\mu + \\mu^2 + \\dots + \\mu^s)
         = w + \\Delta w_{last}\\,\\frac{\\mu (1 - \\mu^s)}{1 - \\mu}
 
-    (``s`` for ``μ = 1``). With ``optax.sgd(η, μ)`` as the inner optimizer ``Δw_last = −η v``:
+    (``0 ≤ μ < 1``). With ``optax.sgd(η, μ)`` as the inner optimizer ``Δw_last = −η v``:
     SpecTrain's ``w − s·η·v`` (constant velocity) and NAG's decaying extrapolation
     ``w − η·v·(μ + … + μ^s)``, whose ``s = 1`` point ``w − η μ v`` is Nesterov's look-ahead.
 
@@ -170,6 +174,14 @@ def predict_weights(
     now and the target version the pass should have used (``target − current`` from a pipeline
     schedule's version table). ``steps = 0`` returns ``params`` exactly (bit for bit).
     ``Δw_last`` is taken as is: under a learning-rate schedule it carries the last step's rate.
+
+    Checks: an unknown ``rule`` and a missing ``momentum`` for ``"nesterov"`` raise
+    ``ValueError``; so do a concrete negative ``steps`` and a concrete ``momentum`` outside
+    ``[0, 1)`` (``"nesterov"`` only). A *traced* ``steps`` or ``momentum`` (inside ``jax.jit``,
+    ``lax.scan``, ``jax.vmap``) is checked by ``checkify``: wrap the computation in
+    ``jax.experimental.checkify.checkify`` to have a negative horizon or an out-of-range
+    momentum reported; without it a traced negative horizon predicts ``0`` steps (the weights
+    unchanged).
 
     Args:
       params: the current weights ``w`` (a pytree like the optimizer's parameters; ``flax.nnx``
@@ -180,7 +192,8 @@ def predict_weights(
       steps: the horizon ``s ≥ 0``: an int scalar (may be traced) or a pytree prefix of
         ``params`` of such scalars (per-leaf horizons, e.g. one per pipeline-stage sub-tree).
       rule: ``"spectrain"`` (constant velocity) or ``"nesterov"`` (geometric decay with ``μ``).
-      momentum: ``μ``, required for ``rule="nesterov"`` (use the optimizer's momentum).
+      momentum: ``μ`` in ``[0, 1)``, required for ``rule="nesterov"`` (use the optimizer's
+        momentum); ignored by ``"spectrain"``.
 
     Returns:
       The predicted weights, a pytree with the structure of ``params``.
@@ -205,12 +218,14 @@ def predict_weights(
       O(1/k²)", Soviet Mathematics Doklady, 1983 (the look-ahead point).
     """
     name = "predict_weights"
-    if rule not in ("spectrain", "nesterov"):
-        raise ValueError(f"{name}: rule must be 'spectrain' or 'nesterov', got {rule!r}")
-    if rule == "nesterov" and momentum is None:
-        raise ValueError(
-            f"{name}: rule='nesterov' needs momentum=μ (the optimizer's momentum), got None"
-        )
+    if rule not in RULES:
+        raise ValueError(f"{name}: unknown rule {rule!r}; known: {', '.join(map(repr, RULES))}")
+    if rule == "nesterov":
+        if momentum is None:
+            raise ValueError(
+                f"{name}: rule='nesterov' needs momentum=μ (the optimizer's momentum), got None"
+            )
+        check_range(momentum, "momentum", name, 0, 1)
     wp_state = find_weight_prediction_state(state)
     # flax.nnx states (nnx.Optimizer.opt_state, nnx.state(model, nnx.Param)) may hold Variables
     last = check_like(wp_state.last_update, params, "the state's last_update", "params", name)
@@ -223,8 +238,8 @@ def predict_weights(
             raise TypeError(
                 f"{name}: steps must be integer scalars, got dtype {s.dtype}, shape {s.shape}"
             )
-        if not isinstance(s, jax.core.Tracer) and int(s) < 0:
-            raise ValueError(f"{name}: steps must be >= 0, got {int(s)}")
+        check_range(s, "steps", name, 0)
+        s = jnp.maximum(s, 0)  # a traced negative horizon (reported under checkify) predicts 0
         coef = s.astype(jnp.float32) if rule == "spectrain" else _geometric(mu, s)
         predicted = (w + coef.astype(delta.dtype) * delta).astype(w.dtype)
         return jnp.where(s == 0, w, predicted)

@@ -170,8 +170,12 @@ def test_converges_in_scan_with_delay(name):
     start = init_params()
     assert float(quadratic(quad(start))) < 1e-6 * float(quadratic(start)), name
     # Rosenbrock from (-0.5, 0.5) (f = 8.5), τ = 2, a step size stable for its curvature.
+    # Gap-Aware's lab statistic measures its own penalised steps, so it penalises harder and
+    # crawls down the valley more slowly: (0.94, 0.89) after 30000 steps, (0.99, 0.98) after
+    # 60000 (with the raw-gradient statistic: (0.97, 0.95) and (0.998, 0.996)).
+    steps = 60000 if name == "gap_aware" else 30000
     rosen = jax.jit(
-        lambda p: delayed_run(name, make(name, 2e-4, 0.5), rosenbrock, p, tau=2, steps=30000)[0]
+        lambda p: delayed_run(name, make(name, 2e-4, 0.5), rosenbrock, p, tau=2, steps=steps)[0]
     )
     final = rosen({"xy": jnp.array([-0.5, 0.5])})
     assert float(rosenbrock(final)) < 1e-2, name

@@ -28,7 +28,7 @@ def test_default_lambda_is_004():
 
 
 def test_adaptive_lambda_hand_computed():
-    tx = dc_asgd(lam=2.0, adaptive=True, decay=0.5, eps=0.0)
+    tx = dc_asgd(lam=2.0, adaptive=True, decay=0.5, eps=1e-30)  # ε > 0; negligible here
     state = tx.init(W)
     np.testing.assert_array_equal(state.ms["a"], [0.0, 0.0, 0.0])
     out, state = tx.update(G, state, W, stale_params=W_BAK)
@@ -100,3 +100,55 @@ def test_nnx_state_with_variables_as_stale_params():
     out, _ = tx.update(grads, tx.init(params), params, stale_params=stale)
     assert jax.tree.structure(out) == jax.tree.structure(grads)
     np.testing.assert_allclose(out["kernel"], np.full((2, 1), 1.5))
+
+
+def test_one_ms_per_worker_hand_computed():
+    # Workers 0, 1, 0 (m = 0.5, λ0 = 2). Gap w − w_bak = [1, 0, 2] throughout.
+    tx = dc_asgd(lam=2.0, adaptive=True, decay=0.5, eps=1e-30, num_workers=2)
+    state = tx.init(W)
+    assert state.ms["a"].shape == (2, 3)
+    g1, g2 = G, {"a": jnp.array([1.0, 2.0, 1.0])}
+    out, state = tx.update(g1, state, W, stale_params=W_BAK, worker=jnp.int32(0))
+    # MS_0 = 0.5 g1² = [2, .5, 4.5], λ = 2 / sqrt(MS_0); MS_1 untouched
+    r2 = np.sqrt(2.0)
+    np.testing.assert_allclose(out["a"], [2 + r2 * 4, 1.0, -3 + 2 * r2 / 3 * 9 * 2], rtol=1e-6)
+    out, state = tx.update(g2, state, W, stale_params=W_BAK, worker=jnp.int32(1))
+    # worker 1's own MS_1 = 0.5 g2² = [.5, 2, .5] (a shared MS would be [1.5, 2.25, 2.75])
+    np.testing.assert_allclose(out["a"], [1 + 2 * r2, 2.0, 1 + 2 * r2 * 2], rtol=1e-6)
+    out, state = tx.update(g2, state, W, stale_params=W_BAK, worker=0)
+    # MS_0 = 0.5 [2, .5, 4.5] + 0.5 [1, 4, 1] = [1.5, 2.25, 2.75]
+    np.testing.assert_allclose(out["a"], [1 + 2 / np.sqrt(1.5), 2.0, 1 + 4 / np.sqrt(2.75)])
+    np.testing.assert_allclose(state.ms["a"], [[1.5, 2.25, 2.75], [0.5, 2.0, 0.5]], rtol=1e-7)
+
+
+def test_one_worker_is_the_shared_ms_bit_for_bit():
+    rng = np.random.default_rng(0)
+    shared = dc_asgd(2.0, adaptive=True)
+    single = dc_asgd(2.0, adaptive=True, num_workers=1)
+    s_shared, s_single = shared.init(W), single.init(W)
+    for _ in range(3):
+        g = {"a": jnp.asarray(rng.standard_normal(3), jnp.float32)}
+        a, s_shared = shared.update(g, s_shared, W, stale_params=W_BAK, worker=jnp.int32(0))
+        b, s_single = single.update(g, s_single, W, stale_params=W_BAK, worker=jnp.int32(0))
+        assert np.asarray(a["a"]).tobytes() == np.asarray(b["a"]).tobytes()
+    assert np.asarray(s_shared.ms["a"]).tobytes() == np.asarray(s_single.ms["a"][0]).tobytes()
+
+
+def test_per_worker_ms_traced_worker_in_jit_and_scan():
+    tx = dc_asgd(2.0, adaptive=True, decay=0.5, num_workers=2)
+    workers = jnp.array([0, 1, 0], jnp.int32)
+
+    def body(state, w):
+        out, state = tx.update(G, state, W, stale_params=W_BAK, worker=w)
+        return state, out["a"]
+
+    state, outs = jax.jit(lambda s: jax.lax.scan(body, s, workers))(tx.init(W))
+    ref_state, ref = tx.init(W), []
+    for w in (0, 1, 0):
+        out, ref_state = tx.update(G, ref_state, W, stale_params=W_BAK, worker=w)
+        ref.append(out["a"])
+    np.testing.assert_allclose(outs, np.stack(ref), rtol=1e-6)
+    np.testing.assert_allclose(state.ms["a"], ref_state.ms["a"], rtol=1e-6)
+    # worker 1's row saw one gradient, worker 0's two: 0.5 g², 0.75 g²
+    np.testing.assert_allclose(state.ms["a"][1], 0.5 * np.asarray(G["a"]) ** 2, rtol=1e-6)
+    np.testing.assert_allclose(state.ms["a"][0], 0.75 * np.asarray(G["a"]) ** 2, rtol=1e-6)

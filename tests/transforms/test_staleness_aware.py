@@ -11,7 +11,7 @@ from jaxstale import StalenessSchedule, staleness_aware, staleness_schedule
 G = {"s0": jnp.array([1.0, -3.0]), "s1": {"w": jnp.array([[6.0]])}}
 
 
-@pytest.mark.parametrize(("tau", "divisor"), [(0, 1), (1, 1), (3, 3), (-2, 1)])
+@pytest.mark.parametrize(("tau", "divisor"), [(0, 1), (1, 1), (3, 3)])
 def test_divides_by_staleness(tau, divisor):
     tx = staleness_aware()
     out, _ = tx.update(G, tx.init(G), staleness=tau)

@@ -48,7 +48,7 @@ def test_spectrain_hand_computed():
 
 @pytest.mark.parametrize(
     ("mu", "steps", "coef"),
-    [(0.5, 0, 0.0), (0.5, 1, 0.5), (0.5, 3, 0.875), (0.9, 2, 1.71), (1.0, 4, 4.0), (0.0, 3, 0.0)],
+    [(0.5, 0, 0.0), (0.5, 1, 0.5), (0.5, 3, 0.875), (0.9, 2, 1.71), (0.0, 3, 0.0)],
 )
 def test_nesterov_geometric_coefficient(mu, steps, coef):
     params, upd, state = one_step(weight_prediction(optax.sgd(1.0)))
@@ -122,7 +122,7 @@ def test_errors():
         predict_weights({"s0": params["s0"]}, state, 1)
     with pytest.raises(TypeError, match="integer"):
         predict_weights(params, state, 1.5)
-    with pytest.raises(ValueError, match=">= 0"):
+    with pytest.raises(ValueError, match=r"steps must be in \[0, inf\), got -1"):
         predict_weights(params, state, {"s0": 1, "s1": -1})
 
 

@@ -1,0 +1,405 @@
+"""Bad inputs at the edges of the library: one row each, one clear one-line error each.
+
+Every row is ``(name, bad call, exception type, where, argument)``: the message is one line,
+starts with ``where`` (the function or method that rejects the input) and names ``argument``.
+The call raises at once where the value is concrete; a traced value (inside ``jax.jit``, or
+injected by ``optax.inject_hyperparams`` in a jitted step) is reported through
+``jax.experimental.checkify`` (``checked`` below), whose error is a ``ValueError`` too.
+
+The command-line cases (the experiments' argument parsing) will be added to this same table
+later.
+"""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from jax.experimental import checkify
+
+from jaxstale import (
+    DelaySchedule,
+    VersionBuffer,
+    dc_asgd,
+    delays,
+    gap_aware,
+    predict_weights,
+    staleness_aware,
+    staleness_schedule,
+    weight_prediction,
+)
+
+W = jnp.array([1.0, 2.0])
+G = jnp.array([0.5, -1.0])
+
+
+def checked(fn, *args):
+    """Run ``fn(*args)`` jitted under ``checkify`` and raise what its checks found."""
+    err, _ = jax.jit(checkify.checkify(fn))(*args)
+    err.throw()
+
+
+def update(tx, **extra):
+    """One ``update`` of ``tx`` from a fresh state."""
+    return tx.update(G, tx.init(W), W, **extra)
+
+
+def injected_update(factory, name, value, static_args=(), **kwargs):
+    """One jitted update of ``inject_hyperparams(factory)`` with hyper-parameter ``name`` traced."""
+    tx = optax.inject_hyperparams(factory, static_args=static_args)(**kwargs)
+    state = tx.init(W)
+
+    def step(v):
+        hyper = {**state.hyperparams, name: v}
+        return tx.update(G, state._replace(hyperparams=hyper), W, stale_params=W - 1.0)[0]
+
+    checked(step, jnp.float32(value))
+
+
+def predictor_state():
+    tx = weight_prediction(optax.sgd(0.1, momentum=0.9))
+    return tx.update(G, tx.init(W), W)[1]
+
+
+def schedule(**changes):
+    """A valid 3-update, 2-worker schedule with ``changes`` applied."""
+    ok = DelaySchedule(
+        worker=np.array([0, 1, 0]),
+        pulled=np.array([0, 0, 1]),
+        batch=np.array([0, 1, 2]),
+        num_workers=2,
+        name="by-hand",
+        start_time=np.array([0.0, 0.0, 1.0]),
+        finish_time=np.array([1.0, 1.5, 2.0]),
+    )
+    return ok._replace(**changes)
+
+
+PER_WORKER = dict(adaptive=True, num_workers=2)
+
+ROWS = [
+    # --- gap_aware
+    ("gap_aware(0) [user report]", lambda: gap_aware(0), ValueError, "gap_aware", "learning_rate"),
+    ("gap_aware negative lr", lambda: gap_aware(-0.1), ValueError, "gap_aware", "learning_rate"),
+    ("gap_aware inf lr", lambda: gap_aware(float("inf")), ValueError, "gap_aware", "learning_rate"),
+    ("gap_aware nan lr", lambda: gap_aware(float("nan")), ValueError, "gap_aware", "learning_rate"),
+    ("gap_aware str lr", lambda: gap_aware("0.1"), TypeError, "gap_aware", "learning_rate"),
+    ("gap_aware decay 1", lambda: gap_aware(0.1, decay=1.0), ValueError, "gap_aware", "decay"),
+    ("gap_aware eps 0", lambda: gap_aware(0.1, eps=0.0), ValueError, "gap_aware", "eps"),
+    (
+        "gap_aware momentum 1",
+        lambda: gap_aware(0.1, momentum=1.0),
+        ValueError,
+        "gap_aware",
+        "momentum",
+    ),
+    (
+        "gap_aware momentum < 0",
+        lambda: gap_aware(0.1, momentum=-0.5),
+        ValueError,
+        "gap_aware",
+        "momentum",
+    ),
+    (
+        "gap_aware statistic",
+        lambda: gap_aware(0.1, statistic="paper"),
+        ValueError,
+        "gap_aware",
+        "statistic",
+    ),
+    (
+        "gap_aware traced lr 0 (inject_hyperparams, checkify)",
+        lambda: injected_update(gap_aware, "learning_rate", 0.0, ("momentum",), learning_rate=0.1),
+        ValueError,
+        "gap_aware",
+        "learning_rate",
+    ),
+    (
+        "gap_aware traced decay 1 (inject_hyperparams, checkify)",
+        lambda: injected_update(gap_aware, "decay", 1.0, ("momentum",), learning_rate=0.1),
+        ValueError,
+        "gap_aware",
+        "decay",
+    ),
+    # --- dc_asgd
+    (
+        "dc_asgd(decay=1.5) [user report]",
+        lambda: dc_asgd(decay=1.5),
+        ValueError,
+        "dc_asgd",
+        "decay",
+    ),
+    ("dc_asgd negative lam", lambda: dc_asgd(-0.1), ValueError, "dc_asgd", "lam"),
+    ("dc_asgd inf lam", lambda: dc_asgd(float("inf")), ValueError, "dc_asgd", "lam"),
+    ("dc_asgd eps 0", lambda: dc_asgd(2.0, adaptive=True, eps=0.0), ValueError, "dc_asgd", "eps"),
+    (
+        "dc_asgd num_workers 0",
+        lambda: dc_asgd(2.0, adaptive=True, num_workers=0),
+        ValueError,
+        "dc_asgd",
+        "num_workers",
+    ),
+    (
+        "dc_asgd num_workers float",
+        lambda: dc_asgd(2.0, **{**PER_WORKER, "num_workers": 2.0}),
+        TypeError,
+        "dc_asgd",
+        "num_workers",
+    ),
+    (
+        "dc_asgd num_workers without adaptive",
+        lambda: dc_asgd(0.04, num_workers=2),
+        ValueError,
+        "dc_asgd",
+        "num_workers",
+    ),
+    (
+        "dc_asgd per-worker MS, worker missing",
+        lambda: update(dc_asgd(2.0, **PER_WORKER), stale_params=W),
+        TypeError,
+        "dc_asgd.update()",
+        "worker",
+    ),
+    (
+        "dc_asgd per-worker MS, worker out of range",
+        lambda: update(dc_asgd(2.0, **PER_WORKER), stale_params=W, worker=2),
+        ValueError,
+        "dc_asgd",
+        "worker",
+    ),
+    (
+        "dc_asgd per-worker MS, negative worker",
+        lambda: update(dc_asgd(2.0, **PER_WORKER), stale_params=W, worker=jnp.int32(-1)),
+        ValueError,
+        "dc_asgd",
+        "worker",
+    ),
+    (
+        "dc_asgd per-worker MS, traced worker out of range (checkify)",
+        lambda: checked(
+            lambda i: update(dc_asgd(2.0, **PER_WORKER), stale_params=W, worker=i), jnp.int32(5)
+        ),
+        ValueError,
+        "dc_asgd",
+        "worker",
+    ),
+    (
+        "dc_asgd traced negative lam (inject_hyperparams, checkify)",
+        lambda: injected_update(dc_asgd, "lam", -1.0, lam=0.04),
+        ValueError,
+        "dc_asgd",
+        "lam",
+    ),
+    # --- predict_weights
+    (
+        "predict_weights negative steps [user report]",
+        lambda: predict_weights(W, predictor_state(), -1),
+        ValueError,
+        "predict_weights",
+        "steps",
+    ),
+    (
+        "predict_weights traced negative steps (checkify) [user report]",
+        lambda: checked(lambda s: predict_weights(W, predictor_state(), s), jnp.int32(-1)),
+        ValueError,
+        "predict_weights",
+        "steps",
+    ),
+    (
+        "predict_weights nesterov momentum 1",
+        lambda: predict_weights(W, predictor_state(), 1, rule="nesterov", momentum=1.0),
+        ValueError,
+        "predict_weights",
+        "momentum",
+    ),
+    (
+        "predict_weights nesterov traced momentum (checkify)",
+        lambda: checked(
+            lambda mu: predict_weights(W, predictor_state(), 1, rule="nesterov", momentum=mu),
+            jnp.float32(1.5),
+        ),
+        ValueError,
+        "predict_weights",
+        "momentum",
+    ),
+    (
+        "predict_weights unknown rule",
+        lambda: predict_weights(W, predictor_state(), 1, rule="adam"),
+        ValueError,
+        "predict_weights",
+        "rule",
+    ),
+    # --- staleness_aware, staleness_schedule
+    (
+        "staleness_aware negative staleness",
+        lambda: update(staleness_aware(), staleness=-1),
+        ValueError,
+        "staleness_aware",
+        "staleness",
+    ),
+    (
+        "staleness_aware traced negative staleness (checkify)",
+        lambda: checked(lambda tau: update(staleness_aware(), staleness=tau), jnp.int32(-1)),
+        ValueError,
+        "staleness_aware",
+        "staleness",
+    ),
+    (
+        "staleness_schedule negative staleness",
+        lambda: update(
+            optax.inject_hyperparams(optax.sgd)(learning_rate=staleness_schedule(0.1)),
+            staleness=-2,
+        ),
+        ValueError,
+        "staleness_schedule",
+        "staleness",
+    ),
+    # --- VersionBuffer
+    (
+        "VersionBuffer tau out of range",
+        lambda: VersionBuffer.create(W, capacity=3).get(5),
+        ValueError,
+        "VersionBuffer.get",
+        "tau",
+    ),
+    # --- DelaySchedule built by hand
+    (
+        "DelaySchedule pulled > t [user report]",
+        lambda: schedule(pulled=np.array([0, 2, 1])).validate(),
+        ValueError,
+        "DelaySchedule.validate",
+        "pulled",
+    ),
+    (
+        "DelaySchedule pulled < 0",
+        lambda: schedule(pulled=np.array([0, -1, 1])).validate(),
+        ValueError,
+        "DelaySchedule.validate",
+        "pulled",
+    ),
+    (
+        "DelaySchedule float pulled",
+        lambda: schedule(pulled=np.array([0.0, 0.0, 1.0])).validate(),
+        TypeError,
+        "DelaySchedule.validate",
+        "pulled",
+    ),
+    (
+        "DelaySchedule worker >= M",
+        lambda: schedule(worker=np.array([0, 2, 0])).validate(),
+        ValueError,
+        "DelaySchedule.validate",
+        "worker",
+    ),
+    (
+        "DelaySchedule batch < 0",
+        lambda: schedule(batch=np.array([0, -1, 2])).validate(),
+        ValueError,
+        "DelaySchedule.validate",
+        "batch",
+    ),
+    (
+        "DelaySchedule length",
+        lambda: schedule(batch=np.array([0, 1])).validate(),
+        ValueError,
+        "DelaySchedule.validate",
+        "batch",
+    ),
+    (
+        "DelaySchedule num_workers 0",
+        lambda: schedule(num_workers=0).validate(),
+        ValueError,
+        "DelaySchedule.validate",
+        "num_workers",
+    ),
+    (
+        "DelaySchedule start after finish",
+        lambda: schedule(start_time=np.array([0.0, 2.0, 1.0])).validate(),
+        ValueError,
+        "DelaySchedule.validate",
+        "start_time",
+    ),
+    # --- delay-model constructors
+    ("constant negative delay", lambda: delays.constant(-1, 5), ValueError, "constant", "tau"),
+    (
+        "round_robin no workers",
+        lambda: delays.round_robin(0, 5),
+        ValueError,
+        "round_robin",
+        "num_workers",
+    ),
+    (
+        "round_robin float workers",
+        lambda: delays.round_robin(2.5, 5),
+        TypeError,
+        "round_robin",
+        "num_workers",
+    ),
+    (
+        "gamma_timed straggler_fraction > 1",
+        lambda: delays.gamma_timed(2, 5, batch_size=4, seed=0, straggler_fraction=1.5),
+        ValueError,
+        "gamma_timed",
+        "straggler_fraction",
+    ),
+    (
+        "gamma_timed straggler_fraction not a number",
+        lambda: delays.gamma_timed(2, 5, batch_size=4, seed=0, straggler_fraction="half"),
+        TypeError,
+        "gamma_timed",
+        "straggler_fraction",
+    ),
+    (
+        "gamma_timed straggler_slowdown < 1",
+        lambda: delays.gamma_timed(2, 5, batch_size=4, seed=0, straggler_slowdown=0.5),
+        ValueError,
+        "gamma_timed",
+        "straggler_slowdown",
+    ),
+    (
+        "gamma_timed shape 0",
+        lambda: delays.gamma_timed(2, 5, batch_size=4, seed=0, shape=0.0),
+        ValueError,
+        "gamma_timed",
+        "shape",
+    ),
+    (
+        "gamma_timed negative seed",
+        lambda: delays.gamma_timed(2, 5, batch_size=4, seed=-1),
+        ValueError,
+        "gamma_timed",
+        "seed",
+    ),
+    (
+        "make_schedule unknown model",
+        lambda: delays.make_schedule("poisson", 2, 5),
+        ValueError,
+        "make_schedule",
+        "name",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "where", "argument"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS]
+)
+def test_bad_input_raises_one_clear_line(call, error, where, argument):
+    with pytest.raises(error) as info:
+        call()
+    message = str(info.value)
+    assert "\n" not in message.strip(), message
+    assert message.startswith(where), message
+    assert re.search(rf"\b{re.escape(argument)}\b", message), message
+
+
+def test_good_inputs_pass_the_same_checks():
+    # the boundaries that are allowed: decay 0, momentum 0, lam 0, steps 0, staleness 0, τ = t
+    gap_aware(1e-3, decay=0.0, momentum=0.0)
+    gap_aware(lambda count: 0.0 * count)  # a schedule is not checked
+    dc_asgd(0.0, decay=0.0)
+    predict_weights(W, predictor_state(), 0, rule="nesterov", momentum=0.0)
+    update(staleness_aware(), staleness=0)
+    schedule(pulled=np.array([0, 1, 2])).validate()
+    checked(lambda s: predict_weights(W, predictor_state(), s), jnp.int32(3))
