@@ -9,8 +9,10 @@ labels, split into train / validation / test and standardised with training-set 
   Datasets through ``tfds.data_source`` (random access to prepared ``array_record`` files; no
   TensorFlow needed). Install with ``pip install 'jaxstale[tfds]'``. :func:`load` never downloads:
   the dataset must already be prepared in ``data_dir`` (see :func:`load`).
+- your own: :func:`register_dataset` adds a name whose loader returns raw arrays;
+  :func:`dataset_names` lists every name :func:`load` accepts.
 
-Every dataset goes through the same two steps in :func:`load`:
+Every dataset, built-in or registered, goes through the same two steps in :func:`load`:
 
 1. **Validation split** (``validation=0.1``): a class-stratified fraction of the *training* set,
    drawn with a fixed ``np.random.default_rng`` (the same on every machine), becomes
@@ -41,6 +43,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -54,11 +57,13 @@ __all__ = [
     "Stats",
     "batch_indices",
     "batches",
+    "dataset_names",
     "load",
+    "register_dataset",
 ]
 
 DATASETS: tuple[str, ...] = ("digits", "mnist", "fashion_mnist", "cifar10")
-"""The dataset names :func:`load` accepts."""
+"""The built-in dataset names (see :func:`dataset_names` for the registered ones too)."""
 
 STANDARDIZE_MODES: tuple[str, ...] = ("feature", "channel", "none")
 """The values of :func:`load`'s ``standardize`` argument."""
@@ -79,6 +84,9 @@ _TFDS: dict[str, tuple[tuple[int, int, int], int]] = {
 
 # (x_train, y_train, x_test, y_test, num_classes): what a loader returns.
 _Raw = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]
+
+# Registered datasets (not the built-ins), in registration order.
+_REGISTRY: dict[str, Callable[[str | None], _Raw]] = {}
 
 
 class Stats(NamedTuple):
@@ -103,7 +111,7 @@ class Dataset(NamedTuple):
     dataset without a validation split or recorded preprocessing); :func:`load` fills them all.
 
     Attributes:
-      name: the dataset's name (see :data:`DATASETS`).
+      name: the dataset's name (see :func:`dataset_names`).
       x_train: ``[N, H, W, C]`` float32 images (or ``[N, D]`` features): the training portion,
         i.e. the training set minus the validation split, standardised as :func:`load` was told.
       y_train: ``[N]`` int32 labels in ``[0, num_classes)``.
@@ -132,6 +140,71 @@ class Dataset(NamedTuple):
     stats: Stats | None = None
 
 
+def dataset_names() -> tuple[str, ...]:
+    """Every name :func:`load` accepts: the built-in :data:`DATASETS`, then registered ones.
+
+    Returns:
+      The names, built-ins first, registered datasets in registration order.
+
+    Example:
+      >>> from jaxstale import data
+      >>> data.dataset_names()[:4]
+      ('digits', 'mnist', 'fashion_mnist', 'cifar10')
+    """
+    return DATASETS + tuple(_REGISTRY)
+
+
+def register_dataset(
+    name: str,
+    loader: Callable[[str | None], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]],
+    *,
+    overwrite: bool = False,
+) -> None:
+    """Make ``load(name)`` use your own data.
+
+    ``loader(data_dir)`` returns ``(x_train, y_train, x_test, y_test, num_classes)``: NumPy
+    arrays of NHWC float32 images ``[N, H, W, C]`` (or ``[N, D]`` features) and integer labels in
+    ``[0, num_classes)``. :func:`load` calls it (with its ``data_dir``) on every load, checks and
+    converts the arrays (inputs to float32, labels to int32), then applies the same validation
+    split and standardisation as to the built-in datasets. Experiments then take the name like any
+    built-in one.
+
+    Args:
+      name: a new dataset name (a non-empty string; not one of :data:`DATASETS`).
+      loader: the function described above.
+      overwrite: replace a dataset registered earlier under ``name`` (built-ins can never be
+        replaced).
+
+    Raises:
+      ValueError: ``name`` is a built-in, or already registered and ``overwrite`` is False.
+      TypeError: ``name`` is not a non-empty string or ``loader`` is not callable.
+
+    Example:
+      >>> import numpy as np
+      >>> from jaxstale import data
+      >>> def blobs(data_dir):
+      ...     rng = np.random.default_rng(0)
+      ...     y = np.arange(200) % 2
+      ...     x = (rng.normal(size=(200, 3)) + 3 * y[:, None]).astype(np.float32)
+      ...     return x[:150], y[:150], x[150:], y[150:], 2
+      >>> data.register_dataset("blobs", blobs)
+      >>> ds = data.load("blobs")  # 75 per class: round(7.5) = 8 of each for validation
+      >>> ds.x_train.shape, ds.x_val.shape, ds.x_test.shape, "blobs" in data.dataset_names()
+      ((134, 3), (16, 3), (50, 3), True)
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty string, got {name!r}.")
+    if not callable(loader):
+        raise TypeError(f"loader must be callable, got {type(loader).__name__}.")
+    if name in DATASETS:
+        raise ValueError(f"{name!r} is a built-in dataset and cannot be replaced.")
+    if name in _REGISTRY and not overwrite:
+        raise ValueError(
+            f"Dataset {name!r} is already registered; pass overwrite=True to replace it."
+        )
+    _REGISTRY[name] = loader
+
+
 def load(
     name: str,
     *,
@@ -152,6 +225,8 @@ def load(
     ``~/tensorflow_datasets`` or ``$TFDS_DATA_DIR``) a ``RuntimeError`` says how to prepare them
     on a machine with internet access. Under ``tfds.testing.mock_data`` random mock examples are
     returned (that is how the tests exercise this path).
+
+    A name added with :func:`register_dataset` calls its loader with ``data_dir``.
 
     **Validation split.** From every class :math:`c` of the training set (:math:`n_c` examples),
     :math:`k_c = \mathrm{round}(\texttt{validation} \cdot n_c)` examples (Python's ``round``,
@@ -184,8 +259,8 @@ def load(
     ``standardize="none"``: the raw inputs (images in ``[0, 1]``).
 
     Args:
-      name: one of :data:`DATASETS`.
-      data_dir: TFDS data directory (ignored for ``"digits"``).
+      name: one of :func:`dataset_names` (the built-in :data:`DATASETS` or a registered name).
+      data_dir: TFDS data directory (ignored for ``"digits"``; passed to registered loaders).
       validation: fraction of each class of the training set held out for validation, in
         ``[0, 1)``; ``0.0`` for none.
       standardize: ``"feature"`` (default), ``"channel"`` or ``"none"`` (see above).
@@ -195,9 +270,9 @@ def load(
       ``preprocessing`` and ``stats`` (None if ``standardize="none"``) filled in.
 
     Raises:
-      ValueError: unknown ``name`` (the message lists :data:`DATASETS`), ``validation`` not in
-        ``[0, 1)``, ``standardize`` not one of :data:`STANDARDIZE_MODES`, or a split that leaves
-        no training example.
+      ValueError: unknown ``name`` (the message lists the registered names), ``validation`` not
+        in ``[0, 1)``, ``standardize`` not one of :data:`STANDARDIZE_MODES`, a registered loader
+        returning inconsistent arrays, or a split that leaves no training example.
       RuntimeError: a TFDS dataset is requested but ``tensorflow_datasets`` is not installed, or
         the dataset is not prepared in ``data_dir``.
 
@@ -216,8 +291,10 @@ def load(
       >>> raw.x_train.shape, float(raw.x_train.min()), float(raw.x_train.max()), raw.x_val
       ((1438, 8, 8, 1), 0.0, 1.0, None)
     """
-    if name not in DATASETS:
-        raise ValueError(f"Unknown dataset {name!r}; known datasets: {', '.join(DATASETS)}.")
+    if name not in DATASETS and name not in _REGISTRY:
+        raise ValueError(
+            f"Unknown dataset {name!r}; registered datasets: {', '.join(dataset_names())}."
+        )
     if (
         isinstance(validation, bool)
         or not isinstance(validation, int | float | np.integer | np.floating)
@@ -231,8 +308,10 @@ def load(
         )
     if name == "digits":
         raw = _load_digits()
-    else:
+    elif name in _TFDS:
         raw = _load_tfds(name, data_dir)
+    else:
+        raw = _check_raw(name, _REGISTRY[name](data_dir))
     return _prepare(name, raw, float(validation), standardize)
 
 
@@ -303,6 +382,47 @@ def _statistics(x: np.ndarray, *, per_feature: bool) -> tuple[Stats, int]:
 
 def _standardize(x: np.ndarray, stats: Stats) -> np.ndarray:
     return ((x - stats.mean) / stats.scale).astype(np.float32, copy=False)
+
+
+def _check_raw(name: str, raw: Any) -> _Raw:
+    """A registered loader's result, checked and converted to float32 inputs / int32 labels."""
+    if not isinstance(raw, tuple | list) or len(raw) != 5:
+        raise ValueError(
+            f"The loader of dataset {name!r} must return (x_train, y_train, x_test, y_test, "
+            f"num_classes), got {type(raw).__name__}."
+        )
+    x_train, y_train, x_test, y_test = (np.asarray(a) for a in raw[:4])
+    num_classes = raw[4]
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int | np.integer):
+        raise ValueError(f"Dataset {name!r}: num_classes must be an int, got {num_classes!r}.")
+    num_classes = int(num_classes)
+    for part, x, y in (("train", x_train, y_train), ("test", x_test, y_test)):
+        if x.ndim < 2 or y.ndim != 1 or len(x) != len(y):
+            raise ValueError(
+                f"Dataset {name!r}: x_{part} must be [N, ...] (at least 2-D) and y_{part} [N] with "
+                f"the same N, got shapes {x.shape} and {y.shape}."
+            )
+        if not np.issubdtype(y.dtype, np.integer):
+            raise ValueError(f"Dataset {name!r}: y_{part} must hold integers, got {y.dtype}.")
+        if len(y) and not (0 <= y.min() and y.max() < num_classes):
+            raise ValueError(
+                f"Dataset {name!r}: y_{part} must be in [0, {num_classes}), got "
+                f"[{y.min()}, {y.max()}]."
+            )
+    if x_train.shape[1:] != x_test.shape[1:]:
+        raise ValueError(
+            f"Dataset {name!r}: train and test inputs differ in shape: {x_train.shape[1:]} vs "
+            f"{x_test.shape[1:]}."
+        )
+    if len(x_train) == 0:
+        raise ValueError(f"Dataset {name!r} has no training example.")
+    return (
+        np.ascontiguousarray(x_train, dtype=np.float32),
+        y_train.astype(np.int32),
+        np.ascontiguousarray(x_test, dtype=np.float32),
+        y_test.astype(np.int32),
+        num_classes,
+    )
 
 
 def _load_digits() -> _Raw:

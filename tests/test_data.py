@@ -345,3 +345,88 @@ def test_batches_bad_types_and_lengths():
         data.batches(x, y, batch_size=2.0, num_steps=1, seed=0)
     with pytest.raises(ValueError, match="same N"):
         data.batches(x, y[:-1], batch_size=2, num_steps=1, seed=0)
+
+
+# --- registered datasets -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    """An empty private dataset registry, so registrations do not leak between tests (or in
+    from the doctests)."""
+    monkeypatch.setattr(data, "_REGISTRY", {})
+
+
+def _random_loader(calls=None, *, n_train=60, n_test=20, shape=(4, 4, 3)):
+    def loader(data_dir):
+        if calls is not None:
+            calls.append(data_dir)
+        rng = np.random.default_rng(0)
+        x = rng.uniform(size=(n_train + n_test, *shape)) * 5 + 2
+        y = np.arange(n_train + n_test) % 3
+        return x[:n_train], y[:n_train], x[n_train:], y[n_train:], 3
+
+    return loader
+
+
+def test_registered_dataset_gets_split_and_standardisation(registry):
+    calls = []
+    data.register_dataset("blobs", _random_loader(calls))
+    assert data.dataset_names() == (*data.DATASETS, "blobs")
+    assert data.DATASETS == ("digits", "mnist", "fashion_mnist", "cifar10")
+    raw = data.load("blobs", data_dir="/somewhere", validation=0.0, standardize="none")
+    assert calls == ["/somewhere"]
+    assert raw.name == "blobs" and raw.num_classes == 3
+    assert raw.x_train.dtype == np.float32 and raw.y_train.dtype == np.int32  # converted
+    np.testing.assert_array_equal(raw.x_train, _random_loader()(None)[0].astype(np.float32))
+    ds = data.load("blobs")
+    assert (len(ds.x_train), len(ds.x_val), len(ds.x_test)) == (54, 6, 20)
+    assert np.bincount(ds.y_val).tolist() == [2, 2, 2]  # round(0.1 * 20) per class
+    mu = ds.stats.mean
+    assert mu.shape == (4, 4, 3) and float(np.abs(ds.x_train.mean(axis=0)).max()) < 1e-5
+    np.testing.assert_allclose(ds.x_train.std(axis=0), 1.0, atol=1e-5)
+    assert ds.preprocessing["standardize"] == "feature" and ds.preprocessing["num_train"] == 54
+
+
+def test_registered_features_dataset_channel_mode(registry):
+    data.register_dataset("table", _random_loader(shape=(5,)))
+    ds = data.load("table", standardize="channel")  # [N, D]: the last axis is the "channel"
+    assert ds.x_train.shape == (54, 5) and ds.stats.mean.shape == (5,)
+    np.testing.assert_allclose(ds.x_train.mean(axis=0), 0.0, atol=1e-5)
+
+
+def test_register_dataset_errors(registry):
+    data.register_dataset("mine", _random_loader())
+    with pytest.raises(ValueError, match="already registered; pass overwrite=True"):
+        data.register_dataset("mine", _random_loader())
+    data.register_dataset("mine", _random_loader(shape=(2,)), overwrite=True)
+    assert data.load("mine").x_train.shape == (54, 2)
+    for builtin in data.DATASETS:
+        with pytest.raises(ValueError, match="built-in dataset"):
+            data.register_dataset(builtin, _random_loader(), overwrite=True)
+    with pytest.raises(TypeError, match="non-empty string"):
+        data.register_dataset("", _random_loader())
+    with pytest.raises(TypeError, match="callable"):
+        data.register_dataset("x", "not a function")
+    with pytest.raises(
+        ValueError, match=r"registered datasets: digits, mnist, fashion_mnist, cifar10, mine\."
+    ):
+        data.load("yours")
+
+
+@pytest.mark.parametrize(
+    ("result", "match"),
+    [
+        (None, "must return"),
+        ((np.zeros((4, 2)), np.zeros(4, int), np.zeros((2, 2)), np.zeros(2, int)), "must return"),
+        ((np.zeros((4, 2)), np.zeros(3, int), np.zeros((2, 2)), np.zeros(2, int), 2), "same N"),
+        ((np.zeros((4, 2)), np.zeros(4), np.zeros((2, 2)), np.zeros(2, int), 2), "integers"),
+        ((np.zeros((4, 2)), np.full(4, 2), np.zeros((2, 2)), np.zeros(2, int), 2), r"\[0, 2\)"),
+        ((np.zeros((4, 2)), np.zeros(4, int), np.zeros((2, 3)), np.zeros(2, int), 2), "differ"),
+        ((np.zeros((4, 2)), np.zeros(4, int), np.zeros((2, 2)), np.zeros(2, int), 2.0), "int"),
+    ],
+)
+def test_registered_loader_results_are_checked(registry, result, match):
+    data.register_dataset("bad", lambda data_dir: result)
+    with pytest.raises(ValueError, match=match):
+        data.load("bad")
