@@ -30,6 +30,8 @@ from jaxstale.transforms import weight_prediction as weight_prediction
 from jaxstale import data as data
 from jaxstale import losses as losses
 from jaxstale import models as models
+from jaxstale.data import register_dataset as register_dataset
+from jaxstale.models import register_model as register_model
 
 # --- pipeline schedules and emulator (issue 5) ---
 from jaxstale import schedules as schedules
