@@ -32,6 +32,8 @@ from jaxstale.transforms import weight_prediction as weight_prediction
 from jaxstale import data as data
 from jaxstale import losses as losses
 from jaxstale import models as models
+from jaxstale.data import register_dataset as register_dataset
+from jaxstale.models import register_model as register_model
 
 # --- the executor protocol and its one driver (issue 12) ---
 from jaxstale import loop as loop

@@ -1,9 +1,10 @@
 """Flax NNX models written as ordered sequences of blocks, splittable into pipeline stages.
 
 ``create(name, input_shape=..., num_classes=...)`` builds one of :data:`MODELS` (an MLP, a
-LeNet-5-style CNN, the CIFAR ResNet-20); :func:`split` cuts a model into parameter-balanced
-stages sharing its Variables; :func:`functional` gives the pure ``apply(params, state, x, train)``
-form used by the trainers, emulators and executors.
+LeNet-5-style CNN, the CIFAR ResNet-20) or a model added with :func:`register_model` (any Flax
+NNX module; :func:`model_names` lists them all); :func:`split` cuts a :class:`StagedModel` into
+parameter-balanced stages sharing its Variables; :func:`functional` gives the pure
+``apply(params, state, x, train)`` form used by the trainers, emulators and executors.
 """
 
 from jaxstale.models.staged import Functional as Functional
@@ -17,4 +18,6 @@ from jaxstale.models.zoo import MODELS as MODELS
 from jaxstale.models.zoo import cnn as cnn
 from jaxstale.models.zoo import create as create
 from jaxstale.models.zoo import mlp as mlp
+from jaxstale.models.zoo import model_names as model_names
+from jaxstale.models.zoo import register_model as register_model
 from jaxstale.models.zoo import resnet20 as resnet20

@@ -130,7 +130,7 @@ def _balanced_bounds(weights: Sequence[int], num_stages: int) -> list[tuple[int,
     return bounds[::-1]
 
 
-def split(model: StagedModel, num_stages: int) -> list[StagedModel]:
+def split(model: nnx.Module, num_stages: int) -> list[StagedModel]:
     r"""Split a model into ``num_stages`` contiguous pipeline stages balanced by parameter count.
 
     With block parameter counts :math:`p_0, \dots, p_{L-1}`, the cut points
@@ -145,8 +145,12 @@ def split(model: StagedModel, num_stages: int) -> list[StagedModel]:
     copies), so updating the model updates the stages and
     ``stages[-1](... stages[0](x)) == model(x)`` bit for bit, in train and eval mode.
 
+    Only a :class:`StagedModel` (an ordered sequence of blocks) can be split: any other
+    ``nnx.Module`` (e.g. one from ``jaxstale.models.register_model``) trains with the synchronous
+    and data-parallel code, which takes the whole model, but not in a pipeline.
+
     Args:
-      model: the model to split.
+      model: the :class:`StagedModel` to split.
       num_stages: number of stages ``N``, ``1 <= N <= len(model.blocks)``.
 
     Returns:
@@ -165,7 +169,12 @@ def split(model: StagedModel, num_stages: int) -> list[StagedModel]:
       [65552, 55552, 73984, 74634]
     """
     if not isinstance(model, StagedModel):
-        raise TypeError(f"split expects a StagedModel, got {type(model).__name__}.")
+        raise TypeError(
+            f"Only a StagedModel can be split into pipeline stages, got {type(model).__name__}. "
+            "Any nnx.Module works with the synchronous trainer and the data-parallel emulator and "
+            "executor; to pipeline a model, build it as StagedModel([block_0, block_1, ...]) "
+            "(blocks applied in order)."
+        )
     n = len(model.blocks)
     if isinstance(num_stages, bool) or not isinstance(num_stages, int):
         raise ValueError(f"num_stages must be an int in [1, {n}], got {num_stages!r}.")
@@ -249,16 +258,20 @@ def functional(module: nnx.Module) -> Functional:
     return Functional(apply=apply, params=params, state=state, graphdef=graphdef)
 
 
-def functional_stages(model: StagedModel, num_stages: int) -> list[Functional]:
+def functional_stages(model: nnx.Module, num_stages: int) -> list[Functional]:
     """``[functional(s) for s in split(model, num_stages)]``: each stage in functional form.
 
     Args:
-      model: the model to split.
+      model: the :class:`StagedModel` to split.
       num_stages: number of pipeline stages (see :func:`split`).
 
     Returns:
       One :class:`Functional` per stage; stage ``k``'s ``apply`` maps stage ``k``'s input to its
       output.
+
+    Raises:
+      TypeError: ``model`` is not a :class:`StagedModel` (see :func:`split`).
+      ValueError: bad ``num_stages`` (see :func:`split`).
 
     Example:
       >>> import jax.numpy as jnp

@@ -1,12 +1,14 @@
 """The model zoo: MLP, a LeNet-5-style CNN and the CIFAR ResNet-20, each a :class:`StagedModel`.
 
 All models take NHWC float32 images ``[B, H, W, C]`` and return logits ``[B, num_classes]``.
+:func:`register_model` adds your own Flax NNX model under a name that :func:`create` (and so the
+experiments) accept; :func:`model_names` lists them all.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import jax
 import jax.numpy as jnp
@@ -25,10 +27,13 @@ __all__ = [
     "cnn",
     "create",
     "mlp",
+    "model_names",
+    "register_model",
     "resnet20",
 ]
 
 MODELS: tuple[str, ...] = ("mlp", "cnn", "resnet20")
+"""The built-in model names (see :func:`model_names` for the registered ones too)."""
 
 
 def _host_normal(gain: float) -> Callable[..., jax.Array]:
@@ -377,6 +382,100 @@ def _resnet20_blocks(shape, num_classes, rngs, *, width, blocks_per_stage):
 
 _BUILDERS: dict[str, Callable[..., StagedModel]] = {"mlp": mlp, "cnn": cnn, "resnet20": resnet20}
 
+# Registered models (not the built-ins), in registration order.
+_REGISTRY: dict[str, Callable[..., nnx.Module]] = {}
+
+
+def model_names() -> tuple[str, ...]:
+    """Every name :func:`create` accepts: the built-in :data:`MODELS`, then registered ones.
+
+    Returns:
+      The names, built-ins first, registered models in registration order.
+
+    Example:
+      >>> from jaxstale import models
+      >>> models.model_names()[:3]
+      ('mlp', 'cnn', 'resnet20')
+    """
+    return MODELS + tuple(_REGISTRY)
+
+
+def register_model(name: str, build: Callable[..., nnx.Module], *, overwrite: bool = False) -> None:
+    """Make ``create(name, ...)`` build your own Flax NNX model.
+
+    ``build(*, input_shape, num_classes, seed, **kwargs)`` returns an ``nnx.Module`` mapping NHWC
+    float32 inputs ``[B, *input_shape]`` to logits ``[B, num_classes]``; ``seed`` must fix its
+    initialisation (same seed, same weights) and ``kwargs`` are the model options passed to
+    :func:`create`. The experiments then take the name like a built-in one:
+
+    - a plain ``nnx.Module`` works wherever the whole model is trained at once (the synchronous
+      trainer, the asynchronous data-parallel emulator and mesh executor), through
+      :func:`~jaxstale.models.functional`;
+    - pipelines need the model cut into stages: return a :class:`StagedModel` (an ordered
+      sequence of blocks) to allow that; :func:`~jaxstale.models.split` and
+      :func:`~jaxstale.models.functional_stages` raise ``TypeError`` for any other module.
+
+    Args:
+      name: a new model name (a non-empty string; not one of :data:`MODELS`).
+      build: the builder described above.
+      overwrite: replace a model registered earlier under ``name`` (built-ins can never be
+        replaced).
+
+    Raises:
+      ValueError: ``name`` is a built-in, or already registered and ``overwrite`` is False.
+      TypeError: ``name`` is not a non-empty string or ``build`` is not callable.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from flax import nnx
+      >>> from jaxstale import models
+      >>> class Linear(nnx.Module):
+      ...     def __init__(self, din, dout, rngs):
+      ...         self.linear = nnx.Linear(din, dout, rngs=rngs)
+      ...     def __call__(self, x):
+      ...         return self.linear(x.reshape(x.shape[0], -1))
+      >>> def build(*, input_shape, num_classes, seed):
+      ...     din = int(jnp.prod(jnp.array(input_shape)))
+      ...     return Linear(din, num_classes, nnx.Rngs(seed))
+      >>> models.register_model("linear", build)
+      >>> model = models.create("linear", input_shape=(8, 8, 1), num_classes=10, seed=0)
+      >>> model(jnp.zeros((4, 8, 8, 1))).shape, "linear" in models.model_names()
+      ((4, 10), True)
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty string, got {name!r}.")
+    if not callable(build):
+        raise TypeError(f"build must be callable, got {type(build).__name__}.")
+    if name in MODELS:
+        raise ValueError(f"{name!r} is a built-in model and cannot be replaced.")
+    if name in _REGISTRY and not overwrite:
+        raise ValueError(
+            f"Model {name!r} is already registered; pass overwrite=True to replace it."
+        )
+    _REGISTRY[name] = build
+
+
+@overload
+def create(
+    name: Literal["mlp", "cnn", "resnet20"],
+    *,
+    input_shape: tuple[int, int, int],
+    num_classes: int,
+    seed: int = 0,
+    **kwargs: Any,
+) -> StagedModel: ...
+
+
+@overload
+def create(
+    name: str,
+    *,
+    input_shape: tuple[int, int, int],
+    num_classes: int,
+    seed: int = 0,
+    **kwargs: Any,
+) -> nnx.Module: ...
+
 
 def create(
     name: str,
@@ -385,23 +484,25 @@ def create(
     num_classes: int,
     seed: int = 0,
     **kwargs: Any,
-) -> StagedModel:
-    """Build a model from :data:`MODELS` by name.
+) -> nnx.Module:
+    """Build a model by name: one of :data:`MODELS` or a name added with :func:`register_model`.
 
     Args:
-      name: one of ``"mlp"``, ``"cnn"``, ``"resnet20"``.
+      name: ``"mlp"``, ``"cnn"``, ``"resnet20"`` or a registered name (see :func:`model_names`).
       input_shape: ``(H, W, C)`` of one NHWC input image.
       num_classes: number of output logits.
       seed: initialisation seed (same seed, same weights).
       **kwargs: model-specific options passed to :func:`mlp` (``hidden``), :func:`cnn`
-        (``channels``, ``hidden``, ``kernel``) or :func:`resnet20` (``width``,
-        ``blocks_per_stage``), e.g. to make a tiny model for tests.
+        (``channels``, ``hidden``, ``kernel``), :func:`resnet20` (``width``,
+        ``blocks_per_stage``) or a registered builder, e.g. to make a tiny model for tests.
 
     Returns:
-      A :class:`StagedModel` (in NNX's default train mode).
+      A :class:`StagedModel` for the built-in names (in NNX's default train mode); whatever
+      ``nnx.Module`` a registered builder returns.
 
     Raises:
-      ValueError: unknown ``name`` (the message lists :data:`MODELS`) or bad shapes.
+      ValueError: unknown ``name`` (the message lists :func:`model_names`) or bad shapes.
+      TypeError: a registered builder returned something that is not an ``nnx.Module``.
 
     Example:
       >>> import jax.numpy as jnp
@@ -410,8 +511,20 @@ def create(
       >>> model(jnp.zeros((4, 8, 8, 1))).shape
       (4, 10)
     """
-    if name not in _BUILDERS:
-        raise ValueError(f"Unknown model {name!r}; known models: {', '.join(MODELS)}.")
-    return _BUILDERS[name](
-        input_shape, int(num_classes) if _is_int(num_classes) else num_classes, seed=seed, **kwargs
+    if name in _BUILDERS:
+        return _BUILDERS[name](
+            input_shape,
+            int(num_classes) if _is_int(num_classes) else num_classes,
+            seed=seed,
+            **kwargs,
+        )
+    if name not in _REGISTRY:
+        raise ValueError(f"Unknown model {name!r}; registered models: {', '.join(model_names())}.")
+    model = _REGISTRY[name](
+        input_shape=tuple(input_shape), num_classes=num_classes, seed=seed, **kwargs
     )
+    if not isinstance(model, nnx.Module):
+        raise TypeError(
+            f"The builder of model {name!r} must return an nnx.Module, got {type(model).__name__}."
+        )
+    return model

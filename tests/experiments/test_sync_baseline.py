@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from experiments import sync_baseline
 from jaxstale import train
 
@@ -58,5 +60,12 @@ def test_end_to_end_and_resume(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(train, "fit", lambda *a, **k: calls.append(k["seeds"]) or real_fit(*a, **k))
     sync_baseline.main([*ARGS, "--out", str(out)])
     assert calls == [[1]]
-    no_wall = lambda rs: [{k: v for k, v in r.items() if k != "wall_s"} for r in rs]
-    assert no_wall(json.loads((out / "summary.json").read_text())["rows"]) == no_wall(rows)
+    # Seed 1 alone is a 1-lane vmap instead of a 2-lane one: the same run up to float rounding
+    # (bitwise equal on raw digits, a few float32 ulps apart on standardised inputs).
+    again = json.loads((out / "summary.json").read_text())["rows"]
+    assert len(again) == len(rows)
+    for r, r0 in zip(again, rows, strict=True):
+        assert r.keys() == r0.keys()
+        for k, v in r0.items():
+            if k != "wall_s":
+                assert r[k] == (pytest.approx(v, rel=1e-6) if isinstance(v, float) else v), k
