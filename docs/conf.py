@@ -67,7 +67,7 @@ AREAS: list[tuple[str, list[str]]] = [
     ("transforms", ["jaxstale.transforms", "jaxstale.lc_asgd"]),
     ("versions", ["jaxstale.versions", "jaxstale.delays"]),
     ("emulators", ["jaxstale.schedules", "jaxstale.emulate"]),
-    ("parallel", ["jaxstale.parallel"]),
+    ("parallel", ["jaxstale.parallel", "jaxstale.launch"]),
     (
         "training",
         ["jaxstale.data", "jaxstale.models", "jaxstale.losses", "jaxstale.train", "jaxstale.runs"],
