@@ -9,10 +9,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import optax
 
-from jaxstale import data, delays, models
+from jaxstale import data, delays, models, train
 
-__all__ = ["Gather", "lanes_for", "make_delay", "run_row", "seed_mode"]
+__all__ = ["Gather", "fit_grid", "lanes_for", "make_delay", "run_row", "seed_mode"]
 
 
 class Gather:
@@ -120,3 +121,68 @@ def seed_mode(model: str, mode: str) -> bool:
 
         return model == "mlp" or jax.default_backend() != "cpu"
     return mode == "vmap"
+
+
+def fit_grid(
+    run: Any,
+    tx_factory: Callable[[float], optax.GradientTransformation],
+    dataset: Any,
+    *,
+    method: str,
+    models: Sequence[str],
+    lrs: Sequence[float],
+    seeds: int | Sequence[int],
+    steps: int,
+    batch_size: int,
+    eval_every: int | None = None,
+    loop: str = "auto",
+    seed_mode: str = "auto",
+    **fit_kwargs: Any,
+) -> list[dict[str, Any]]:
+    """Runs :func:`jaxstale.train.fit` over a ``model x lr x seed`` grid into a ``RunFolder``.
+
+    Each ``(method, model, lr, seed)`` is one cell of ``run``; the pending seeds of one
+    ``(model, lr)`` train together in one ``fit`` call (so they can share a ``vmap``), cells
+    already in ``run`` are skipped (resume), and progress is logged per ``(model, lr)``.
+
+    Args:
+      run: the ``jaxstale.runs.RunFolder`` to record into.
+      tx_factory: ``lr -> optax transformation``, e.g. ``lambda lr: optax.sgd(lr, momentum=0.9)``.
+      dataset: a ``jaxstale.data.Dataset`` or a dataset name (loaded once).
+      method: the rows' ``"method"`` name (e.g. ``"sgd"``).
+      models: model names.
+      lrs: learning rates.
+      seeds: number of seeds or a list of seeds.
+      steps, batch_size, eval_every, loop, seed_mode, fit_kwargs: passed to ``fit``.
+
+    Returns:
+      One row per cell, in grid order: ``method, model, lr, seed, final_test_accuracy,
+      diverged, diverged_step, final_train_loss, steps, batch_size, loop, seed_mode, wall_s``.
+      The cell's metrics (its ``curve``) go to ``metrics.jsonl`` (``run.metrics(key)``).
+    """
+    seeds = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
+    keys = [
+        {"method": method, "model": m, "lr": float(lr), "seed": s}
+        for m in models
+        for lr in lrs
+        for s in seeds
+    ]
+
+    def cells(group: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+        model, lr = group[0]["model"], group[0]["lr"]
+        results = train.fit(
+            model,
+            tx_factory(lr),
+            dataset,
+            steps=steps,
+            batch_size=batch_size,
+            seeds=[k["seed"] for k in group],
+            eval_every=eval_every,
+            loop=loop,
+            seed_mode=seed_mode,
+            **fit_kwargs,
+        )
+        drop = ("seed", "curve", "params", "state")
+        return [({k: v for k, v in r.items() if k not in drop}, r["curve"]) for r in results]
+
+    return run.run_grouped(keys, cells, vary=("seed",), desc=f"{run.experiment} {method}")

@@ -21,7 +21,8 @@ from collections.abc import Sequence
 
 import optax
 
-from jaxstale import data, train
+from experiments.common import fit_grid
+from jaxstale import data
 from jaxstale.runs import RunFolder, cli_parser, curves_figure, mean_std_table
 
 EXPERIMENT = "sync_baseline"
@@ -80,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> RunFolder:
     run = RunFolder(EXPERIMENT, config, out=out)
     ds = data.load(config["dataset"])
     momentum = config["momentum"]
-    rows = train.sweep(
+    rows = fit_grid(
         run,
         lambda lr: optax.sgd(lr, momentum=momentum),
         ds,

@@ -11,22 +11,13 @@ with the gradient taken at the *current* weights (staleness :math:`\tau = 0`). `
 ``GradientTransformation`` or ``GradientTransformationExtraArgs``; batch-norm statistics (ResNet-20)
 are carried alongside the parameters.
 
-How the steps are looped is an execution detail chosen by measurement
-(``benchmarks/loop_strategies.py``), per model and backend:
-
-- ``loop="host"``: a Python loop calling the jitted step;
-- ``loop="scan"``: a rolled ``lax.scan`` over each evaluation interval of pre-batched steps;
-- ``loop="unrolled"``: ``lax.scan(..., unroll=True)`` over chunks of ``unroll_chunk`` steps;
-- ``seed_mode="vmap"``: all seeds in one ``jax.vmap``-ed step (stacked params, opt state, data);
-- ``seed_mode="sequential"``: one seed after the other.
-
-All of them compute the same thing: the host and scan loops agree to float rounding, vmap and
-sequential seeds too, and the same seed gives bitwise the same numbers on the CPU.
-
-Divergence: a run whose training loss becomes NaN or ±inf is *diverged at the first step whose
-loss is non-finite*; from that step on its parameters are frozen (masked, so NaNs do not spread),
-it is not evaluated any more, its ``final_test_accuracy`` is None, and every other seed or cell
-carries on. Nothing is raised.
+:func:`fit` runs the :func:`executor` of this step with :func:`jaxstale.loop.run`. How the
+steps are looped is chosen by measurement (``benchmarks/loop_strategies.py``), per model and
+backend: a host loop of the jitted step, a rolled ``lax.scan`` over each evaluation interval,
+or ``scan(unroll=True)`` chunks; seeds ``vmap``-ed or one after the other. All compute the same
+thing (to float rounding; the same seed gives bitwise the same numbers on the CPU). A run whose
+loss becomes NaN or ±inf is diverged at that step: its parameters are frozen (masked, so NaNs
+do not spread), it is not evaluated any more, and the other seeds carry on.
 
 Example:
     >>> import numpy as np, optax
@@ -69,30 +60,17 @@ __all__ = [
     "executor",
     "fit",
     "make_train_step",
-    "sweep",
 ]
 
 LOOPS: tuple[str, ...] = ("host", "scan", "unrolled")
 SEED_MODES: tuple[str, ...] = ("vmap", "sequential")
 
-# Defaults for loop="auto" / seed_mode="auto", (backend, model) -> (loop, seed_mode), from
-# benchmarks/loop_strategies.py on the shared 2-core XLA:CPU box (process CPU time, best of 2,
-# batch 64): speed-up over a host loop of jitted steps, and of one vmap over 8 sequential seeds
-# (under the loop chosen here); >1 = faster; compile seconds of the host step / the 8-step
-# unrolled chunk in brackets:
-#              8x8x1 (digits)                        28x28x1
-#   model      scan   unrolled  vmap8  compile       scan   unrolled  vmap8
-#   mlp        1.77x  2.28x     0.99x  [1.3/4.9]     1.76x  1.48x     0.98x
-#   cnn        0.83x  1.06x     1.57x  [2.9/12.6]    0.26x  0.85x     0.34x
-#   resnet20   0.20x  1.07x     1.18x  [4.9/35.5]    -      -         -
-# MLP: scans win (no per-step dispatch); the rolled one compiles like a single step, the unrolled
-# chunk 4x longer; vmap is break-even -> scan + vmap. CNN: on 28x28 the rolled scan is 4x and
-# vmap 3x slower (conv weight-gradients in a rolled loop / grouped convolutions); on 8x8 scans
-# gain nothing and vmap 1.2-1.6x -> host + sequential, the choice that is never badly wrong
-# (pass seed_mode="vmap" for digits-sized convs). ResNet-20: rolled scan 5x slower, unrolled no
-# faster for 7x the compile -> host + sequential. No GPU was available to measure; on
-# accelerators the default is scan + vmap, following DESIGN.md ("vmap over seeds pays on GPUs",
-# and a scan removes the per-step dispatch). Pass loop=/seed_mode= explicitly to override.
+# Defaults for loop="auto" / seed_mode="auto", (backend, model) -> (loop, seed_mode), measured by
+# benchmarks/loop_strategies.py on the 2-core XLA:CPU box (its table is in the README): MLPs gain
+# from scans (no per-step dispatch) and vmap is break-even -> scan + vmap; convolutions lose 4x in
+# a rolled scan and 3x under vmap at 28x28 (grouped convolutions) -> host + sequential, the
+# choice that is never badly wrong; ResNet-20 likewise. No GPU was measured: on accelerators the
+# default is scan + vmap (DESIGN: "vmap over seeds pays on GPUs"). Pass loop= / seed_mode=.
 AUTO_STRATEGY: dict[tuple[str, str], tuple[str, str]] = {
     ("cpu", "mlp"): ("scan", "vmap"),
     ("cpu", "cnn"): ("host", "sequential"),
@@ -578,69 +556,3 @@ def fit(
             row["params"], row["state"] = r.params, r.model_state
         rows.append(row)
     return rows
-
-
-def sweep(
-    run: Any,
-    tx_factory: Callable[[float], optax.GradientTransformation],
-    dataset: Any,
-    *,
-    method: str,
-    models: Sequence[str],
-    lrs: Sequence[float],
-    seeds: int | Sequence[int],
-    steps: int,
-    batch_size: int,
-    eval_every: int | None = None,
-    loop: str = "auto",
-    seed_mode: str = "auto",
-    **fit_kwargs: Any,
-) -> list[dict[str, Any]]:
-    """Runs :func:`fit` over a ``model x lr x seed`` grid into a ``jaxstale.runs.RunFolder``.
-
-    Each ``(method, model, lr, seed)`` is one cell of ``run``; the pending seeds of one
-    ``(model, lr)`` train together in one :func:`fit` call (so they can share a ``vmap``), cells
-    already in ``run`` are skipped (resume), and progress is logged per ``(model, lr)``.
-
-    Args:
-      run: the ``jaxstale.runs.RunFolder`` to record into.
-      tx_factory: ``lr -> optax transformation``, e.g. ``lambda lr: optax.sgd(lr, momentum=0.9)``.
-      dataset: a ``jaxstale.data.Dataset`` or a dataset name (loaded once).
-      method: the rows' ``"method"`` name (e.g. ``"sgd"``).
-      models: model names.
-      lrs: learning rates.
-      seeds: number of seeds or a list of seeds.
-      steps, batch_size, eval_every, loop, seed_mode, fit_kwargs: passed to :func:`fit`.
-
-    Returns:
-      One row per cell, in grid order: ``method, model, lr, seed, final_test_accuracy,
-      diverged, diverged_step, final_train_loss, steps, batch_size, loop, seed_mode, wall_s``.
-      The cell's metrics (its ``curve``) go to ``metrics.jsonl`` (``run.metrics(key)``).
-    """
-    seeds = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
-    ds = _resolve_dataset(dataset)
-    keys = [
-        {"method": method, "model": m, "lr": float(lr), "seed": s}
-        for m in models
-        for lr in lrs
-        for s in seeds
-    ]
-
-    def cells(group: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
-        model, lr = group[0]["model"], group[0]["lr"]
-        results = fit(
-            model,
-            tx_factory(lr),
-            ds,
-            steps=steps,
-            batch_size=batch_size,
-            seeds=[k["seed"] for k in group],
-            eval_every=eval_every,
-            loop=loop,
-            seed_mode=seed_mode,
-            **fit_kwargs,
-        )
-        drop = ("seed", "curve", "params", "state")
-        return [({k: v for k, v in r.items() if k not in drop}, r["curve"]) for r in results]
-
-    return run.run_grouped(keys, cells, vary=("seed",), desc=f"{run.experiment} {method}")
