@@ -70,7 +70,7 @@ AREAS: list[tuple[str, list[str]]] = [
     ("versions", ["jaxstale.versions", "jaxstale.delays"]),
     ("pipeline", ["jaxstale.schedules", "jaxstale.pipeline"]),
     ("asyncdp", ["jaxstale.asyncdp"]),
-    ("execution", ["jaxstale.loop", "jaxstale.mesh", "jaxstale.launch"]),
+    ("execution", ["jaxstale.loop", "jaxstale.mesh", "jaxstale.launch", "jaxstale.distributed"]),
     (
         "training",
         ["jaxstale.data", "jaxstale.models", "jaxstale.losses", "jaxstale.train", "jaxstale.runs"],

@@ -119,6 +119,7 @@ def make(
     n = len(scheds)
     if n == 0 or not all(isinstance(s, DelaySchedule) for s in scheds):
         raise TypeError("schedule must be a DelaySchedule or a non-empty list of them")
+    scheds = [s.validate() for s in scheds]  # a hand-built schedule gets the constructors' checks
     xs, ys = _lanes(x_batches, many, n, "x_batches"), _lanes(y_batches, many, n, "y_batches")
     if learning_rate is None:
         if not isinstance(method, optax.GradientTransformation | MethodSpec):

@@ -18,27 +18,14 @@ derived from the cell files (rebuilt atomically on a run's first record and on `
 appended in between), so an interrupted run never loses or half-writes anything it had finished.
 NaN and infinities are written as JSON ``null``.
 
-**Code fingerprints.** The config alone cannot say whether stored cells are still valid: the code
-that computed them may have changed. So ``config.json`` also records the code fingerprint
-(:func:`~jaxstale.runs.code_fingerprint`) of the run, each cell file records the hash of the
-fingerprint it was computed under (:func:`~jaxstale.runs.code_hash`), and opening a folder that
-holds cells computed under different code raises :class:`StaleResultsError` before anything is
-computed, unless ``force_resume=True`` (``--force-resume``) accepts them; that decision is
-recorded. ``config.json`` holds::
-
-    "experiment", "run_id", "config"   the experiment name, the run id, the config
-    "code"            the fingerprint of the code that last wrote here, plus its "hash"
-    "code_history"    earlier fingerprints of this folder (each with its "hash"), if any
-    "force_resumed"   if any: [{"time", "reused_cells", "from": [hashes], "to": hash,
-                      "changed": [what differed]}], one entry per accepted mix
-
-**Nothing is written before the inputs are checked.** The constructor validates the experiment
-name, the config, the target path (not a file, writable, either new, empty or a run folder of
-the same config) and the stored cells' code, and raises :class:`RunFolderError` (a
-``ValueError``) naming ``--out`` otherwise. The folder itself is created by
-:meth:`RunFolder.create`, which the first :meth:`~RunFolder.record`, the end of
-:meth:`~RunFolder.run_grouped` and :meth:`~RunFolder.finish` call. Files are created with the
-mode ``0o666 & ~umask`` (as by ``open``), folders with the default mode.
+**Code fingerprints.** ``config.json`` records the fingerprint of the code computing the run
+(:func:`~jaxstale.runs.code_fingerprint`; ``"code"``, earlier ones in ``"code_history"``) and
+each cell file the hash it was computed under: a folder holding cells of other code raises
+:class:`StaleResultsError` before anything is computed, unless ``force_resume=True``
+(``--force-resume``) accepts them (recorded under ``"force_resumed"``). **Nothing is written
+before the inputs are checked**: the constructor validates the name, config, target path and
+stored cells' code (:class:`RunFolderError`, naming ``--out``); the folder is created by the
+first write. Files get the mode ``0o666 & ~umask`` (as by ``open``).
 
 Example:
     >>> import tempfile
@@ -63,18 +50,25 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
-import secrets
 import sys
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from jaxstale.runs.cli import progress
+from jaxstale.runs.files import (
+    RunFolderError,
+    StaleResultsError,
+    _atomic_savefig,
+    _check_target,
+    _key_order,
+    _now,
+    atomic_write_text,
+    config_hash,
+    to_json,
+)
 from jaxstale.runs.fingerprint import code_changes, code_fingerprint, code_hash
 
 __all__ = [
@@ -88,199 +82,6 @@ __all__ = [
 ]
 
 RESULTS_DIR = "results"
-
-# ----------------------------------------------------------------------------------------------
-# JSON helpers
-# ----------------------------------------------------------------------------------------------
-
-
-def _jsonable(obj: Any) -> Any:
-    """Converts ``obj`` to plain JSON types (NaN/inf -> None, numpy scalars -> Python)."""
-    if obj is None or isinstance(obj, bool | str):
-        return obj
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    if isinstance(obj, int | np.integer):
-        return int(obj)
-    if isinstance(obj, float | np.floating):
-        value = float(obj)
-        return value if math.isfinite(value) else None
-    if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray) or hasattr(obj, "__array__"):
-        arr = np.asarray(obj)
-        return _jsonable(arr.item() if arr.ndim == 0 else arr.tolist())
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(
-        f"cannot write {type(obj).__name__} to JSON; allowed: None, bool, int, float, str, "
-        "numpy scalars/arrays, and lists/tuples/dicts of these"
-    )
-
-
-def to_json(obj: Any, *, indent: int | None = None, canonical: bool = False) -> str:
-    """Serialises ``obj`` as strict JSON: NaN and ±inf are written as ``null``.
-
-    Args:
-      obj: nested dicts/lists/tuples of None, bool, int, float, str, numpy scalars or arrays.
-      indent: passed to :func:`json.dumps`.
-      canonical: sort keys and use compact separators (the form that is hashed).
-
-    Returns:
-      The JSON text.
-
-    Example:
-      >>> to_json({"b": float("nan"), "a": np.float32(0.5)}, canonical=True)
-      '{"a":0.5,"b":null}'
-    """
-    data = _jsonable(obj)
-    if canonical:
-        return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return json.dumps(data, indent=indent, allow_nan=False)
-
-
-def config_hash(config: Mapping[str, Any], length: int = 10) -> str:
-    """Short id of a config: SHA-1 of its canonical JSON, first ``length`` hex characters.
-
-    Args:
-      config: the config dict (JSON-able).
-      length: number of hex characters kept.
-
-    Returns:
-      The hex id; equal configs (any key order) give the same id.
-
-    Example:
-      >>> config_hash({"lr": 0.1, "seeds": 3}) == config_hash({"seeds": 3, "lr": 0.1})
-      True
-    """
-    return hashlib.sha1(to_json(config, canonical=True).encode()).hexdigest()[:length]
-
-
-def _create_temp(path: Path) -> tuple[int, Path]:
-    """Creates a new hidden temporary file beside ``path`` with mode ``0o666 & ~umask``.
-
-    (``tempfile.mkstemp`` would create it ``0o600`` whatever the umask, and ``os.replace`` keeps
-    that mode.)
-    """
-    for _ in range(100):
-        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
-        try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"no free temporary file name beside {path}")
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Writes ``text`` to ``path`` atomically (temporary file in the same folder + ``os.replace``).
-
-    A reader sees either the old file or the complete new one, never a partial write. The file
-    gets the mode an ordinary ``open(path, "w")`` gives a new file: ``0o666 & ~umask``.
-
-    Args:
-      path: destination file; its folder must exist.
-      text: content (UTF-8).
-
-    Returns:
-      ``Path(path)``.
-    """
-    path = Path(path)
-    fd, tmp = _create_temp(path)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
-
-
-def _atomic_savefig(fig: Any, path: Path) -> None:
-    fd, tmp = _create_temp(path)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", dpi=120, bbox_inches="tight")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _sort_value(value: Any) -> tuple[int, Any]:
-    if value is None:
-        return (2, "")
-    if isinstance(value, bool | int | float):
-        return (0, value)
-    return (1, str(value))
-
-
-def _key_order(key: Mapping[str, Any]) -> tuple[Any, ...]:
-    """Sort key of a cell key: its fields in their own order, numbers numerically."""
-    return tuple((k, _sort_value(v)) for k, v in key.items())
-
-
-# ----------------------------------------------------------------------------------------------
-# Errors and checks
-# ----------------------------------------------------------------------------------------------
-
-
-class RunFolderError(ValueError):
-    """The run folder cannot be used as given: a bad ``--out``, or a folder of another run.
-
-    Raised by :class:`RunFolder` before anything is written; the message is one line that names
-    the folder and says what to do. :meth:`RunFolder.from_args` turns it into a one-line
-    command-line error.
-    """
-
-
-class StaleResultsError(RunFolderError):
-    """The run folder holds cells computed under different code (see :func:`code_fingerprint`).
-
-    Raised before anything is computed, so old and new results are never mixed silently. The
-    message says which parts changed (jaxstale source, experiment source, user sources,
-    jax/jaxlib/optax/flax versions) and how to go on: ``--force-resume``
-    (``RunFolder(..., force_resume=True)``) to reuse the old cells anyway, another ``--out``, or
-    deleting the folder.
-    """
-
-
-def _check_target(path: Path, where: str) -> None:
-    """Fails (RunFolderError) unless a run folder can be created at / reused from ``path``."""
-    try:
-        if path.exists() or path.is_symlink():
-            if not path.is_dir():
-                raise RunFolderError(f"{where} {path} is an existing file, not a folder")
-            if not (path / "config.json").is_file() and any(path.iterdir()):
-                raise RunFolderError(
-                    f"{where} {path} is a non-empty folder that holds no run (no config.json); "
-                    "choose a new or empty folder"
-                )
-            if not os.access(path, os.W_OK | os.X_OK):
-                raise RunFolderError(f"{where} {path} is not writable; choose another folder")
-            return
-        parent = path.parent
-        while not parent.exists() and parent != parent.parent:
-            parent = parent.parent
-        if not parent.is_dir():
-            raise RunFolderError(f"{where} {path} cannot be created: {parent} is not a folder")
-        if not os.access(parent, os.W_OK | os.X_OK):
-            raise RunFolderError(f"{where} {path} cannot be created: {parent} is not writable")
-    except OSError as e:
-        raise RunFolderError(f"{where} {path} cannot be used: {e.strerror or e}") from None
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
 
 # ----------------------------------------------------------------------------------------------
 # Run folder
@@ -307,12 +108,8 @@ class RunFolder:
     command that fails on bad input leaves nothing behind. Call :meth:`create` yourself before
     writing other files into :attr:`path`.
 
-    An experiment's ``main`` typically reads::
-
-        run = RunFolder.from_args(EXPERIMENT, cfg, args, modules=(sys.modules[__name__],),
-                                  sources=user_builders)
-        rows = run.run_grouped(keys, compute_group, vary=("seed",))
-        run.report(make_table(rows), make_figures(rows), rows=rows)
+    An experiment's ``main``: ``run = RunFolder.from_args(EXPERIMENT, cfg, args, modules=...,
+    sources=...)``, ``rows = run.run_grouped(keys, compute_group)``, ``run.report(...)``.
 
     Args:
       experiment: experiment name (folder ``results/<experiment>/``).
@@ -320,22 +117,17 @@ class RunFolder:
       out: if given, the run folder is exactly this path (``--out DIR``): a new path, an empty
         folder, or the folder of an earlier run of the same config (resume).
       root: the results root used when ``out`` is None.
-      code: the code fingerprint (:func:`code_fingerprint`) of the code computing the cells;
-        recorded in ``config.json`` (it is not part of the run id). Default:
-        ``code_fingerprint()``, which covers the jaxstale sources and library versions but not
-        the experiment's modules or user-registered code: pass your own to cover those.
-      force_resume: reuse cells computed under a different code fingerprint instead of raising
-        :class:`StaleResultsError`; the decision is recorded in ``config.json`` and later runs
-        of the same code accept those cells too.
+      code: the fingerprint (:func:`code_fingerprint`) of the code computing the cells (not part
+        of the run id); default ``code_fingerprint()``: jaxstale's sources and library versions,
+        not the experiment's modules or user code — pass your own to cover those.
+      force_resume: reuse cells computed under other code instead of raising
+        :class:`StaleResultsError` (recorded; later runs of the same code accept them too).
 
     Raises:
-      ValueError: if ``experiment`` is empty or contains a path separator.
-      TypeError: if ``config`` is not JSON-able.
-      RunFolderError: (a ``ValueError``) if the target is an existing file, not writable, a
-        non-empty folder without a run, or the folder of a run with a different config.
-      StaleResultsError: (a ``RunFolderError``) if the folder holds cells computed under a
-        different code fingerprint (or written before fingerprints were recorded) and
-        ``force_resume`` is False.
+      ValueError: an empty ``experiment`` or one with a path separator.
+      TypeError: a config that is not JSON-able.
+      RunFolderError: the target is a file, not writable, a non-empty folder without a run, or
+        a run of another config; :class:`StaleResultsError`: cells of other code.
 
     Attributes:
       experiment, config, run_id, path, code (the fingerprint), code_hash (its hash),
@@ -402,25 +194,10 @@ class RunFolder:
         sources: Iterable[Any] = (),
         root: str | os.PathLike[str] = RESULTS_DIR,
     ) -> RunFolder:
-        """The run folder of a command-line run (``--out``, ``--force-resume``, fingerprint).
-
-        Computes ``code_fingerprint(modules=modules, sources=sources)`` and opens the folder
-        with ``args.out`` and ``args.force_resume`` (both from :func:`cli_parser`). A bad
-        ``--out`` or stale results end the program with one line on stderr,
-        ``<experiment>: error: <message>``, and exit status 2 (like argparse), no traceback.
-
-        Args:
-          experiment: experiment name.
-          config: the config dict.
-          args: the parsed ``argparse.Namespace`` (missing ``out`` / ``force_resume``: None /
-            False).
-          modules: the experiment's modules or source paths (see :func:`code_fingerprint`).
-          sources: user code the results depend on, e.g. registered methods' builders.
-          root: the results root when ``--out`` is not given.
-
-        Returns:
-          The :class:`RunFolder`.
-        """
+        """The run folder of a command-line run: ``code_fingerprint(modules=, sources=)`` (the
+        experiment's modules; user code such as registered builders) with ``args.out`` and
+        ``args.force_resume``. A bad ``--out`` or stale results end the program with one line,
+        ``<experiment>: error: <message>``, exit status 2 (like argparse), no traceback."""
         fingerprint = code_fingerprint(modules=modules, sources=sources)
         try:
             return cls(

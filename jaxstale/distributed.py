@@ -1,0 +1,170 @@
+"""Multi-process JAX: join a process group, write from one process, gather global arrays.
+
+JAX runs a program on several hosts by starting the *same* program once per process (JAX's
+multi-controller model): each calls ``jax.distributed.initialize`` first; ``jax.devices()`` then
+lists every process's devices, a mesh built from them spans the group, and the collectives of a
+``jax.shard_map`` cross process boundaries. :func:`initialize` joins a group started on one
+machine by ``python -m jaxstale.launch`` (and does nothing otherwise, so programs call it
+unconditionally); :func:`is_main_process` and :func:`process_allgather_to_host` are what a
+program needs to write its results once. No runtime of our own: coordination, heartbeats and
+collectives (gloo on the CPU) are JAX's.
+
+On a cluster, do not use this launcher: start the program with the cluster's own launcher and
+call ``jax.distributed.initialize()`` with no arguments at the top of the program (before any
+JAX computation); JAX reads the coordinator, the number of processes and the process id from
+Slurm (``SLURM_*``) or Open MPI (``OMPI_*``) variables by itself (and ``mpi4py`` with
+``cluster_detection_method="mpi4py"``)::
+
+    # Slurm: 2 nodes, 4 GPUs each, one process per GPU
+    srun --nodes=2 --ntasks-per-node=4 --gpus-per-task=1 python -m experiments.async_workers
+    # Open MPI: 8 processes over two hosts
+    mpirun -np 8 -H host1:4,host2:4 python -m experiments.async_workers
+
+(with ``import jax; jax.distributed.initialize()`` as the first thing the program does; on
+GPUs under Slurm or Open MPI each process then sees one local GPU by default). On several
+CPU-only hosts, also set ``jax.config.update("jax_cpu_collectives_implementation", "gloo")``
+before ``jax.distributed.initialize()``.
+
+References:
+    JAX documentation, "Introduction to multi-controller JAX"
+    (https://docs.jax.dev/en/latest/multi_process.html).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxstale.mesh import to_host
+
+__all__ = ["initialize", "is_main_process", "process_allgather_to_host"]
+
+ENV_COORDINATOR = "JAXSTALE_COORDINATOR"
+ENV_NUM_PROCESSES = "JAXSTALE_NUM_PROCESSES"
+ENV_PROCESS_ID = "JAXSTALE_PROCESS_ID"
+ENV_TIMEOUT = "JAXSTALE_TIMEOUT"
+
+
+def initialize() -> bool:
+    """Join the process group started by ``python -m jaxstale.launch``; no-op otherwise.
+
+    If the launcher's variables ``JAXSTALE_COORDINATOR``, ``JAXSTALE_NUM_PROCESSES`` and
+    ``JAXSTALE_PROCESS_ID`` are set, this calls ``jax.distributed.initialize(coordinator_address,
+    num_processes, process_id)`` with cluster auto-detection off (a local group is not the
+    Slurm/MPI job it may run inside) and the coordinator bound to its loopback address only.
+    Before that, on the CPU platform it makes sure cross-process collectives are on
+    (``jax_cpu_collectives_implementation``: gloo if unset; gloo is jax 0.10's default, an
+    explicit "mpi" is kept), and it turns off JAX's
+    preemption service unless ``JAX_ENABLE_PREEMPTION_SERVICE`` is set: that service catches
+    SIGTERM and keeps the process running (a "preemption notice"), whereas under the launcher
+    SIGTERM means stop. ``JAXSTALE_TIMEOUT`` (``--timeout``), if set, becomes JAX's
+    ``initialization_timeout``, ``heartbeat_timeout_seconds`` and ``shutdown_timeout_seconds``.
+
+    Without those variables it does nothing (one process), so programs can call it
+    unconditionally. It is idempotent: once JAX's distributed runtime is up (by an earlier call,
+    by the launcher's bootstrap, or by the user's own ``jax.distributed.initialize()``) it
+    returns at once.
+
+    It must run before anything initializes a JAX backend (``jax.devices()``, creating an
+    array, a computation); importing jax is fine. On a cluster, call
+    ``jax.distributed.initialize()`` instead (see the module documentation).
+
+    Returns:
+        Whether JAX's distributed runtime is initialized on return (``False`` in a single
+        process).
+
+    Raises:
+        ValueError: malformed ``JAXSTALE_*`` variables.
+        RuntimeError: from JAX, if a backend was already initialized.
+
+    Example:
+        >>> from jaxstale.distributed import initialize
+        >>> initialize()  # no JAXSTALE_* variables here: a single process, nothing to do
+        False
+    """
+    if jax.distributed.is_initialized():
+        return True
+    coordinator = os.environ.get(ENV_COORDINATOR)
+    if not coordinator:
+        return False
+    try:
+        num_processes = int(os.environ[ENV_NUM_PROCESSES])
+        process_id = int(os.environ[ENV_PROCESS_ID])
+    except (KeyError, ValueError) as e:
+        raise ValueError(
+            f"{ENV_COORDINATOR} is set but {ENV_NUM_PROCESSES} / {ENV_PROCESS_ID} are missing "
+            f"or not integers ({e}); they are set by python -m jaxstale.launch"
+        ) from None
+    timeouts: dict[str, int] = {}
+    if raw := os.environ.get(ENV_TIMEOUT):
+        t = max(1, math.ceil(float(raw)))
+        timeouts = {
+            "initialization_timeout": t,
+            "heartbeat_timeout_seconds": t,
+            "shutdown_timeout_seconds": t,
+        }
+    platforms = _config("jax_platforms") or ""
+    cpu = not platforms or "cpu" in platforms.split(",")
+    if cpu and _config("jax_cpu_collectives_implementation") is None:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")  # jax 0.10's default
+    if "JAX_ENABLE_PREEMPTION_SERVICE" not in os.environ:
+        jax.config.update("jax_enable_preemption_service", False)
+    jax.distributed.initialize(
+        coordinator_address=coordinator,
+        num_processes=num_processes,
+        process_id=process_id,
+        cluster_detection_method="deactivate",
+        coordinator_bind_address=coordinator,
+        **timeouts,
+    )
+    return True
+
+
+def _config(name: str) -> Any:
+    return getattr(jax.config, name)  # (jax's Config declares no attributes for mypy)
+
+
+def is_main_process() -> bool:
+    """Whether this is process 0 (``jax.process_index() == 0``): the one that writes results.
+
+    Always ``True`` in a single process. In a launched group call it after :func:`initialize`
+    (it initializes the JAX backend).
+
+    Example:
+        >>> from jaxstale.distributed import is_main_process
+        >>> is_main_process()
+        True
+    """
+    return jax.process_index() == 0
+
+
+def process_allgather_to_host(tree: Any) -> Any:
+    """Every array of a pytree as a numpy array holding its *global* value, on every process.
+
+    A ``jax.Array`` sharded over devices of several processes (not fully addressable) is
+    gathered with ``jax.experimental.multihost_utils.process_allgather`` (a collective: every
+    process must call this, with arrays of the same global shapes, in the same order); any
+    other array (one process's own, or fully replicated) is converted with ``np.asarray``.
+    The result has the global shape, as if the program ran in one process.
+
+    This is not for collecting *different* per-process values (e.g. each process's own loss):
+    for that use ``multihost_utils.process_allgather(x, tiled=False)``, which stacks them.
+
+    Args:
+        tree: a pytree of ``jax.Array`` / numpy arrays / scalars.
+
+    Returns:
+        The same pytree with numpy arrays.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from jaxstale.distributed import process_allgather_to_host
+        >>> process_allgather_to_host({"w": jnp.arange(3.0)})
+        {'w': array([0., 1., 2.], dtype=float32)}
+    """
+
+    return jax.tree.map(lambda x: to_host(x) if isinstance(x, jax.Array) else np.asarray(x), tree)
