@@ -33,7 +33,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxstale import launch
-from jaxstale.parallel import make_mesh
+from jaxstale.mesh import make_mesh
 
 assert launch.initialize()
 assert (jax.process_count(), jax.local_device_count(), jax.device_count()) == (2, 2, 4)
