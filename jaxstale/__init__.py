@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 
 # --- versions (issue 3) ---
 from jaxstale.versions import VersionBuffer as VersionBuffer
+from jaxstale._checks import enable_traced_checks as enable_traced_checks
 
 # --- transforms (issue 3) ---
 from jaxstale.transforms import DCASGDState as DCASGDState

@@ -18,7 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jax.experimental import checkify
+
+from jaxstale._checks import debug_check
 
 __all__ = ["VersionBuffer"]
 
@@ -89,10 +90,11 @@ class VersionBuffer:
 
     Errors: ``capacity < 1``, a concrete ``τ ≥ capacity`` or ``τ < 0``, and pushing a pytree of
     another structure, shape or dtype raise ``ValueError``. A *traced* τ (inside ``jax.jit``,
-    ``lax.scan`` or ``jax.vmap``) cannot be checked on the host: ``get`` then registers a
-    ``checkify`` check, so wrapping the computation in ``jax.experimental.checkify.checkify``
-    reports an out-of-range τ as an error; without ``checkify`` the index is clamped to
-    ``[0, capacity - 1]`` (never a silent wrap-around to a newer version).
+    ``lax.scan`` or ``jax.vmap``) cannot be checked on the host: after
+    :func:`jaxstale.enable_traced_checks` ``get`` registers a ``checkify`` check (wrap the
+    computation in ``jax.experimental.checkify.checkify`` to have an out-of-range τ reported);
+    otherwise the index is clamped to ``[0, capacity - 1]`` (never a silent wrap-around to a
+    newer version). The checks are off by default: an effectful check slows every jitted call.
 
     Performance: pass the buffer as a donated argument of a jitted step
     (``jax.jit(step, donate_argnums=...)``); ``push`` then updates one slot in place. Without
@@ -191,18 +193,20 @@ class VersionBuffer:
         Args:
           tau: an integer in ``[0, capacity)``, a Python int or a (possibly traced) int array
             scalar. A concrete out-of-range value raises ``ValueError``; a traced one is
-            checked by ``checkify`` when the caller wraps the computation in
-            ``checkify.checkify`` and is otherwise clamped into range.
+            checked by ``checkify`` (after :func:`jaxstale.enable_traced_checks`) when the caller
+            wraps the computation in ``checkify.checkify``, and is otherwise clamped into range.
 
         Returns:
           A pytree with the structure given to ``create``.
 
         Example:
-          A traced τ out of range is reported when the computation runs under ``checkify``:
+          A traced τ out of range is reported when the computation runs under ``checkify``
+          (with traced checks enabled):
 
           >>> import jax, jax.numpy as jnp
           >>> from jax.experimental import checkify
-          >>> from jaxstale import VersionBuffer
+          >>> from jaxstale import VersionBuffer, enable_traced_checks
+          >>> before = enable_traced_checks()
           >>> buf = VersionBuffer.create({"w": jnp.zeros(2)}, capacity=3)
           >>> checked = jax.jit(checkify.checkify(lambda b, tau: b.get(tau)))
           >>> err, _ = checked(buf, jnp.int32(5))
@@ -211,6 +215,7 @@ class VersionBuffer:
           >>> err, _ = checked(buf, jnp.int32(2))
           >>> print(err.get())
           None
+          >>> _ = enable_traced_checks(before)
         """
         concrete = _concrete_int(tau)
         if concrete is not None:
@@ -226,7 +231,7 @@ class VersionBuffer:
                 raise TypeError(
                     f"tau must be an integer scalar, got shape {tau.shape} and dtype {tau.dtype}"
                 )
-            checkify.debug_check(
+            debug_check(
                 (tau >= 0) & (tau < self.capacity),
                 "VersionBuffer.get: tau={tau} is outside [0, {capacity})",
                 tau=tau,

@@ -24,6 +24,7 @@ from jaxstale import (
     VersionBuffer,
     dc_asgd,
     delays,
+    enable_traced_checks,
     gap_aware,
     predict_weights,
     staleness_aware,
@@ -36,8 +37,12 @@ G = jnp.array([0.5, -1.0])
 
 
 def checked(fn, *args):
-    """Run ``fn(*args)`` jitted under ``checkify`` and raise what its checks found."""
-    err, _ = jax.jit(checkify.checkify(fn))(*args)
+    """Run ``fn(*args)`` jitted under ``checkify`` (traced checks on) and raise what it found."""
+    before = enable_traced_checks()
+    try:
+        err, _ = jax.jit(checkify.checkify(fn))(*args)
+    finally:
+        enable_traced_checks(before)
     err.throw()
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from jax.experimental import checkify
 
-from jaxstale import VersionBuffer
+from jaxstale import VersionBuffer, enable_traced_checks
 
 
 def tree(t):
@@ -82,12 +82,16 @@ def test_traced_tau_in_scan_and_checkify():
     jitted = jax.jit(run)
     _, out = jitted(jnp.array([0, 1, 2, 2, 1, 0], jnp.int32))
     np.testing.assert_array_equal(out, [1.0, 1.0, 1.0, 2.0, 4.0, 6.0])
-    # traced out-of-range tau: checkify reports it ...
-    err, _ = jax.jit(checkify.checkify(run))(jnp.array([0, 1, 3, 0, 0, 0], jnp.int32))
-    with pytest.raises(checkify.JaxRuntimeError, match="outside"):
-        err.throw()
-    err, _ = jax.jit(checkify.checkify(run))(jnp.array([0, 1, 2, 0, 0, 0], jnp.int32))
-    err.throw()  # in range: no error
+    # traced out-of-range tau: checkify reports it (traced checks on) ...
+    before = enable_traced_checks()
+    try:
+        err, _ = jax.jit(checkify.checkify(run))(jnp.array([0, 1, 3, 0, 0, 0], jnp.int32))
+        with pytest.raises(checkify.JaxRuntimeError, match="outside"):
+            err.throw()
+        err, _ = jax.jit(checkify.checkify(run))(jnp.array([0, 1, 2, 0, 0, 0], jnp.int32))
+        err.throw()  # in range: no error
+    finally:
+        enable_traced_checks(before)
     # ... and without checkify it is clamped (never wraps round to a newer version)
     _, out = jitted(jnp.array([0, 9, -5, 0, 0, 0], jnp.int32))
     np.testing.assert_array_equal(out[:3], [1.0, 0.0, 3.0])

@@ -9,8 +9,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import checkify
 
+from jaxstale._checks import debug_check
 from jaxstale.versions import conform_structure
 
 PyTree = Any
@@ -146,7 +146,7 @@ def check_range(
             raise TypeError(f"{where}: {name} must be a real number, got dtype {value.dtype}")
         above = value > low if low_open else value >= low
         below = value < high if high_open else value <= high
-        checkify.debug_check(
+        debug_check(
             jnp.all(above & below), f"{where}: {name}={{value}} is outside {interval}", value=value
         )
         return

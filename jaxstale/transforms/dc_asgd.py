@@ -78,8 +78,9 @@ def dc_asgd(
     (``ValueError``); ``num_workers`` (only with ``adaptive=True``) an int ``≥ 1``; a concrete
     ``worker`` in ``[0, num_workers)``. Traced values (inside ``jax.jit``, or ``lam``/``decay``/
     ``eps`` injected with ``optax.inject_hyperparams`` in a jitted step) are checked by
-    ``checkify``: wrap the step in ``jax.experimental.checkify.checkify`` to have them
-    reported; without it a traced out-of-range ``worker`` is clamped into range.
+    ``checkify`` after :func:`jaxstale.enable_traced_checks` (wrap the step in
+    ``jax.experimental.checkify.checkify``); otherwise a traced out-of-range ``worker`` is
+    clamped into range.
 
     Args:
       lam: ``λ0``, the variance-control parameter (finite, ``≥ 0``; ``0`` gives plain ASGD).

@@ -104,9 +104,10 @@ def gap_aware(
     every ``C`` zero and zero every moved coordinate), ``decay`` in ``[0, 1)``, ``eps > 0``
     (``ValueError``); ``momentum`` in ``[0, 1)`` and ``statistic`` are always concrete. A
     *traced* ``learning_rate``, ``decay`` or ``eps`` (inside ``jax.jit``, or injected with
-    ``optax.inject_hyperparams`` in a jitted step) is checked by ``checkify``: wrap the step in
-    ``jax.experimental.checkify.checkify`` to have it reported. A schedule's values are not
-    checked.
+    ``optax.inject_hyperparams`` in a jitted step) is checked by ``checkify`` after
+    :func:`jaxstale.enable_traced_checks` (off by default: it slows every jitted call); wrap the
+    step in ``jax.experimental.checkify.checkify`` to have it reported. A schedule's values are
+    not checked.
 
     Args:
       learning_rate: the optimizer's learning rate ``η``, a float or an optax schedule

@@ -46,9 +46,9 @@ def staleness_aware() -> optax.GradientTransformationExtraArgs:
     traced.
 
     Checks: a negative staleness is an error. A concrete one raises ``ValueError``; a traced
-    one (inside ``jax.jit``, ``lax.scan``, ``jax.vmap``) is checked by ``checkify`` (wrap the
-    step in ``jax.experimental.checkify.checkify`` to have it reported) and is otherwise
-    treated as fresh.
+    one (inside ``jax.jit``, ``lax.scan``, ``jax.vmap``) is checked by ``checkify`` after
+    :func:`jaxstale.enable_traced_checks` (wrap the step in ``checkify.checkify``) and is
+    otherwise treated as fresh.
 
     For a staleness-dependent learning rate *inside* the optimizer (e.g. on top of a schedule or
     with a power ``τ^{-p}``), use :func:`staleness_schedule` with ``optax.inject_hyperparams``.
@@ -171,7 +171,8 @@ def staleness_schedule(
 
     Staleness semantics: ``τ = 0`` or ``1`` (or no ``staleness`` argument at all) gives exactly
     ``η(t)``: the plain optimizer. A negative ``τ`` is an error: ``ValueError`` when concrete,
-    reported by ``checkify`` when traced (and otherwise treated as fresh).
+    reported by ``checkify`` when traced and :func:`jaxstale.enable_traced_checks` is on (and
+    otherwise treated as fresh).
 
     Args:
       learning_rate: the base learning rate ``η``, a float or an optax schedule.

@@ -178,10 +178,9 @@ def predict_weights(
     Checks: an unknown ``rule`` and a missing ``momentum`` for ``"nesterov"`` raise
     ``ValueError``; so do a concrete negative ``steps`` and a concrete ``momentum`` outside
     ``[0, 1)`` (``"nesterov"`` only). A *traced* ``steps`` or ``momentum`` (inside ``jax.jit``,
-    ``lax.scan``, ``jax.vmap``) is checked by ``checkify``: wrap the computation in
-    ``jax.experimental.checkify.checkify`` to have a negative horizon or an out-of-range
-    momentum reported; without it a traced negative horizon predicts ``0`` steps (the weights
-    unchanged).
+    ``lax.scan``, ``jax.vmap``) is checked by ``checkify`` after
+    :func:`jaxstale.enable_traced_checks` (wrap the computation in ``checkify.checkify``);
+    otherwise a traced negative horizon predicts ``0`` steps (the weights unchanged).
 
     Args:
       params: the current weights ``w`` (a pytree like the optimizer's parameters; ``flax.nnx``
