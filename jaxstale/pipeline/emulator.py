@@ -36,7 +36,7 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -57,6 +57,7 @@ __all__ = [
     "executor",
     "for_program",
     "pass_weights",
+    "set_hyperparams",
     "split_residuals",
     "with_prediction",
 ]
@@ -174,6 +175,7 @@ class PipelineEmulator:
         self.tx = with_prediction(tx) if self.predict else tx
         self.momentum, self.loss_fn = float(momentum), loss_fn
         self.step = jax.jit(self._round, donate_argnums=(0,))
+        self.lane_fns: tuple[Callable[..., Any], Callable[..., Any]] | None = None  # lanes
 
     def init(
         self,
@@ -374,6 +376,33 @@ def for_program(
     return _CORES[key][0]
 
 
+def _lane_fns(core: PipelineEmulator) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The vmapped round (lanes share the program, each has its carry and data) and weights
+    read-out of ``core``, compiled once per core."""
+    if core.lane_fns is None:
+        vround = jax.vmap(core._round, in_axes=(0, None, None, 0, 0))
+        read = lambda c: ([core.current(c, k) for k in range(core.num_stages)], list(c["bn"]))
+        core.lane_fns = (jax.jit(vround, donate_argnums=(0,)), jax.jit(jax.vmap(read)))
+    return core.lane_fns
+
+
+def set_hyperparams(opt_state: Any, values: Mapping[str, Any]) -> Any:
+    """``opt_state`` with the named hyper-parameters of an ``optax.inject_hyperparams`` optimizer
+    replaced (float32 scalars, wherever they sit in the state).
+
+    Raises:
+        ValueError: a name the state does not hold.
+    """
+    for name, v in values.items():
+        if not optax.tree_utils.tree_get_all_with_path(opt_state, name):
+            raise ValueError(
+                f"hyperparams: the optimizer state has no hyper-parameter {name!r}; build tx "
+                "with optax.inject_hyperparams(...) to vary it per lane"
+            )
+        opt_state = optax.tree_utils.tree_set(opt_state, **{name: jnp.asarray(v, jnp.float32)})
+    return opt_state
+
+
 def executor(
     stages: Sequence[Any],
     program: Program,
@@ -383,33 +412,87 @@ def executor(
     *,
     momentum: float | None = None,
     loss_fn: Callable[[jax.Array, jax.Array], jax.Array] = cross_entropy,
+    lanes: int | None = None,
+    hyperparams: Mapping[str, Sequence[float]] | None = None,
 ) -> Executor:
     """An :class:`~jaxstale.loop.Executor` of ``program`` on ``(xb [nb, B, ...], yb [nb, B])``.
 
     A round is one period of the schedule; ``init`` takes per-stage weights and batch-norm
     statistics, ``params`` returns them. ``tx`` is the per-stage optimizer (e.g.
     ``optax.sgd(η, μ)``); ``momentum`` is required by Nesterov-rule policies.
+
+    ``lanes = L`` runs ``L`` runs of the program at once (``jax.vmap``; seeds, learning rates):
+    ``xb``/``yb`` then carry a leading lane axis (``[L, nb, B, ...]``), ``init`` takes weights
+    stacked over lanes, and ``hyperparams`` (``{name: [L] values}``) sets hyper-parameters of
+    a ``tx`` built with ``optax.inject_hyperparams`` per lane (e.g. ``{"learning_rate": ...}``),
+    so one compiled round serves a learning-rate grid.
     """
     s = program.schedule
     if program.policy.predict == "nesterov" and momentum is None:
         raise ValueError(f"policy {program.policy.name!r} needs momentum=μ (the optimizer's μ)")
-    if int(np.shape(xb)[0]) != s.num_batches:
-        raise ValueError(f"xb has {np.shape(xb)[0]} mini-batches, the schedule {s.num_batches}")
+    if lanes is not None and (not isinstance(lanes, int) or lanes < 1):
+        raise ValueError(f"lanes must be a positive int, got {lanes!r}")
+    if hyperparams and lanes is None:
+        raise ValueError("hyperparams are per lane: pass lanes=L with them")
+    hp = {k: list(v) for k, v in (hyperparams or {}).items()}
+    for k, v in hp.items():
+        if len(v) != lanes:
+            raise ValueError(f"hyperparams[{k!r}] has {len(v)} values for {lanes} lanes")
+    lead = (lanes,) if lanes is not None else ()
+    for name, a in (("xb", xb), ("yb", yb)):
+        shp = tuple(np.shape(a))
+        if shp[: len(lead)] != lead or len(shp) <= len(lead):
+            raise ValueError(f"{name} has shape {shp}, expected a leading lane axis of {lanes}")
+    if int(np.shape(xb)[len(lead)]) != s.num_batches:
+        raise ValueError(
+            f"xb has {np.shape(xb)[len(lead)]} mini-batches, the schedule {s.num_batches}"
+        )
     core = for_program(stages, program, tx, momentum=momentum or 0.0, loss_fn=loss_fn)
     tables = {k: jnp.asarray(v) for k, v in program.tables.items()}
-    x0, nm = np.asarray(xb[0]), s.num_micro
+    x0, nm = np.asarray(xb[(0,) * (len(lead) + 1)]), s.num_micro
     xb, yb = jnp.asarray(xb), jnp.asarray(yb)
+    apply = compose(stages)
+    if lanes is None:
 
-    def step(carry: dict[str, Any], r: int) -> tuple[dict[str, Any], Stats]:
-        carry, (ls, lc) = core.step(carry, jnp.int32(r), tables, xb, yb)
+        def step(carry: dict[str, Any], r: int) -> tuple[dict[str, Any], Stats]:
+            carry, (ls, lc) = core.step(carry, jnp.int32(r), tables, xb, yb)
+            loss = np.asarray(ls, np.float32) / np.float32(nm) if nm > 1 else np.asarray(ls)
+            return carry, Stats(loss.reshape(1, 1), np.asarray([[int(lc) // nm]], np.int32))
+
+        return Executor(
+            init=lambda params, states: core.init(x0, params, states),
+            step=step,
+            params=lambda c: ([core.current(c, k) for k in range(core.num_stages)], list(c["bn"])),
+            apply=apply,
+            num_rounds=program.num_rounds,
+            num_updates=s.num_batches,
+        )
+    vstep, vread = _lane_fns(core)
+    n_lanes = lanes
+
+    def init(params: Sequence[Any], states: Sequence[Any]) -> dict[str, Any]:
+        carries = []
+        for j in range(n_lanes):
+            pick = lambda t, j=j: jax.tree.map(lambda a: a[j], t)
+            c = core.init(x0, [pick(p) for p in params], [pick(q) for q in states])
+            vals = {k: v[j] for k, v in hp.items()}
+            c["opt"] = [set_hyperparams(o, vals) for o in c["opt"]] if vals else c["opt"]
+            carries.append(c)
+        return jax.tree.map(lambda *a: jnp.stack(a), *carries)
+
+    def vstep_(carry: dict[str, Any], r: int) -> tuple[dict[str, Any], Stats]:
+        carry, (ls, lc) = vstep(carry, jnp.int32(r), tables, xb, yb)
         loss = np.asarray(ls, np.float32) / np.float32(nm) if nm > 1 else np.asarray(ls)
-        return carry, Stats(loss.reshape(1, 1), np.asarray([[int(lc) // nm]], np.int32))
+        count = np.asarray(lc).astype(np.int32) // nm
+        return carry, Stats(loss.reshape(n_lanes, 1), count.reshape(n_lanes, 1))
 
     return Executor(
-        init=lambda params, states: core.init(x0, params, states),
-        step=step,
-        params=lambda c: ([core.current(c, k) for k in range(core.num_stages)], list(c["bn"])),
-        apply=compose(stages),
+        init=init,
+        step=vstep_,
+        params=vread,
+        apply=apply,
         num_rounds=program.num_rounds,
         num_updates=s.num_batches,
+        lanes=n_lanes,
+        vmapped=True,
     )

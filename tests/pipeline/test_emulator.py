@@ -398,3 +398,62 @@ def test_errors():
         pipeline.make("emulate", stages, sched, "nesterov", _TX, xb, yb)
     with pytest.raises(ValueError, match="unknown executor"):
         pipeline.make("gpu", stages, sched, "vanilla", _TX, xb, yb)
+
+
+@pytest.mark.parametrize("policy", ["vanilla", "stash", "nesterov"])
+def test_lanes_equal_separate_runs_with_per_lane_learning_rates(policy):
+    """lanes=L: L runs (seeds x learning rates) in one vmapped round equal L separate runs."""
+    stages = _stages(3, 3)
+    sched = schedules.one_f_one_b(3, 6)
+    prog = pipeline.compile(sched, policy)
+    tx = optax.inject_hyperparams(optax.sgd)(learning_rate=LR, momentum=MOM)
+    lrs, seeds = [0.05, 0.2, 0.2], [0, 0, 1]
+    inits = [models.functional_stages(_model(seed=s, blocks=3), 3) for s in seeds]
+    data = [_data(6, seed=s) for s in seeds]
+    stack = lambda trees: jax.tree.map(lambda *a: np.stack(a), *trees)
+    ex = pipeline.make(
+        "emulate",
+        stages,
+        prog,
+        None,
+        tx,
+        np.stack([d[0] for d in data]),
+        np.stack([d[1] for d in data]),
+        momentum=MOM,
+        lanes=3,
+        hyperparams={"learning_rate": lrs},
+    )
+    params = [stack([f[k].params for f in inits]) for k in range(3)]
+    states = [stack([f[k].state for f in inits]) for k in range(3)]
+    lanes = loop.run(ex, params, states)
+    for j, (lr, f, (xb, yb)) in enumerate(zip(lrs, inits, data, strict=True)):
+        one = emulator.executor(stages, prog, optax.sgd(lr, MOM), xb, yb, momentum=MOM)
+        (ref,) = loop.run(one, [s.params for s in f], [s.state for s in f])
+        assert _maxdiff(lanes[j].params, ref.params) <= 1e-6, (policy, j)
+        np.testing.assert_allclose(lanes[j].losses, ref.losses, rtol=1e-5)
+    assert _maxdiff(lanes[1].params, lanes[2].params) > 0  # the seeds differ
+    assert _maxdiff(lanes[0].params, lanes[1].params) > 0  # the learning rates differ
+
+
+def test_lanes_bad_input():
+    stages = _stages(2, 2)
+    prog = pipeline.compile(schedules.one_f_one_b(2, 4), "vanilla")
+    xb, yb = _data(4)
+    with pytest.raises(ValueError, match="leading lane axis"):
+        emulator.executor(stages, prog, _TX, xb, yb, lanes=2)
+    with pytest.raises(ValueError, match="pass lanes"):
+        emulator.executor(stages, prog, _TX, xb, yb, hyperparams={"learning_rate": [0.1]})
+    with pytest.raises(ValueError, match="2 values for 3 lanes"):
+        emulator.executor(
+            stages, prog, _TX, np.stack([xb] * 3), np.stack([yb] * 3), lanes=3,
+            hyperparams={"learning_rate": [0.1, 0.2]},
+        )  # fmt: skip
+    ex = emulator.executor(
+        stages, prog, _TX, np.stack([xb] * 2), np.stack([yb] * 2), lanes=2,
+        hyperparams={"learning_rate": [0.1, 0.2]},
+    )  # fmt: skip
+    stack = lambda t: jax.tree.map(lambda a: np.stack([a, a]), t)
+    with pytest.raises(ValueError, match="inject_hyperparams"):
+        ex.init([stack(s.params) for s in stages], [stack(s.state) for s in stages])
+    with pytest.raises(ValueError, match="emulator-only"):
+        pipeline.make("mesh", stages, prog, None, _TX, xb, yb, lanes=2)
