@@ -42,8 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from experiments.common import lanes_for, make_delay, run_row, seed_mode
 from jaxstale import asyncdp, data, delays, runs
+
+from .common import lanes_for, make_delay, run_row, seed_mode
 
 EXPERIMENT = "async_workers"
 DEFAULT_METHODS = (
