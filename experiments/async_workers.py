@@ -1,41 +1,51 @@
-"""Async workers: how test error degrades with the number of asynchronous workers, per method.
+"""Async workers: how accuracy degrades with the number of asynchronous workers, per method.
 
 Question: with M workers pushing gradients to a parameter server, each gradient is about M − 1
-updates stale (gamma-timed workers, ALGORITHMS.md §1). How much does plain ASGD lose as M grows,
-and how much do the mitigations recover — SSGD (synchronous, no staleness), the staleness-aware
-learning rate, DC-ASGD (constant and adaptive λ), Gap-Aware, DANA and DANA-DC?
+updates stale (ALGORITHMS.md §1). How much does plain ASGD lose as M grows, and how much do the
+mitigations recover — SSGD (synchronous, no staleness), the staleness-aware learning rate,
+DC-ASGD (constant and adaptive λ), Gap-Aware, DANA, DANA-DC and LC-ASGD — each at its own best
+learning rate?
+
+Protocol (the experiments' common one, ``experiments/common.py``): standardised inputs
+(training-set statistics) and a validation split carved from the training set; every method ×
+M runs a learning-rate grid (``--lrs``) over ``--seeds`` seeds; the rate is **selected on
+validation accuracy** (a diverged seed counts at chance) and the table reports **test
+accuracy at the selected rate** (mean ± 95 % CI over the seeds that trained, diverged fraction
+in the cell, the rate after ``@``). LC-ASGD's λ is tuned the same way, its sign included
+(``--lc-lambdas``). Time to accuracy: updates until the validation accuracy first reaches
+``--target``.
 
 Setting: :func:`jaxstale.asyncdp.run` (exact emulation, or the mesh executor), digits + MLP by
-default, batch 32, SGD with momentum 0.9 and without momentum, 3 seeds. **Budget = samples**:
-every method sees the same number of mini-batches (``epochs`` passes over the training set);
-ASGD-type methods apply one update per mini-batch, SSGD applies one update per M mini-batches
-(``1/M`` as many updates, effective batch ``M·B``), as in the DC-ASGD paper's per-epoch
-comparison. A seed fixes the initial weights, the data order and the worker timing, so all
-methods and worker counts see
-the same data stream. ``sgd`` is the 1-worker reference; at M = 1 every other method reduces to
-it (except DANA, which then is Nesterov-like momentum). Methods (``method`` in summary.json):
-sgd, ssgd, asgd, sa-asgd, dc-asgd-c, dc-asgd-a, gap-aware, dana, dana-dc, plus any name added
-with :func:`jaxstale.asyncdp.register_method` and passed with ``--methods``.
+default, batch 32, SGD with momentum 0.9, gamma-timed workers (``--delay``). **Budget =
+samples**: every method sees ``--updates`` mini-batches (1,500 = 37 epochs of the 1,295
+training examples: the synchronous reference has converged, its validation curve flat from
+~750 updates); ASGD-type methods apply one update per mini-batch, SSGD one per M mini-batches
+(effective batch ``M·B``), as in the DC-ASGD paper's per-epoch comparison. A seed fixes the
+initial weights, the data order and the worker timing, so all methods, worker counts and rates
+see the same data stream. ``sgd`` is the 1-worker reference (M = 1 only; every method but DANA
+reduces to it at M = 1, which the tests check). Methods: sgd, ssgd, asgd, sa-asgd, dc-asgd-c,
+dc-asgd-a, gap-aware, dana, dana-dc, lc-asgd, plus any name added with
+:func:`jaxstale.asyncdp.register_method` and passed with ``--methods``.
 
-Speed: one executable per (method, momentum) serves every worker count and seed (the
-emulator's traced hyper-parameters and fixed snapshot capacity), lanes run vmapped (MLP) or
-sequentially (conv models on the CPU); SSGD compiles once per M.
+Speed: one executable per (method, momentum, λ) serves every worker count, learning rate and
+seed (traced hyper-parameters, a fixed snapshot capacity): lanes run vmapped (MLP) or
+sequentially (conv models on the CPU); SSGD compiles once per M. Default: ~1,100 runs of 1,500
+updates in about 10 minutes on 2 cores; ``--quick`` is a smoke run (one minute).
 
-Outputs (run folder): summary.json rows (method, workers, momentum, seed, lr, delay,
-final_test_accuracy, final_test_error, diverged, diverged_step, mean_staleness, max_staleness,
-staleness_counts, updates, epochs, ...), table.md (rows = methods, columns = M, cells = test
-error % mean ± std and, in brackets, the change vs 1-worker SGD; "diverged" when every seed
-diverged — the DC-ASGD / LC-ASGD papers' layout), plot.png (learning curves),
-error_vs_workers.png, staleness_hist.png, staleness.json (staleness counts per M).
-The learning curves are drawn at M = 16 (or the largest M run), momentum 0.9 (the largest).
+Outputs (run folder): summary.json rows (method, workers, momentum, lr, lam, seed,
+final_val_accuracy, final_test_accuracy, diverged, diverged_step, updates_to_target,
+mean_staleness, staleness_counts, ...), table.md (test accuracy at the selected rate; updates
+to the target; the validation grid), plot.png (validation curves at M = 16 at each method's
+selected rate), accuracy_vs_workers.png (with 95 % CIs), staleness_hist.png, staleness.json.
 
 Run: ``python -m experiments.async_workers [--quick] [--out DIR] [--methods a,b] [--delay D]``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-import math
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -44,7 +54,18 @@ import numpy as np
 
 from jaxstale import asyncdp, data, delays, runs
 
-from .common import lanes_for, make_delay, run_row, seed_mode
+from .common import (
+    add_tuning_args,
+    chance,
+    lanes_for,
+    make_delay,
+    open_run,
+    run_row,
+    seed_mode,
+    splits,
+    title,
+    tuned_tables,
+)
 
 EXPERIMENT = "async_workers"
 DEFAULT_METHODS = (
@@ -58,10 +79,12 @@ DEFAULT_METHODS = (
     "dana",
     "dana-dc",
     "lc-asgd",
-    "lc-asgd-async-bn",
 )
 ONE_WORKER = ("sgd",)  # methods that only run with M = 1
-KEY = ("method", "workers", "momentum", "seed")  # the fields of a cell key
+LAMBDA_METHODS = ("lc-asgd", "lc-asgd-async-bn")  # λ tuned with the rate
+KEY = ("method", "workers", "momentum", "lr", "lam", "seed")  # the fields of a cell key
+#: the learning-rate grid per momentum (×10 without momentum: the same effective step η/(1−μ))
+LRS = {0.9: [0.001, 0.003, 0.01, 0.03, 0.1], 0.0: [0.01, 0.03, 0.1, 0.3, 1.0]}
 
 
 # ----------------------------------------------------------------------------- the experiment
@@ -69,26 +92,28 @@ KEY = ("method", "workers", "momentum", "seed")  # the fields of a cell key
 
 def config_from_args(args: Any) -> dict[str, Any]:
     quick = bool(args.quick)
-    methods = args.methods.split(",") if args.methods else list(DEFAULT_METHODS)
-    unknown = [m for m in methods if m not in asyncdp.METHODS]
-    if unknown:
-        raise SystemExit(
-            f"unknown method(s) {unknown}; registered: {', '.join(asyncdp.method_names())}"
-        )
-    workers = [int(w) for w in args.workers.split(",")] if args.workers else None
-    momenta = [float(m) for m in args.momentum.split(",")] if args.momentum else None
+    momenta = args.momentum or [0.9]
+    lrs = {
+        str(mu): list(args.lrs)
+        if args.lrs
+        else ([0.003, 0.03] if quick else LRS.get(mu, LRS[0.9] if mu else LRS[0.0]))
+        for mu in momenta
+    }
     return {
+        "quick": quick,
         "dataset": args.dataset,
         "model": (args.model or ["mlp"])[0],
         "model_kw": {},
-        "methods": methods,
-        "workers": workers or ([1, 4, 16] if quick else [1, 4, 8, 16, 32]),
-        "momentum": momenta or ([0.9] if quick else [0.0, 0.9]),
-        "lr": {"0.9": args.lr, "other": args.lr_no_momentum},
-        "seeds": args.seeds or 3,
+        "methods": list(args.methods or DEFAULT_METHODS),
+        "workers": args.workers or ([4, 16] if quick else [4, 8, 16, 32]),
+        "momentum": momenta,
+        "lrs": lrs,
+        "lc_lambdas": args.lc_lambdas or ([0.1] if quick else [-0.1, 0.1]),
+        "seeds": args.seeds or (2 if quick else 5),
         "batch_size": args.batch_size,
-        "epochs": args.epochs or (8 if quick else 12),
-        "steps": args.steps,
+        "updates": args.steps or (300 if quick else 1500),
+        "eval_every": 50,
+        "target": args.target,
         "delay": args.delay,
         "straggler_fraction": args.straggler_fraction,
         "straggler_slowdown": args.straggler_slowdown,
@@ -98,30 +123,41 @@ def config_from_args(args: Any) -> dict[str, Any]:
     }
 
 
-def lr_for(cfg: dict[str, Any], momentum: float) -> float:
-    return float(cfg["lr"]["0.9"] if momentum > 0 else cfg["lr"]["other"])
-
-
 def _cells(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     keys = []
     for mu in cfg["momentum"]:
         for method in cfg["methods"]:
-            for m in cfg["workers"]:
-                if method in ONE_WORKER and m != 1:
-                    continue
-                for seed in range(cfg["seeds"]):
-                    keys.append({"method": method, "workers": m, "momentum": mu, "seed": seed})
+            lams = cfg["lc_lambdas"] if method in LAMBDA_METHODS else [None]
+            for m in [1] if method in ONE_WORKER else cfg["workers"]:
+                for lr in cfg["lrs"][str(mu)]:
+                    for lam in lams:
+                        for seed in range(cfg["seeds"]):
+                            keys.append(
+                                {"method": method, "workers": m, "momentum": mu, "lr": lr,
+                                 "lam": lam, "seed": seed}
+                            )  # fmt: skip
     return keys
 
 
+def _builder(method: str, lam: float | None) -> asyncdp.Method:
+    """The method as the executors take it: its name, or LC-ASGD's builder at λ = ``lam``."""
+    if lam is None:
+        return method
+    build = (
+        asyncdp.methods.build_lc_asgd
+        if method == "lc-asgd"
+        else asyncdp.methods.build_lc_asgd_async_bn
+    )
+    return functools.partial(build, lam=lam)
+
+
 def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[tuple[dict, list]]:
-    """All pending cells of one (method, momentum): one emulate_async call (per M for SSGD)."""
-    method, mu = keys[0]["method"], keys[0]["momentum"]
+    """All pending cells of one (method, momentum, λ): one asyncdp.run (per M for SSGD)."""
+    method, mu, lam = keys[0]["method"], keys[0]["momentum"], keys[0]["lam"]
     b = cfg["batch_size"]
     spe = len(ds.x_train) // b
-    updates = cfg["steps"] or cfg["epochs"] * spe
-    lr = lr_for(cfg, mu)
-    is_sync = _mode(method, lr, mu) == "sync"
+    updates = cfg["updates"]
+    is_sync = _mode(method, mu) == "sync"
     parts = (
         [[k for k in keys if k["workers"] == m] for m in sorted({k["workers"] for k in keys})]
         if is_sync
@@ -151,26 +187,24 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
         )
         res = asyncdp.run(
             apply,
-            method,
+            _builder(method, lam),
             ps,
             ss,
             scheds,
             xs,
             ys,
-            learning_rate=lr,
+            learning_rate=[k["lr"] for k in part],
             momentum=mu,
             warmup_steps=cfg["warmup_epochs"] * spe,
-            x_test=ds.x_test,
-            y_test=ds.y_test,
-            eval_every=spe,
+            eval_data=splits(ds),
+            eval_every=cfg["eval_every"],
             vmap=seed_mode(cfg["model"], cfg["seed_mode"]),
             executor=cfg["executor"],
         )
         wall = (time.perf_counter() - t0) / len(part)
         for k, r in zip(part, res, strict=True):
             extra = {
-                "lr": lr,
-                "delay": cfg["delay"],
+                "delay": "sync" if is_sync else cfg["delay"],
                 "batch_size": b,
                 "epochs": updates / spe,
                 "model": cfg["model"],
@@ -178,106 +212,127 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
                 "warmup_epochs": cfg["warmup_epochs"],
                 "wall_s": wall,
             }
-            if is_sync:
-                extra["delay"] = "sync"
-            out[id(k)] = run_row(r, spe, extra)
+            out[id(k)] = run_row(r, spe, extra, cfg["target"])
     return [out[id(k)] for k in keys]
 
 
-def _mode(method: str, lr: float, mu: float) -> str:
-    return asyncdp.build_method(method, asyncdp.HParams(lr, mu, 1)).mode
+def _mode(method: str, mu: float) -> str:
+    return asyncdp.build_method(method, asyncdp.HParams(0.1, mu, 1)).mode
 
 
-# ----------------------------------------------------------------------------- table and plots
+# ----------------------------------------------------------------------------- tables and plots
 
 
-def _errors(rows: list[dict], method: str, m: int, mu: float) -> list[Any]:
+def _fmt_knob(v: Any) -> str:
+    lr, lam = v
+    return f"{lr:g}" if lam is None else f"{lr:g} (λ {lam:+g})"
+
+
+def make_table(rows: list[dict], cfg: dict[str, Any], ds_chance: float) -> tuple[str, dict]:
+    """Test accuracy at the rate selected on validation, time to target, the validation grid."""
+    parts, selected = [], {}
+    budget = f"{cfg['updates']} mini-batches ({cfg['updates'] * cfg['batch_size']} samples)"
+    for mu in cfg["momentum"]:
+        sub = [r for r in rows if r["momentum"] == mu]
+        acc, ttime, grid, sel = tuned_tables(
+            sub,
+            index=("method",),
+            columns="workers",
+            chance_acc=ds_chance,
+            knob=("lr", "lam"),
+            col_label=lambda m: f"M={m}",
+            fmt_knob=_fmt_knob,
+        )
+        selected.update({(*k, mu): v for k, v in sel.items()})
+        head = (
+            f"momentum {mu}, {cfg['delay']} delays, {cfg['model']} on {cfg['dataset']} "
+            f"(standardised; validation split for selection), equal samples: {budget}; "
+            f"{cfg['seeds']} seeds"
+        )
+        parts += [
+            title(
+                cfg,
+                f"**Test accuracy % at each method's learning rate selected on validation "
+                f"(mean ± 95 % CI over seeds that trained; [diverged/seeds]; @ selected lr), "
+                f"{head}**",
+            ),
+            acc,
+            f"**Updates until validation accuracy ≥ {100 * cfg['target']:g} % at the selected "
+            f"rate (median over seeds; [reached/seeds]; SSGD: its own updates, M mini-batches "
+            f"each), momentum {mu}**",
+            ttime,
+            f"**Validation accuracy % per learning rate (mean over seeds, diverged seeds at "
+            f"chance; bold: selected), momentum {mu}**",
+            grid,
+        ]
+    return "\n\n".join(parts) + "\n", selected
+
+
+def _selected_rows(rows: list[dict], selected: dict, method: str, m: int, mu: float) -> list[dict]:
+    pick = selected.get((method, m, mu))
     return [
-        r["final_test_error"]
+        r
         for r in rows
-        if r["method"] == method and r["workers"] == m and r["momentum"] == mu
+        if r["method"] == method
+        and r["workers"] == m
+        and r["momentum"] == mu
+        and (r["lr"], r["lam"]) == pick
     ]
 
 
-def make_table(rows: list[dict], cfg: dict[str, Any]) -> str:
-    """Test error % (mean ± std over seeds) per method and M, with the change vs 1-worker SGD."""
-    parts = []
-    budget = f"{cfg['steps']} batches" if cfg["steps"] else f"{cfg['epochs']} epochs"
-    for mu in cfg["momentum"]:
-        ref_vals = [v for v in _errors(rows, "sgd", 1, mu) if v is not None]
-        ref = float(np.mean(ref_vals)) if ref_vals else None
-        body = []
-        for method in cfg["methods"]:
-            cells = []
-            for m in cfg["workers"]:
-                vals = _errors(rows, method, m, mu)
-                if not vals:
-                    cells.append("–")
-                    continue
-                text = runs.format_mean_std(vals, scale=100.0, digits=1)
-                ok = [v for v in vals if v is not None and math.isfinite(v)]
-                if ok and ref is not None and not (method == "sgd" and m == 1):
-                    text += f" ({100 * (np.mean(ok) - ref):+.1f})"
-                cells.append(text)
-            body.append([method, *cells])
-        title = (
-            f"**Test error % (mean ± std over {cfg['seeds']} seeds; in brackets: change vs "
-            f"1-worker SGD), momentum {mu}, lr {lr_for(cfg, mu)}, {cfg['delay']} delays, "
-            f"{cfg['model']} on {cfg['dataset']}, equal samples ({budget})**"
-        )
-        parts.append(
-            title
-            + "\n\n"
-            + runs.markdown_table(["method", *(f"M={m}" for m in cfg["workers"])], body)
-        )
-    return "\n\n".join(parts) + "\n"
-
-
-def make_figures(rows: list[dict], metrics_of: Callable[[dict], list], cfg: dict) -> dict:
+def make_figures(
+    rows: list[dict], selected: dict, metrics_of: Callable[[dict], list], cfg: dict
+) -> dict:
     from matplotlib.figure import Figure
 
     figs: dict[str, Any] = {}
     mu_main = max(cfg["momentum"])
     m_big = 16 if 16 in cfg["workers"] else max(cfg["workers"])  # where methods differ most
     series: dict[str, list] = {}
-    for r in rows:
-        if r["momentum"] != mu_main:
-            continue
-        if r["workers"] == m_big or (r["method"] in ONE_WORKER and r["workers"] == 1):
-            label = r["method"] if r["method"] in ONE_WORKER else f"{r['method']} (M={m_big})"
-            series.setdefault(label, []).append(metrics_of(r) or [])
+    for method in cfg["methods"]:
+        m = 1 if method in ONE_WORKER else m_big
+        pick = _selected_rows(rows, selected, method, m, mu_main)
+        if pick:
+            lr = pick[0]["lr"]
+            label = f"{method} (M=1)" if m == 1 else f"{method} (M={m})"
+            series[f"{label}, lr {lr:g}"] = [metrics_of(r) or [] for r in pick]
     figs["plot"] = runs.curves_figure(
         series,
         x="epoch",
-        ys=("train_loss", "test_accuracy"),
-        title=f"Learning curves, momentum {mu_main}, {cfg['delay']} delays",
+        ys=("train_loss", "val_accuracy"),
+        title=f"Validation curves at each method's selected rate, momentum {mu_main}, "
+        f"{cfg['delay']} delays",
     )
 
     fig = Figure(figsize=(5.5 * len(cfg["momentum"]), 4), layout="constrained")
     axes = fig.subplots(1, len(cfg["momentum"]), squeeze=False)[0]
     for ax, mu in zip(axes, cfg["momentum"], strict=True):
         for method in cfg["methods"]:
-            xs, ys, xd = [], [], []
-            for m in cfg["workers"]:
-                vals = [v for v in _errors(rows, method, m, mu) if v is not None]
-                if vals:
+            xs, ys, es, xd = [], [], [], []
+            for m in [1] if method in ONE_WORKER else cfg["workers"]:
+                pick = _selected_rows(rows, selected, method, m, mu)
+                vals = [r["final_test_accuracy"] for r in pick if not r["diverged"]]
+                mean, half, n = runs.mean_ci(vals)
+                if n:
                     xs.append(m)
-                    ys.append(100 * float(np.mean(vals)))
-                elif _errors(rows, method, m, mu):
+                    ys.append(100 * mean)
+                    es.append(100 * half if np.isfinite(half) else 0.0)
+                elif pick:
                     xd.append(m)
             if method in ONE_WORKER and ys:
                 ax.axhline(ys[0], color="k", ls="--", lw=1, label=f"{method} (1 worker)")
                 continue
-            (line,) = ax.plot(xs, ys, marker="o", label=method)
+            style = runs.method_style(method, cfg["methods"])
+            ax.errorbar(xs, ys, yerr=es, capsize=3, label=method, **style)
             if xd:
-                ax.plot(xd, [100] * len(xd), "x", color=line.get_color())
+                ax.plot(xd, [0] * len(xd), "x", color=style["color"])
         ax.set_xscale("log", base=2)
         ax.set_xlabel("workers M")
-        ax.set_ylabel("final test error % (x: diverged)")
+        ax.set_ylabel("test accuracy % at the selected lr (x: all diverged)")
         ax.set_title(f"momentum {mu}")
         ax.grid(alpha=0.3)
     axes[-1].legend(fontsize="small")
-    figs["error_vs_workers"] = fig
+    figs["accuracy_vs_workers"] = fig
 
     fig = Figure(figsize=(6, 4), layout="constrained")
     ax = fig.subplots()
@@ -294,10 +349,13 @@ def make_figures(rows: list[dict], metrics_of: Callable[[dict], list], cfg: dict
 
 
 def staleness_counts(rows: list[dict], m: int) -> np.ndarray | None:
-    """Staleness histogram of all asynchronous runs with M workers (summed over seeds)."""
+    """Staleness histogram of one method's asynchronous runs with M workers (summed over seeds
+    at one learning rate: the schedule does not depend on the rate)."""
+    ref = rows_async_ref(rows)
+    lr0 = next((r["lr"] for r in rows if r["method"] == ref), None)
     total: np.ndarray | None = None
     for r in rows:
-        if r["workers"] != m or r.get("delay") == "sync" or r["method"] != rows_async_ref(rows):
+        if r["workers"] != m or r["method"] != ref or r["lr"] != lr0 or r.get("delay") == "sync":
             continue
         c = np.asarray(r["staleness_counts"])
         if total is None:
@@ -311,7 +369,7 @@ def staleness_counts(rows: list[dict], m: int) -> np.ndarray | None:
 def rows_async_ref(rows: list[dict]) -> str:
     """The method whose schedules the histogram shows (asgd if present)."""
     names = {r["method"] for r in rows if r.get("delay") != "sync"}
-    return "asgd" if "asgd" in names else sorted(names)[0]
+    return "asgd" if "asgd" in names or not names else sorted(names)[0]
 
 
 # ----------------------------------------------------------------------------- main
@@ -319,19 +377,43 @@ def rows_async_ref(rows: list[dict]) -> str:
 
 def parser() -> Any:
     p = runs.cli_parser(__doc__.splitlines()[0])
-    p.add_argument("--methods", default=None, help="comma-separated method names (registered)")
-    p.add_argument("--workers", default=None, help="comma-separated worker counts M")
-    p.add_argument("--momentum", default=None, help="comma-separated momenta (default 0,0.9)")
-    p.add_argument("--lr", type=float, default=0.01, help="learning rate with momentum")
     p.add_argument(
-        "--lr-no-momentum", type=float, default=0.1, help="learning rate without momentum"
+        "--methods",
+        type=runs.name_list(asyncdp.method_names, "method"),
+        default=None,
+        help="comma-separated method names (registered; default: "
+        + ",".join(DEFAULT_METHODS)
+        + ")",
     )
-    p.add_argument("--epochs", type=int, default=None, help="passes over the training set")
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument(
+        "--workers",
+        type=runs.int_list(low=1),
+        default=None,
+        help="comma-separated worker counts M (default 4,8,16,32; sgd runs at M = 1)",
+    )
+    p.add_argument(
+        "--momentum",
+        type=runs.float_list(low=0, high=1, high_open=True),
+        default=None,
+        help="comma-separated momenta (default 0.9)",
+    )
+    add_tuning_args(p, lrs=LRS[0.9])
+    p.add_argument(
+        "--lc-lambdas",
+        type=runs.float_list(),
+        default=None,
+        help="LC-ASGD's λ grid, tuned with the rate, sign included (default -0.1,0.1)",
+    )
+    p.add_argument("--batch-size", type=runs.number(int, low=1), default=32, help="mini-batch size")
     p.add_argument("--delay", default="gamma", choices=delays.DELAY_MODELS)
-    p.add_argument("--straggler-fraction", type=float, default=0.0)
-    p.add_argument("--straggler-slowdown", type=float, default=1.0)
-    p.add_argument("--warmup-epochs", type=int, default=0, help="lr warm-up from lr/M (DANA: 5)")
+    p.add_argument("--straggler-fraction", type=runs.number(float, low=0, high=1), default=0.0)
+    p.add_argument("--straggler-slowdown", type=runs.number(float, low=1), default=1.0)
+    p.add_argument(
+        "--warmup-epochs",
+        type=runs.number(int, low=0),
+        default=0,
+        help="lr warm-up from lr/M (DANA: 5)",
+    )
     p.add_argument("--seed-mode", default="auto", choices=("auto", "vmap", "sequential"))
     p.add_argument(
         "--executor",
@@ -341,6 +423,9 @@ def parser() -> Any:
         "(same results). On a CPU, emulate devices with "
         "XLA_FLAGS=--xla_force_host_platform_device_count=8",
     )
+    for action in p._actions:
+        if action.dest == "steps":
+            action.help = "mini-batches per run, the budget (default 1500; --quick 300)"
     return p
 
 
@@ -350,19 +435,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser().parse_args(argv)
     cfg = config_from_args(args)
     ds = data.load(cfg["dataset"])
-    run = runs.RunFolder(EXPERIMENT, cfg, out=args.out)
+    user = [asyncdp.METHODS[m] for m in cfg["methods"] if m not in asyncdp.methods.BUILTIN]
+    run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__], sources=user)
     keys = _cells(cfg)
     rows = run.run_grouped(
-        keys, lambda ks: _run_group(cfg, ds, ks), vary=("seed", "workers"), desc=EXPERIMENT
+        keys,
+        lambda ks: _run_group(cfg, ds, ks),
+        vary=("seed", "workers", "lr"),
+        desc=EXPERIMENT,
     )
-    table = make_table(rows, cfg)
-    figs = make_figures(rows, lambda r: run.metrics({k: r[k] for k in KEY}), cfg)
+    table, selected = make_table(rows, cfg, chance(ds))
+    figs = make_figures(rows, selected, lambda r: run.metrics({k: r[k] for k in KEY}), cfg)
     counts = {
         str(m): c.tolist() for m in cfg["workers"] if (c := staleness_counts(rows, m)) is not None
     }
     runs.atomic_write_text(run.path / "staleness.json", json.dumps(counts) + "\n")
     paths = run.report(table, figs, num_runs=len(rows), started=t0)
-    return {"rows": rows, "paths": paths, "table": table}
+    return {"rows": rows, "paths": paths, "table": table, "selected": selected}
 
 
 if __name__ == "__main__":

@@ -190,7 +190,7 @@ METHODS: dict[str, MethodBuilder] = {
     "lc-asgd": build_lc_asgd,
     "lc-asgd-async-bn": build_lc_asgd_async_bn,
 }
-_BUILTIN = frozenset(METHODS)
+BUILTIN = frozenset(METHODS)  # the names register_method cannot replace
 
 
 def register_method(name: str, build: MethodBuilder, *, overwrite: bool = False) -> None:
@@ -208,7 +208,7 @@ def register_method(name: str, build: MethodBuilder, *, overwrite: bool = False)
         raise TypeError(f"method name must be a non-empty str, got {name!r}")
     if not callable(build):
         raise TypeError(f"build must be callable(HParams) -> transformation, got {build!r}")
-    if name in _BUILTIN or (name in METHODS and not overwrite):
+    if name in BUILTIN or (name in METHODS and not overwrite):
         raise ValueError(f"method {name!r} is already registered (pass overwrite=True for yours)")
     METHODS[name] = build
 

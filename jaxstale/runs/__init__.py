@@ -13,6 +13,10 @@
 """
 
 from jaxstale.runs.cli import cli_parser as cli_parser
+from jaxstale.runs.cli import float_list as float_list
+from jaxstale.runs.cli import int_list as int_list
+from jaxstale.runs.cli import name_list as name_list
+from jaxstale.runs.cli import number as number
 from jaxstale.runs.cli import progress as progress
 from jaxstale.runs.fingerprint import RESULT_PARTS as RESULT_PARTS
 from jaxstale.runs.fingerprint import code_changes as code_changes
@@ -50,13 +54,17 @@ __all__ = [
     "code_hash",
     "config_hash",
     "curves_figure",
+    "float_list",
     "format_ci",
     "format_mean_std",
     "format_steps",
+    "int_list",
     "markdown_table",
     "mean_ci",
     "mean_std_table",
     "method_style",
+    "name_list",
+    "number",
     "progress",
     "select",
     "time_to_accuracy",

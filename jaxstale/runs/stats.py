@@ -34,6 +34,7 @@ import numpy as np
 __all__ = [
     "format_ci",
     "format_steps",
+    "knob_value",
     "mean_ci",
     "score",
     "select",
@@ -140,11 +141,18 @@ def score(rows: Sequence[Mapping[str, Any]], value: str, chance: float) -> float
     return float(np.mean(vals)) if vals else -math.inf
 
 
+def knob_value(row: Mapping[str, Any], knob: str | Sequence[str]) -> Any:
+    """The knob of a row: ``row[knob]``, or a tuple of fields for a joint knob."""
+    if isinstance(knob, str):
+        return row.get(knob)
+    return tuple(row.get(k) for k in knob)
+
+
 def select(
     rows: Iterable[Mapping[str, Any]],
     *,
     by: Sequence[str],
-    knob: str = "lr",
+    knob: str | Sequence[str] = "lr",
     value: str = "final_val_accuracy",
     chance: float = 0.0,
 ) -> dict[tuple[Any, ...], Any]:
@@ -157,7 +165,8 @@ def select(
     Args:
         rows: result rows, one per seed and knob value.
         by: the fields of a group (e.g. ``("method", "workers")``).
-        knob: the tuned field (e.g. ``"lr"``).
+        knob: the tuned field (e.g. ``"lr"``), or several tuned jointly (e.g.
+            ``("lr", "lam")``: the selected value is then a tuple).
         value: the validation metric to maximise.
         chance: the score of a diverged seed (e.g. 1 / number of classes).
 
@@ -171,7 +180,9 @@ def select(
         raise ValueError(f"selection must not use test data, got value={value!r}")
     groups: dict[tuple[Any, ...], dict[Any, list[Mapping[str, Any]]]] = {}
     for r in rows:
-        groups.setdefault(tuple(r.get(k) for k in by), {}).setdefault(r.get(knob), []).append(r)
+        groups.setdefault(tuple(r.get(k) for k in by), {}).setdefault(
+            knob_value(r, knob), []
+        ).append(r)
     out = {}
     for g, per in groups.items():
         best = max(per, key=lambda v: score(per[v], value, chance))
@@ -224,7 +235,7 @@ def tuned_table(
     *,
     index: Sequence[str],
     columns: str | None,
-    knob: str = "lr",
+    knob: str | Sequence[str] = "lr",
     chance: float = 0.0,
     value: str = "final_test_accuracy",
     select_on: str = "final_val_accuracy",
@@ -258,7 +269,7 @@ def tuned_table(
     selected = select(rows, by=by, knob=knob, value=select_on, chance=chance)
     if fixed:
         selected.update(fixed)
-    multi = len({r.get(knob) for r in rows}) > 1
+    multi = len({knob_value(r, knob) for r in rows}) > 1
     fk = fmt_knob or (lambda v: f"{v:g}" if isinstance(v, float) else str(v))
     idx_vals: list[tuple[Any, ...]] = []
     col_vals: list[Any] = []

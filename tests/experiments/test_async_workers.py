@@ -21,7 +21,7 @@ def test_end_to_end_files_rows_and_resume(tmp_path, monkeypatch, capsys):
         "summary.json",
         "table.md",
         "plot.png",
-        "error_vs_workers.png",
+        "accuracy_vs_workers.png",
         "staleness_hist.png",
         "staleness.json",
         "metrics.jsonl",
@@ -45,6 +45,8 @@ def test_end_to_end_files_rows_and_resume(tmp_path, monkeypatch, capsys):
             "momentum",
             "delay",
             "final_test_accuracy",
+            "final_val_accuracy",
+            "updates_to_target",
             "diverged",
             "diverged_step",
             "mean_staleness",
@@ -58,7 +60,8 @@ def test_end_to_end_files_rows_and_resume(tmp_path, monkeypatch, capsys):
     assert sum(asgd4["staleness_counts"]) == 24
     printed = capsys.readouterr().out
     assert "| method | M=1 | M=4 |" in printed and "plot.png" in printed
-    assert res["table"].count("| sgd |") == 1
+    assert res["table"].count("| sgd |") == 3  # accuracy, time to target, validation grid
+    assert "Test accuracy % at each method's learning rate selected on validation" in printed
 
     # resume: nothing is recomputed
     monkeypatch.setattr(async_workers, "_run_group", lambda *a: pytest.fail("recomputed"))
@@ -68,7 +71,7 @@ def test_end_to_end_files_rows_and_resume(tmp_path, monkeypatch, capsys):
 
 def test_divergence_is_a_row_not_a_crash(tmp_path):
     out = tmp_path / "div"
-    res = async_workers.main([*TINY, "--methods", "sgd,asgd", "--lr", "1e30", "--out", str(out)])
+    res = async_workers.main([*TINY, "--methods", "sgd,asgd", "--lrs", "1e30", "--out", str(out)])
     assert all(r["diverged"] for r in res["rows"])
     assert all(r["final_test_accuracy"] is None for r in res["rows"])
     assert "diverged" in res["table"]
@@ -104,9 +107,35 @@ def test_user_method_plugs_in_without_editing_the_package(tmp_path):
     assert "damped-asgd" in res["table"]
 
 
-def test_unknown_method_is_a_clear_error():
-    with pytest.raises(SystemExit, match="unknown method"):
+def test_unknown_method_is_a_clear_error(capsys):
+    with pytest.raises(SystemExit) as e:
         async_workers.main([*TINY, "--methods", "nope"])
+    assert e.value.code == 2 and "unknown method 'nope'" in capsys.readouterr().err
+
+
+def test_rate_is_selected_on_validation_and_reported_on_test(tmp_path):
+    """Two rates, two seeds: the table reports the test accuracy of the rate with the best mean
+    validation accuracy; LC-ASGD's λ is tuned jointly with it, both signs."""
+    argv = [*TINY, "--seeds", "2", "--workers", "4", "--lrs", "0.001,0.05"]
+    res = async_workers.main(
+        [*argv, "--methods", "asgd,lc-asgd", "--lc-lambdas=-0.1,0.1", "--out", str(tmp_path)]
+    )
+    rows = res["rows"]
+    lc = {(r["lr"], r["lam"]) for r in rows if r["method"] == "lc-asgd"}
+    assert lc == {(0.001, -0.1), (0.001, 0.1), (0.05, -0.1), (0.05, 0.1)}
+    for method in ("asgd", "lc-asgd"):
+        mine = [r for r in rows if r["method"] == method]
+        knobs = sorted({(r["lr"], r["lam"]) for r in mine}, key=str)
+        val = {
+            k: sum(
+                0.1 if r["diverged"] else r["final_val_accuracy"]
+                for r in mine
+                if (r["lr"], r["lam"]) == k
+            )
+            for k in knobs
+        }
+        assert val[res["selected"][(method, 4, 0.9)]] == max(val.values())
+    assert "@ 0.001" in res["table"] or "@ 0.05" in res["table"]
 
 
 def test_mesh_executor_agrees_with_emulator(tmp_path):
