@@ -34,6 +34,7 @@ from jaxstale.runs.plots import method_style as method_style
 from jaxstale.runs.stats import format_ci as format_ci
 from jaxstale.runs.stats import format_steps as format_steps
 from jaxstale.runs.stats import mean_ci as mean_ci
+from jaxstale.runs.stats import paired_difference as paired_difference
 from jaxstale.runs.stats import select as select
 from jaxstale.runs.stats import time_to_accuracy as time_to_accuracy
 from jaxstale.runs.stats import tuned_table as tuned_table
@@ -65,6 +66,7 @@ __all__ = [
     "method_style",
     "name_list",
     "number",
+    "paired_difference",
     "progress",
     "select",
     "time_to_accuracy",

@@ -36,6 +36,7 @@ __all__ = [
     "format_steps",
     "knob_value",
     "mean_ci",
+    "paired_difference",
     "score",
     "select",
     "time_to_accuracy",
@@ -128,6 +129,44 @@ def format_ci(
     text = f"{scale * mean:.{digits}f}"
     text += f" ± {scale * half:.{digits}f}" if math.isfinite(half) else " (1 seed)"
     return text + (f" [{k}/{len(values)} div.]" if k else "")
+
+
+def paired_difference(
+    a: Sequence[Mapping[str, Any]],
+    b: Sequence[Mapping[str, Any]],
+    *,
+    value: str = "final_test_accuracy",
+    pair: str = "seed",
+    level: float = 0.95,
+) -> tuple[float, float, int]:
+    r"""Mean and CI half-width of the per-seed difference ``a − b`` (paired by ``pair``).
+
+    A seed fixes the initial weights and the data order in every experiment, so two methods'
+    runs with the same seed are paired; their difference removes the seed-to-seed spread that
+    an unpaired comparison would carry. Seeds where either run diverged (or lacks ``value``)
+    are left out. The difference is *beyond noise* at ``level`` when the interval excludes 0.
+
+    Returns:
+        ``(mean, half_width, n_pairs)`` (see :func:`mean_ci`).
+
+    Example:
+        >>> a = [{"seed": s, "final_test_accuracy": v} for s, v in enumerate([0.95, 0.96, 0.97])]
+        >>> b = [{"seed": s, "final_test_accuracy": v} for s, v in enumerate([0.94, 0.95, 0.95])]
+        >>> m, h, n = paired_difference(a, b)
+        >>> round(m, 4), n, m - h > 0
+        (0.0133, 3, True)
+    """
+
+    def by_seed(rows: Sequence[Mapping[str, Any]]) -> dict[Any, float]:
+        out = {}
+        for r in rows:
+            v = r.get(value)
+            if not r.get("diverged") and v is not None and math.isfinite(float(v)):
+                out[r.get(pair)] = float(v)
+        return out
+
+    pa, pb = by_seed(a), by_seed(b)
+    return mean_ci([pa[k] - pb[k] for k in pa if k in pb], level)
 
 
 def score(rows: Sequence[Mapping[str, Any]], value: str, chance: float) -> float:

@@ -96,3 +96,15 @@ def test_time_to_accuracy_and_format_steps():
     assert stats.format_steps([120, None]) == "120 [1/2]"
     assert stats.format_steps([None]) == "never [0/1]"
     assert stats.format_steps([]) == "–"
+
+
+def test_paired_difference_pairs_by_seed_and_drops_diverged():
+    a = [{"seed": s, "final_test_accuracy": v, "diverged": v is None}
+         for s, v in enumerate([0.95, 0.96, None, 0.97])]  # fmt: skip
+    b = [{"seed": s, "final_test_accuracy": v} for s, v in enumerate([0.94, 0.95, 0.5, 0.95])]
+    m, h, n = stats.paired_difference(a, b)
+    diffs = [0.01, 0.01, 0.02]
+    assert n == 3 and m == pytest.approx(np.mean(diffs))
+    assert h == pytest.approx(sps.t.ppf(0.975, 2) * np.std(diffs, ddof=1) / np.sqrt(3))
+    # order of rows does not matter: pairs are matched by seed
+    assert stats.paired_difference(a[::-1], b) == (m, h, n)
