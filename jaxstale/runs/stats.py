@@ -151,10 +151,10 @@ def paired_difference(
 
     Example:
         >>> a = [{"seed": s, "final_test_accuracy": v} for s, v in enumerate([0.95, 0.96, 0.97])]
-        >>> b = [{"seed": s, "final_test_accuracy": v} for s, v in enumerate([0.94, 0.95, 0.95])]
+        >>> b = [{"seed": s, "final_test_accuracy": v} for s, v in enumerate([0.94, 0.95, 0.958])]
         >>> m, h, n = paired_difference(a, b)
         >>> round(m, 4), n, m - h > 0
-        (0.0133, 3, True)
+        (0.0107, 3, True)
     """
 
     def by_seed(rows: Sequence[Mapping[str, Any]]) -> dict[Any, float]:
