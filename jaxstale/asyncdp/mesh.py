@@ -125,7 +125,9 @@ class AsyncMesh:
 
     def spec(self, hparams: dict[str, Any]) -> MethodSpec:
         """Build the method for one run's hyper-parameters (inside the trace)."""
-        return server.build_spec(self.build, hparams, self.momentum, self.warmup_steps)
+        return server.build_spec(
+            self.build, hparams, self.momentum, self.warmup_steps, self.capacity
+        )
 
     def init(self, params: Any, model_state: Any, *, learning_rate: Any = 0.0) -> AsyncState:
         """The initial cluster on the mesh, snapshots sharded ``P('data')``."""

@@ -16,7 +16,11 @@ ssgd              sync     ``opt`` on the average of M fresh gradients
 sa-asgd           async    ``chain(staleness_aware(), opt)``: ``g / max(τ, 1)`` (Zhang et al.)
 dc-asgd-c         async    ``chain(dc_asgd(0.04), opt)`` (Zheng et al., constant λ)
 dc-asgd-a         async    ``chain(dc_asgd(2.0, adaptive=True), opt)`` (adaptive λ, m = 0.95)
-gap-aware         async    ``chain(gap_aware(η, momentum=μ), opt)`` (Barkai et al.)
+dc-asgd-a-pw      async    the same with one ``MS`` per worker (Microsoft's server code)
+gap-aware         async    ``chain(gap_aware(η, momentum=μ), opt)`` (Barkai et al.; the
+                           statistic of the authors' lab code, a trace of penalised updates)
+gap-aware-raw     async    the same with ``statistic="raw"`` (jaxstale 0.1.0's reading: a
+                           trace of the raw gradients; kept for comparison)
 dana              dana     DANA's per-worker momentum and look-ahead (Hakimi et al.)
 dana-dc           dana     ``dc_asgd(2.0, adaptive=True)`` against the look-ahead, then DANA
                            (ALGORITHMS' "DC with λ = 2", read as adaptive λ0 = 2 **[ours]**)
@@ -95,11 +99,14 @@ class HParams(NamedTuple):
             (the executors' warm-up, :func:`lr_warmup`, arrives here as a schedule).
         momentum: ``μ`` (0.0 = plain SGD), a Python float.
         num_workers: ``M`` of this run (an int or a traced int32 scalar).
+        capacity: the executor's static worker capacity ``C ≥ M`` (a Python int; None outside
+            an executor): the size of per-worker state, e.g. one DC-ASGD ``MS`` per worker.
     """
 
     learning_rate: LearningRate | jax.Array
     momentum: float
     num_workers: int | jax.Array
+    capacity: int | None = None
 
 
 class MethodSpec(NamedTuple):
@@ -129,6 +136,16 @@ Method: TypeAlias = "str | MethodBuilder | optax.GradientTransformation | Method
 
 def _sgd(hp: HParams) -> optax.GradientTransformation:
     return optax.sgd(hp.learning_rate, momentum=hp.momentum or None)
+
+
+def _capacity(hp: HParams, name: str) -> int:
+    """The static size of a method's per-worker state: the executor's capacity, else a concrete
+    ``M``."""
+    if hp.capacity is not None:
+        return int(hp.capacity)
+    if isinstance(hp.num_workers, int | np.integer):
+        return int(hp.num_workers)
+    raise ValueError(f"{name} keeps per-worker state: build it with HParams(capacity=C)")
 
 
 def build_lc_asgd(hp: HParams, *, lam: float = LC_LAMBDA) -> optax.GradientTransformation:
@@ -180,8 +197,14 @@ METHODS: dict[str, MethodBuilder] = {
     "sa-asgd": lambda hp: optax.chain(staleness_aware(), _sgd(hp)),
     "dc-asgd-c": lambda hp: optax.chain(dc_asgd(0.04), _sgd(hp)),
     "dc-asgd-a": lambda hp: optax.chain(dc_asgd(2.0, adaptive=True), _sgd(hp)),
+    "dc-asgd-a-pw": lambda hp: optax.chain(
+        dc_asgd(2.0, adaptive=True, num_workers=_capacity(hp, "dc-asgd-a-pw")), _sgd(hp)
+    ),
     "gap-aware": lambda hp: optax.chain(
         gap_aware(hp.learning_rate, momentum=hp.momentum), _sgd(hp)
+    ),
+    "gap-aware-raw": lambda hp: optax.chain(
+        gap_aware(hp.learning_rate, momentum=hp.momentum, statistic="raw"), _sgd(hp)
     ),
     "dana": lambda hp: MethodSpec(optax.identity(), "dana", hp.learning_rate, hp.momentum),
     "dana-dc": lambda hp: MethodSpec(

@@ -72,12 +72,17 @@ class AsyncState(NamedTuple):
 
 
 def build_spec(
-    build: MethodBuilder, hparams: dict[str, Any], momentum: float, warmup_steps: int
+    build: MethodBuilder,
+    hparams: dict[str, Any],
+    momentum: float,
+    warmup_steps: int,
+    capacity: int | None = None,
 ) -> MethodSpec:
-    """The method for one run's (possibly traced) ``η`` and ``M``, warm-up from ``η/M`` included."""
+    """The method for one run's (possibly traced) ``η`` and ``M``, warm-up from ``η/M`` included;
+    ``capacity`` is the executor's static worker capacity (per-worker state sizes)."""
     m = hparams["num_workers"]
     lr = lr_warmup(hparams["learning_rate"], m, warmup_steps)
-    return as_spec(build(HParams(lr, momentum, m)))
+    return as_spec(build(HParams(lr, momentum, m, capacity)))
 
 
 def init_state(

@@ -328,7 +328,9 @@ def tuned_table(
                 cells.append("–")
                 continue
             pick = [
-                r for r in rows if tuple(r.get(k) for k in by) == g and r.get(knob) == selected[g]
+                r
+                for r in rows
+                if tuple(r.get(k) for k in by) == g and knob_value(r, knob) == selected[g]
             ]
             text = format_ci(
                 [r.get(value) for r in pick],
