@@ -58,6 +58,7 @@ from .common import (
     add_tuning_args,
     chance,
     lanes_for,
+    load_data,
     make_delay,
     open_run,
     run_row,
@@ -102,6 +103,7 @@ def config_from_args(args: Any) -> dict[str, Any]:
     return {
         "quick": quick,
         "dataset": args.dataset,
+        "standardize": args.standardize,
         "model": (args.model or ["mlp"])[0],
         "model_kw": {},
         "methods": list(args.methods or DEFAULT_METHODS),
@@ -246,7 +248,8 @@ def make_table(rows: list[dict], cfg: dict[str, Any], ds_chance: float) -> tuple
         selected.update({(*k, mu): v for k, v in sel.items()})
         head = (
             f"momentum {mu}, {cfg['delay']} delays, {cfg['model']} on {cfg['dataset']} "
-            f"(standardised; validation split for selection), equal samples: {budget}; "
+            f"(standardize={cfg['standardize']}; validation split for selection), equal samples: "
+            f"{budget}; "
             f"{cfg['seeds']} seeds"
         )
         parts += [
@@ -434,7 +437,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     args = parser().parse_args(argv)
     cfg = config_from_args(args)
-    ds = data.load(cfg["dataset"])
+    ds = load_data(cfg, args)
     user = [asyncdp.METHODS[m] for m in cfg["methods"] if m not in asyncdp.methods.BUILTIN]
     run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__], sources=user)
     keys = _cells(cfg)

@@ -33,6 +33,7 @@ __all__ = [
     "chance",
     "fit_grid",
     "lanes_for",
+    "load_data",
     "make_delay",
     "open_run",
     "outcome",
@@ -69,6 +70,16 @@ def add_tuning_args(p: Any, *, lrs: Sequence[float], target: float = 0.95, seeds
     for action in p._actions:
         if action.dest == "seeds":
             action.help = f"number of seeds (default {seeds}; --quick: fewer)"
+
+
+def load_data(cfg: dict[str, Any], args: Any = None) -> data.Dataset:
+    """The experiment's dataset: ``cfg["dataset"]`` standardised as ``cfg["standardize"]``
+    (default ``"feature"``), from ``args.data_dir`` (not part of the run id)."""
+    return data.load(
+        cfg["dataset"],
+        standardize=cfg.get("standardize", "feature"),
+        data_dir=getattr(args, "data_dir", None),
+    )
 
 
 def splits(ds: data.Dataset) -> dict[str, tuple[Any, Any]]:

@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
+from jaxstale.data import STANDARDIZE_MODES
+
 __all__ = [
     "cli_parser",
     "float_list",
@@ -86,7 +88,10 @@ def cli_parser(description: str | None = None) -> argparse.ArgumentParser:
     - ``--quick``: a smaller configuration that finishes in well under a minute.
     - ``--out DIR``: write the run folder exactly here (default ``results/<experiment>/<id>/``).
     - ``--seeds N``: number of seeds (seeds ``0 .. N-1``).
-    - ``--dataset NAME``: one of ``jaxstale.data.DATASETS`` (default ``digits``).
+    - ``--dataset NAME``: one of ``jaxstale.data.dataset_names()`` (default ``digits``).
+    - ``--standardize MODE``: ``feature`` (default), ``channel`` or ``none`` (raw inputs), as
+      ``jaxstale.data.load(..., standardize=)``.
+    - ``--data-dir DIR``: where prepared TFDS data lives (``jaxstale.data.load(data_dir=)``).
     - ``--model NAME [NAME ...]``: one or more model names (``--model mlp cnn`` or ``mlp,cnn``);
       a list of str, or None.
     - ``--steps N``: training steps per run.
@@ -113,7 +118,25 @@ def cli_parser(description: str | None = None) -> argparse.ArgumentParser:
     p.add_argument(
         "--seeds", type=number(int, low=1), default=None, help="number of seeds (default 5)"
     )
-    p.add_argument("--dataset", default="digits", help="dataset name (default: digits)")
+    p.add_argument(
+        "--dataset",
+        type=_dataset_name,
+        default="digits",
+        help="dataset name (default: digits; jaxstale.data.dataset_names())",
+    )
+    p.add_argument(
+        "--standardize",
+        default="feature",
+        choices=STANDARDIZE_MODES,
+        help="input standardisation with training-set statistics (default feature; none keeps "
+        "raw inputs, for comparison)",
+    )
+    p.add_argument(
+        "--data-dir",
+        default=None,
+        help="where prepared TFDS datasets live (default ~/tensorflow_datasets); not part of "
+        "the run id",
+    )
     p.add_argument(
         "--model", nargs="+", action=_ListAction, default=None, help="model name(s), e.g. mlp cnn"
     )
@@ -124,6 +147,16 @@ def cli_parser(description: str | None = None) -> argparse.ArgumentParser:
         help="reuse finished cells of --out even if they were computed under different code",
     )
     return p
+
+
+def _dataset_name(text: str) -> str:
+    from jaxstale.data import dataset_names
+
+    if text not in dataset_names():
+        raise argparse.ArgumentTypeError(
+            f"unknown dataset {text!r}; choose from: {', '.join(dataset_names())}"
+        )
+    return text
 
 
 def number(
