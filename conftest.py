@@ -58,3 +58,15 @@ def _stable_print_options(request: pytest.FixtureRequest):
             yield
     else:
         yield
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail any test that tries to open a network connection (TFDS paths use mock data)."""
+    import socket
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("test tried to use the network")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)

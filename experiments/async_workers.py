@@ -84,6 +84,75 @@ DEFAULT_METHODS = (
 ONE_WORKER = ("sgd",)  # methods that only run with M = 1
 LAMBDA_METHODS = ("lc-asgd", "lc-asgd-async-bn")  # λ tuned with the rate
 KEY = ("method", "workers", "momentum", "lr", "lam", "seed")  # the fields of a cell key
+#: paper-scale configurations (``--preset``) for users with a GPU and prepared TFDS data: the
+#: papers' set-ups as far as the emulator goes, and the papers' own test errors (%) printed
+#: beside ours. Differences from the papers are named in ``"differs"``.
+PRESETS: dict[str, dict[str, Any]] = {
+    "dc-asgd-cifar10": {
+        "source": "Zheng et al., ICML 2017, Table 1 (CIFAR-10, ResNet-20, 160 epochs)",
+        "config": {
+            "dataset": "cifar10",
+            "standardize": "channel",
+            "model": "resnet20",
+            "methods": ["sgd", "ssgd", "asgd", "dc-asgd-c", "dc-asgd-a"],
+            "workers": [4, 8],
+            "momentum": [0.9],
+            "lrs": [0.05, 0.1, 0.2, 0.5],
+            "batch_size": 128,
+            "updates": 160 * 50_000 // 128,  # 160 epochs of 50,000 images, equal samples
+            "seeds": 5,
+        },
+        "differs": "no step decay of the rate (the paper divides it by 10 at epochs 80 and "
+        "120); no data augmentation; the rate is selected on our validation split",
+        "paper_error": {
+            ("sgd", 1): 8.65,
+            ("asgd", 4): 9.27,
+            ("ssgd", 4): 9.17,
+            ("dc-asgd-c", 4): 8.67,
+            ("dc-asgd-a", 4): 8.19,
+            ("asgd", 8): 10.26,
+            ("ssgd", 8): 10.10,
+            ("dc-asgd-c", 8): 9.27,
+            ("dc-asgd-a", 8): 8.57,
+        },
+    },
+    "lc-asgd-cifar10": {
+        "source": "Li et al., ICPP 2020 (CIFAR-10, ResNet-18; LC-ASGD with BN / Async-BN)",
+        "config": {
+            "dataset": "cifar10",
+            "standardize": "channel",
+            "model": "resnet20",
+            "methods": ["sgd", "ssgd", "asgd", "dc-asgd-a", "lc-asgd", "lc-asgd-async-bn"],
+            "workers": [4, 8, 16],
+            "momentum": [0.9],
+            "lrs": [0.05, 0.1, 0.2],
+            "batch_size": 128,
+            "updates": 160 * 50_000 // 128,
+            "seeds": 5,
+        },
+        "differs": "ResNet-20 instead of ResNet-18 (the zoo's CIFAR ResNet); no step decay, no "
+        "augmentation; the rate and λ are selected on our validation split",
+        "paper_error": {
+            ("sgd", 1): 5.15,
+            ("ssgd", 4): 5.67,
+            ("asgd", 4): 5.73,
+            ("dc-asgd-a", 4): 5.33,
+            ("lc-asgd", 4): 4.98,
+            ("lc-asgd-async-bn", 4): 4.87,
+            ("ssgd", 8): 6.19,
+            ("asgd", 8): 6.38,
+            ("dc-asgd-a", 8): 5.72,
+            ("lc-asgd", 8): 5.11,
+            ("lc-asgd-async-bn", 8): 4.96,
+            ("ssgd", 16): 6.41,
+            ("asgd", 16): 6.59,
+            ("dc-asgd-a", 16): 6.05,
+            ("lc-asgd", 16): 5.76,
+            ("lc-asgd-async-bn", 16): 5.52,
+        },
+    },
+}
+
 #: the learning-rate grid per momentum (×10 without momentum: the same effective step η/(1−μ))
 LRS = {0.9: [0.001, 0.003, 0.01, 0.03, 0.1], 0.0: [0.01, 0.03, 0.1, 0.3, 1.0]}
 
@@ -93,27 +162,33 @@ LRS = {0.9: [0.001, 0.003, 0.01, 0.03, 0.1], 0.0: [0.01, 0.03, 0.1, 0.3, 1.0]}
 
 def config_from_args(args: Any) -> dict[str, Any]:
     quick = bool(args.quick)
-    momenta = args.momentum or [0.9]
+    pre = PRESETS[args.preset]["config"] if args.preset else {}
+    momenta = args.momentum or pre.get("momentum") or [0.9]
+    grid = args.lrs or pre.get("lrs")
     lrs = {
-        str(mu): list(args.lrs)
-        if args.lrs
+        str(mu): list(grid)
+        if grid
         else ([0.003, 0.03] if quick else LRS.get(mu, LRS[0.9] if mu else LRS[0.0]))
         for mu in momenta
     }
     return {
         "quick": quick,
-        "dataset": args.dataset,
-        "standardize": args.standardize,
-        "model": (args.model or ["mlp"])[0],
+        "preset": args.preset,
+        # a preset's dataset and standardisation unless the flags differ from their defaults
+        "dataset": pre.get("dataset", "digits") if args.dataset == "digits" else args.dataset,
+        "standardize": pre.get("standardize", "feature")
+        if args.standardize == "feature"
+        else args.standardize,
+        "model": (args.model or [pre.get("model", "mlp")])[0],
         "model_kw": {},
-        "methods": list(args.methods or DEFAULT_METHODS),
-        "workers": args.workers or ([4, 16] if quick else [4, 8, 16, 32]),
+        "methods": list(args.methods or pre.get("methods") or DEFAULT_METHODS),
+        "workers": args.workers or pre.get("workers") or ([4, 16] if quick else [4, 8, 16, 32]),
         "momentum": momenta,
         "lrs": lrs,
         "lc_lambdas": args.lc_lambdas or ([0.1] if quick else [-0.1, 0.1]),
-        "seeds": args.seeds or (2 if quick else 5),
-        "batch_size": args.batch_size,
-        "updates": args.steps or (300 if quick else 1500),
+        "seeds": args.seeds or pre.get("seeds") or (2 if quick else 5),
+        "batch_size": args.batch_size or pre.get("batch_size") or 32,
+        "updates": args.steps or (300 if quick else pre.get("updates", 1500)),
         "eval_every": 50,
         "target": args.target,
         "delay": args.delay,
@@ -268,7 +343,33 @@ def make_table(rows: list[dict], cfg: dict[str, Any], ds_chance: float) -> tuple
             f"chance; bold: selected), momentum {mu}**",
             grid,
         ]
+    if cfg.get("preset"):
+        parts.append(paper_table(rows, selected, cfg))
     return "\n\n".join(parts) + "\n", selected
+
+
+def paper_table(rows: list[dict], selected: dict, cfg: dict[str, Any]) -> str:
+    """Our test error % at the selected rate beside the paper's, for a ``--preset`` run."""
+    pre = PRESETS[cfg["preset"]]
+    mu = max(cfg["momentum"])
+    body = []
+    for method in cfg["methods"]:
+        cells = []
+        for m in [1, *cfg["workers"]]:
+            if (method in ONE_WORKER) != (m == 1):
+                cells.append("–")
+                continue
+            pick = _selected_rows(rows, selected, method, m, mu)
+            errs = [r["final_test_error"] for r in pick]
+            ours = runs.format_ci(errs, diverged=[r["diverged"] for r in pick]) if pick else "–"
+            paper = pre["paper_error"].get((method, m))
+            cells.append(f"{ours} (paper {paper:.2f})" if paper is not None else ours)
+        body.append([method, *cells])
+    heads = ["method", *(f"M={m}" for m in [1, *cfg["workers"]])]
+    return (
+        f"**Test error % beside the paper's — preset {cfg['preset']}: {pre['source']}. Differs "
+        f"from the paper: {pre['differs']}.**\n\n" + runs.markdown_table(heads, body)
+    )
 
 
 def _selected_rows(rows: list[dict], selected: dict, method: str, m: int, mu: float) -> list[dict]:
@@ -407,7 +508,16 @@ def parser() -> Any:
         default=None,
         help="LC-ASGD's λ grid, tuned with the rate, sign included (default -0.1,0.1)",
     )
-    p.add_argument("--batch-size", type=runs.number(int, low=1), default=32, help="mini-batch size")
+    p.add_argument(
+        "--batch-size", type=runs.number(int, low=1), default=None, help="mini-batch size (32)"
+    )
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default=None,
+        help="a paper-scale configuration (CIFAR-10, ResNet-20; needs prepared TFDS data and a "
+        "GPU), with the paper's numbers beside ours; other flags override it",
+    )
     p.add_argument("--delay", default="gamma", choices=delays.DELAY_MODELS)
     p.add_argument("--straggler-fraction", type=runs.number(float, low=0, high=1), default=0.0)
     p.add_argument("--straggler-slowdown", type=runs.number(float, low=1), default=1.0)

@@ -151,3 +151,18 @@ def test_mesh_executor_agrees_with_emulator(tmp_path):
     for a, b in zip(emu, mesh, strict=True):
         assert a["final_test_accuracy"] == pytest.approx(b["final_test_accuracy"], abs=1e-6)
         assert a["mean_staleness"] == b["mean_staleness"]
+
+
+def test_paper_preset_on_mock_cifar10_prints_the_papers_numbers(tmp_path, no_network):
+    """--preset wiring only (shapes, flags, the paper column), on tfds mock data."""
+    import tensorflow_datasets as tfds
+
+    argv = ["--preset", "dc-asgd-cifar10", "--steps", "4", "--seeds", "1", "--workers", "4"]
+    argv += ["--batch-size", "4", "--lrs", "0.1", "--model", "mlp", "--out", str(tmp_path)]
+    with tfds.testing.mock_data(num_examples=40):
+        res = async_workers.main([*argv, "--data-dir", str(tmp_path / "tfds")])
+    cfg = json.loads((tmp_path / "config.json").read_text())["config"]
+    assert cfg["dataset"] == "cifar10" and cfg["standardize"] == "channel"
+    assert cfg["methods"] == ["sgd", "ssgd", "asgd", "dc-asgd-c", "dc-asgd-a"]
+    assert "Test error % beside the paper's" in res["table"]
+    assert "(paper 8.19)" in res["table"] and "(paper 8.65)" in res["table"]
