@@ -11,8 +11,9 @@ emulator's very server, so every method behaves as in :mod:`jaxstale.asyncdp.emu
 A round (:func:`async_rounds`) is the longest run of consecutive updates in which no worker
 appears twice: each of its gradients is taken at a snapshot no update of the round changes.
 Round-robin and constant delay give rounds of ``M`` updates; gamma-timed workers end a round
-where a fast worker finishes twice; evaluation points cut rounds too. SSGD (``D`` dividing
-``M``): each device computes its ``M / D`` gradients at the common weights, the server averages.
+where a fast worker finishes twice; evaluation points cut rounds too. SSGD: each device
+computes its ``C / D`` gradients at the common weights (when ``D`` does not divide ``M``, the
+last ``C − M`` on zero padding mini-batches, then dropped), the server averages the ``M``.
 
 References:
     JAX documentation, "Manual parallelism with shard_map"
@@ -82,8 +83,7 @@ class AsyncMesh:
         apply: ``apply(params, model_state, x, train) -> (logits, new_model_state)``.
         method: a registered name, a builder, an optax transformation or a ``MethodSpec``.
         num_workers: ``M``.
-        mesh: a mesh with a ``"data"`` axis of ``D`` devices (default :func:`default_data_mesh`;
-            SSGD needs ``D`` to divide ``M``).
+        mesh: a mesh with a ``"data"`` axis of ``D`` devices (default :func:`default_data_mesh`).
         momentum: ``μ`` for builders.
         warmup_steps: learning-rate warm-up (updates), as in the emulator.
         loss_fn: ``loss_fn(logits, labels)``; default mean cross-entropy.
@@ -112,10 +112,6 @@ class AsyncMesh:
         d = int(dict(mesh.shape)["data"])
         self.capacity = -(-m // d) * d
         self.mode = self.spec({"learning_rate": 0.1, "num_workers": m}).mode
-        if self.mode == "sync" and m % d:
-            raise ValueError(
-                f"sync mode (SSGD) needs a 'data' axis whose size divides M={m}, got {d}"
-            )
         self._rep = NamedSharding(mesh, PartitionSpec())
         self._data = NamedSharding(mesh, PartitionSpec("data"))
         self._init = jax.jit(
@@ -149,7 +145,8 @@ class AsyncMesh:
     ) -> tuple[AsyncState, jax.Array]:
         """Gradients of a round on the workers' devices, then the server's updates in order.
 
-        ``xs``/``ys``: ``[C, B, ...]`` each worker's mini-batch (``[M, B, ...]`` for SSGD);
+        ``xs``/``ys``: ``[C, B, ...]`` each worker's mini-batch (SSGD: the ``M`` mini-batches,
+        then ``C − M`` of zero padding);
         ``order``: ``[C, 3]`` the updates as ``(worker, staleness, valid)``; ``extra``: name ->
         ``[C]`` aligned with ``order``.
         """
@@ -159,7 +156,7 @@ class AsyncMesh:
             return server.worker_gradient(self.apply, self.loss_fn, w, wms, xx, yy)
 
         def local_grad(workers, worker_ms, params, ms, x, y):
-            if sync:  # this device's M / D mini-batches, all at the server's weights
+            if sync:  # this device's C / D mini-batches, all at the server's weights
                 return jax.vmap(one, in_axes=(None, None, 0, 0))(params, ms, x, y)
             return jax.vmap(one)(workers, worker_ms, x, y)  # this device's C / D workers
 
@@ -173,7 +170,10 @@ class AsyncMesh:
             check_vma=False,
         )(workers, worker_ms, state.params, state.model_state, xs, ys)
         if sync:
-            return server.sync_update(self.spec(state.hparams), state, (loss, new_ms, g))
+            grads = (loss, new_ms, g)
+            if self.capacity > self.num_workers:  # drop the padding mini-batches' gradients
+                grads = jax.tree.map(lambda a: a[: self.num_workers], grads)
+            return server.sync_update(self.spec(state.hparams), state, grads)
 
         def body(s: AsyncState, ev: Any) -> tuple[AsyncState, jax.Array]:
             (worker, stale, valid), ex = ev
@@ -213,7 +213,10 @@ class AsyncMesh:
             order = jax.device_put(np.zeros((c, 3), np.int32), self._rep)
             for r in range(start, stop):
                 idx = np.arange(r * m, (r + 1) * m)
-                xs, ys = jax.device_put((x_batches[idx], y_batches[idx]), self._data)
+                xs, ys = x_batches[idx], y_batches[idx]
+                if c > m:  # zero mini-batches on the padding devices, dropped in the round
+                    xs, ys = (np.concatenate([a, np.zeros_like(a[: c - m])]) for a in (xs, ys))
+                xs, ys = jax.device_put((xs, ys), self._data)
                 state, loss = self._round(state, xs, ys, order, {})
                 losses.append(np.asarray(loss).reshape(1))
         for a, z in [] if self.mode == "sync" else async_rounds(schedule, cuts=(start, stop)):
