@@ -14,6 +14,19 @@ state and gradient accumulator of ``P_max``, a stash of ``C × P_max`` (``C`` th
 any stage keeps), slots ``S × A_max`` and ``S × R_max``. One compiled tick serves every program
 of the same sizes. Batch-norm state is not carried on the mesh (use ``mlp`` or ``cnn``).
 
+**Several processes** (:mod:`jaxstale.distributed`): the ``"stage"`` axis may span the devices
+of several processes, each running the same program on the same host data (mini-batches,
+initial weights, program). Every process must hold a stage (:func:`jaxstale.mesh.make_mesh`
+takes devices from every process; :func:`jaxstale.mesh.check_mesh` checks a given mesh); the
+program's rows, the data and the initial state go onto the mesh with
+:func:`jaxstale.mesh.to_mesh` (each process fills its own devices' shards), activations and
+cotangents cross processes in ``lax.ppermute``, each tick's loss is replicated (read from this
+process's devices), and the weights (:meth:`MeshPipeline.stage_params`, the executor's
+``params``) and :meth:`MeshPipeline.busy` are gathered to every process with
+:func:`jaxstale.mesh.to_host` (a collective: every process calls them at the same points, as
+:func:`jaxstale.loop.run` does). Results are written by process 0. In one process this is the
+same code path as before: ``jax.device_put`` and device arrays.
+
 References:
     Huang et al., "GPipe", NeurIPS 2019, arXiv:1811.06965. Narayanan et al., "PipeDream", SOSP
     2019. JAX documentation, "Manual parallelism with shard_map"
@@ -35,7 +48,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxstale.loop import Executor, Stats
 from jaxstale.losses import cross_entropy
-from jaxstale.mesh import check_mesh, make_mesh, to_host
+from jaxstale.mesh import check_mesh, make_mesh, to_host, to_mesh
 from jaxstale.pipeline.emulator import (
     compose,
     pass_weights,
@@ -61,7 +74,8 @@ class MeshState(NamedTuple):
     ``params``, their ``opt_state``, a ``stash`` (:class:`jaxstale.VersionBuffer` per stage),
     slots of in-flight stage inputs ``acts``, cotangents ``cots`` and residuals ``res``, what
     arrived over ``ppermute`` at the last tick (``inbox_f``, ``inbox_b``), the accumulated
-    gradient ``gacc`` and ``busy`` (ticks each device spent on F or B)."""
+    gradient ``gacc`` and ``busy`` (ticks each device spent on F or B). Sharded over the mesh:
+    read a leaf with :func:`jaxstale.mesh.to_host` (several processes: a collective)."""
 
     params: jax.Array
     opt_state: Any
@@ -257,7 +271,7 @@ class MeshPipeline:
             gacc=jnp.zeros((n, self.p_max), dt),
             busy=jnp.zeros((n,), jnp.int32),
         )
-        return jax.device_put(state, NamedSharding(self.mesh, PartitionSpec("stage")))
+        return to_mesh(state, NamedSharding(self.mesh, PartitionSpec("stage")))
 
     def _tick_local(
         self, st: MeshState, row: jax.Array, xs: jax.Array, ys: jax.Array
@@ -335,11 +349,17 @@ class MeshPipeline:
         )
 
     def stage_params(self, state: MeshState) -> list[Any]:
-        """The weights held in ``state``, gathered to the host, one pytree per stage."""
+        """The weights held in ``state``, gathered to the host (of every process), one pytree
+        per stage."""
         flat = to_host(state.params)
         return [
             self.unravels[k](jnp.asarray(flat[k, : self.sizes[k]])) for k in range(self.num_stages)
         ]
+
+    def busy(self, state: MeshState) -> np.ndarray:
+        """``[N]`` ticks each stage's device spent on a forward or backward, on the host (of
+        every process)."""
+        return to_host(state.busy)
 
 
 _CORES: dict[tuple, tuple[MeshPipeline, Any]] = {}
@@ -404,7 +424,7 @@ def executor(
     ys = yb.reshape(nb * nm, yb.shape[1] // nm, *yb.shape[2:])
     core = _core(stages, program, tx, xs[0], mesh, momentum or 0.0, loss_fn)
     rep = NamedSharding(core.mesh, PartitionSpec())
-    xs_d, ys_d = jax.device_put(xs, rep), jax.device_put(ys, rep)
+    xs_d, ys_d = to_mesh(xs, rep), to_mesh(ys, rep)
     table = program.tick_table()
     rows_np = np.stack([table[f] for f in FIELDS], axis=-1)  # [T, N, F]
     last = s.num_stages - 1
@@ -414,10 +434,12 @@ def executor(
 
     def step(state: MeshState, r: int) -> tuple[MeshState, Stats]:
         if not rows:
-            rows.extend(jax.device_put(row, sharding) for row in rows_np)
+            rows.extend(to_mesh(row, sharding) for row in rows_np)
         loss_sum = jnp.zeros((), jnp.float32)
         for t in range(r * program.period, (r + 1) * program.period):
             state, loss = core._tick(state, rows[t], xs_d, ys_d)
+            if not loss.is_fully_addressable:  # replicated: this process's copy, no collective
+                loss = loss.addressable_data(0)
             loss_sum = loss_sum + loss
         count = int(loss_ticks[r].sum()) // nm
         loss_v = np.asarray(loss_sum, np.float32)
