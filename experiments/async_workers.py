@@ -391,21 +391,27 @@ def make_figures(
 
     figs: dict[str, Any] = {}
     mu_main = max(cfg["momentum"])
-    m_big = 16 if 16 in cfg["workers"] else max(cfg["workers"])  # where methods differ most
-    series: dict[str, list] = {}
-    for method in cfg["methods"]:
-        m = 1 if method in ONE_WORKER else m_big
-        pick = _selected_rows(rows, selected, method, m, mu_main)
-        if pick:
-            lr = pick[0]["lr"]
-            label = f"{method} (M=1)" if m == 1 else f"{method} (M={m})"
-            series[f"{label}, lr {lr:g}"] = [metrics_of(r) or [] for r in pick]
+    # one row of panels per M, each method at its own selected rate (sgd: the M = 1 reference,
+    # drawn in every row)
+    grid: dict[str, dict[str, list]] = {}
+    for m in cfg["workers"]:
+        series: dict[str, list] = {}
+        for method in cfg["methods"]:
+            pick = _selected_rows(rows, selected, method, 1 if method in ONE_WORKER else m, mu_main)
+            if pick:
+                label = f"{method} (M=1, lr {pick[0]['lr']:g})" if method in ONE_WORKER else (
+                    f"{method} (lr {pick[0]['lr']:g})"
+                )  # fmt: skip
+                series[label] = [metrics_of(r) or [] for r in pick]
+        grid[f"M={m}"] = series
     figs["plot"] = runs.curves_figure(
-        series,
+        grid,
         x="epoch",
         ys=("train_loss", "val_accuracy"),
-        title=f"Validation curves at each method's selected rate, momentum {mu_main}, "
+        methods=cfg["methods"],
+        title=f"Curves at each method's rate selected on validation, momentum {mu_main}, "
         f"{cfg['delay']} delays",
+        footer=_footer(cfg),
     )
 
     fig = Figure(figsize=(5.5 * len(cfg["momentum"]), 4), layout="constrained")
@@ -436,6 +442,7 @@ def make_figures(
         ax.set_title(f"momentum {mu}")
         ax.grid(alpha=0.3)
     axes[-1].legend(fontsize="small")
+    fig.text(0.01, 0.0, _footer(cfg), fontsize="x-small", va="bottom", wrap=True)
     figs["accuracy_vs_workers"] = fig
 
     fig = Figure(figsize=(6, 4), layout="constrained")
@@ -450,6 +457,14 @@ def make_figures(
     ax.legend(fontsize="small")
     figs["staleness_hist"] = fig
     return figs
+
+
+def _footer(cfg: dict[str, Any]) -> str:
+    return (
+        f"{cfg['model']} on {cfg['dataset']} (standardize={cfg['standardize']}), batch "
+        f"{cfg['batch_size']}, {cfg['updates']} mini-batches, {cfg['seeds']} seeds, lr grid "
+        f"{cfg['lrs']}, {cfg['delay']} delays" + (" — SMOKE RUN (--quick)" if cfg["quick"] else "")
+    )
 
 
 def staleness_counts(rows: list[dict], m: int) -> np.ndarray | None:
