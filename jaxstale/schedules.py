@@ -32,9 +32,15 @@ Per-stage op orders:
 * ``1f1b-flush`` — PipeDream-Flush / DeepSpeed / Megatron: the same per mini-batch of ``M``
   micro-batches (``min(N - k, M)`` warm-up forwards, 1F1B steady state, cool-down backwards), the
   mini-batch's update at its last backward, then the next mini-batch.
+* ``2bw`` — PipeDream-2BW: the 1F1B order over the whole stream of micro-batches (no flush), the
+  update of mini-batch ``b`` at its last backward, every pass of ``b`` at the double-buffered
+  version ``max(b - 1, 0)`` (:func:`pipedream_2bw`).
 
-Versions and staleness. ``fwd_version[b, k]`` / ``bwd_version[b, k]`` is the number of updates
-stage ``k`` applied before that pass (``update_tick < pass tick``). Two staleness-free targets:
+Versions and staleness. ``fwd_version[b, k]`` / ``bwd_version[b, k]`` is the weight version the
+pass uses: the number of updates stage ``k`` applied before it (``update_tick < pass tick``) —
+except on ``2bw``, whose passes use the older of two buffered versions; ``fwd_lag`` /
+``bwd_lag`` (per micro-batch) count the updates applied before the pass beyond its version (0
+on every other schedule). Two staleness-free targets:
 
 * ``target_version[b, k] = b`` — the **sequential** target: what plain SGD would use for ``b``.
 * ``roundtrip_target[b, k] = b + #{b' > b : update_tick[b', k] <= round-trip end of b}`` — the
@@ -90,7 +96,7 @@ IDLE = 0
 FORWARD = 1
 BACKWARD = 2
 
-SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "1f1b-flush")
+SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "1f1b-flush", "2bw")
 TARGETS: tuple[str, ...] = ("sequential", "roundtrip")
 
 
@@ -113,10 +119,14 @@ class Schedule:
         fwd_tick: tick of mini-batch ``b``'s first forward at stage ``k``.
         bwd_tick: tick of its last backward at stage ``k`` (= ``update_tick``).
         update_tick: the tick at whose end stage ``k`` applies ``b``'s update.
-        fwd_version, bwd_version: updates stage ``k`` applied before the pass (the same for every
+        fwd_version, bwd_version: the version the pass uses: the updates stage ``k`` applied
+            before it, or on ``2bw`` the double-buffered ``max(b - 1, 0)`` (the same for every
             micro-batch of ``b`` in every schedule here; checked at construction).
         target_version: sequential target, ``b``.
         roundtrip_target: the SpecTrain lab's target (module docstring).
+        fwd_lag, bwd_lag: ``[num_batches, num_micro, num_stages]``, updates applied before the
+            pass beyond its version (a stash look-back; nonzero only on ``2bw``).
+        options: the constructor's arguments other than ``num_batches`` (to rebuild the kind).
     """
 
     name: str
@@ -135,6 +145,9 @@ class Schedule:
     bwd_version: np.ndarray
     target_version: np.ndarray
     roundtrip_target: np.ndarray
+    fwd_lag: np.ndarray
+    bwd_lag: np.ndarray
+    options: dict[str, Any]
 
     @property
     def num_ticks(self) -> int:
@@ -238,8 +251,11 @@ def _simulate(
     num_batches: int,
     num_micro: int,
     orders: list[list[tuple[int, int, int]]],
+    options: dict[str, Any],
+    delay: int | None = None,
 ) -> Schedule:
-    """Greedy list schedule of per-stage op orders under the module's tick semantics."""
+    """Greedy list schedule of per-stage op orders under the module's tick semantics; with a
+    ``delay`` every pass of mini-batch ``b`` uses version ``max(b - delay, 0)``."""
     n, nb, nm = num_stages, num_batches, num_micro
     fwd = np.full((nb, nm, n), -1, dtype=np.int64)
     bwd = np.full((nb, nm, n), -1, dtype=np.int64)
@@ -280,13 +296,24 @@ def _simulate(
     table, table_batch, table_micro = arr[..., 0], arr[..., 1], arr[..., 2]
     # the backward that completes the update: the last one of the mini-batch at that stage
     update_tick = bwd.max(axis=1)
-    fwd_v = (update_tick[None, None, :, :] < fwd[:, :, None, :]).sum(axis=2)  # [nb, nm, n]
-    bwd_v = (update_tick[None, None, :, :] < bwd[:, :, None, :]).sum(axis=2)
-    for arr_v, what in ((fwd_v, "forward"), (bwd_v, "backward")):
-        if not np.all(arr_v == arr_v[:, :1, :]):  # pragma: no cover - invariant of these orders
-            raise RuntimeError(
-                f"{name}: micro-batches of one mini-batch see different {what} versions"
-            )
+    fwd_c = (update_tick[None, None, :, :] < fwd[:, :, None, :]).sum(axis=2)  # [nb, nm, n]
+    bwd_c = (update_tick[None, None, :, :] < bwd[:, :, None, :]).sum(axis=2)
+    if delay is None:  # every pass uses the current version
+        for arr_v, what in ((fwd_c, "forward"), (bwd_c, "backward")):
+            if not np.all(arr_v == arr_v[:, :1, :]):  # pragma: no cover - invariant of the orders
+                raise RuntimeError(
+                    f"{name}: micro-batches of one mini-batch see different {what} versions"
+                )
+        fwd_v, bwd_v = fwd_c[:, 0, :], bwd_c[:, 0, :]
+    else:  # every pass of mini-batch b uses version max(b - delay, 0)
+        fwd_v = np.broadcast_to(np.maximum(np.arange(nb) - delay, 0)[:, None], (nb, n)).copy()
+        bwd_v = fwd_v.copy()
+    fwd_lag, bwd_lag = fwd_c - fwd_v[:, None, :], bwd_c - bwd_v[:, None, :]
+    if (fwd_lag < 0).any() or (bwd_lag < 0).any():
+        raise ValueError(
+            f"{name}: a pass would use a version its stage has not computed yet "
+            f"(num_micro={nm} is too small for {n} stages)"
+        )
     target = np.broadcast_to(np.arange(nb)[:, None], (nb, n)).copy()
     end = bwd[:, :, 0].max(axis=1)  # round-trip end: stage 0's last backward of b
     later = np.arange(nb)[None, :, None] > np.arange(nb)[:, None, None]  # [b, b', 1]
@@ -305,10 +332,13 @@ def _simulate(
         fwd_tick=fwd.min(axis=1),
         bwd_tick=update_tick.copy(),
         update_tick=update_tick,
-        fwd_version=fwd_v[:, 0, :],
-        bwd_version=bwd_v[:, 0, :],
+        fwd_version=fwd_v,
+        bwd_version=bwd_v,
         target_version=target,
         roundtrip_target=roundtrip,
+        fwd_lag=fwd_lag,
+        bwd_lag=bwd_lag,
+        options=dict(options),
     )
 
 
@@ -347,7 +377,7 @@ def gpipe(num_stages: int, num_batches: int, num_micro: int | None = None) -> Sc
             o += [(FORWARD, b, m) for m in range(nm)]
             o += [(BACKWARD, b, m) for m in reversed(range(nm))]
         orders.append(o)
-    return _simulate("gpipe", n, nb, nm, orders)
+    return _simulate("gpipe", n, nb, nm, orders, {"num_stages": n, "num_micro": nm})
 
 
 def one_f_one_b(num_stages: int, num_batches: int) -> Schedule:
@@ -379,7 +409,7 @@ def one_f_one_b(num_stages: int, num_batches: int) -> Schedule:
     nb = _check_int("num_batches", num_batches)
     items = [(b, 0) for b in range(nb)]
     orders = [_one_f_one_b_order(n, k, items) for k in range(n)]
-    return _simulate("1f1b", n, nb, 1, orders)
+    return _simulate("1f1b", n, nb, 1, orders, {"num_stages": n})
 
 
 def one_f_one_b_flush(num_stages: int, num_batches: int, num_micro: int | None = None) -> Schedule:
@@ -410,22 +440,102 @@ def one_f_one_b_flush(num_stages: int, num_batches: int, num_micro: int | None =
     n = _check_int("num_stages", num_stages)
     nb = _check_int("num_batches", num_batches)
     nm = _check_int("num_micro", n if num_micro is None else num_micro)
+    opts = {"num_stages": n, "num_micro": nm}
+    return _simulate("1f1b-flush", n, nb, nm, _flush_orders(n, nb, nm), opts)
+
+
+def _flush_orders(n: int, nb: int, nm: int) -> list[list[tuple[int, int, int]]]:
     orders: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
     for b in range(nb):
         items = [(b, m) for m in range(nm)]
         for k in range(n):
             orders[k] += _one_f_one_b_order(n, k, items)
-    return _simulate("1f1b-flush", n, nb, nm, orders)
+    return orders
 
 
-_CONSTRUCTORS = {"gpipe": gpipe, "1f1b": one_f_one_b, "1f1b-flush": one_f_one_b_flush}
+def pipedream_2bw(
+    num_stages: int, num_batches: int, num_micro: int | None = None, *, delay: int = 1
+) -> Schedule:
+    """PipeDream-2BW: 1F1B without a flush, one update per mini-batch, double-buffered weights.
+
+    Stage ``k`` runs the 1F1B order over the whole stream of micro-batches — ``N - k`` warm-up
+    forwards in the first mini-batch only, then one backward and one forward — so the pipeline
+    never drains between mini-batches. The ``M`` micro-batch gradients of mini-batch ``b`` are
+    averaged and applied once, at its last backward. Every forward **and** backward of ``b``, at
+    every stage, uses version ``max(b - 1, 0)``; each stage keeps at most two versions (the
+    newest, which the optimizer updates, and the older one the passes read), and
+
+    .. math:: W_{t+1} = W_t - \\nu\\,\\nabla f(W_{t-1})
+
+    at every stage whatever the depth: the unchanged optimizer applied to the gradient of the
+    previous version (momentum and Adam alike take ``∇f(W_{t−1})`` in place of ``g_t``).
+    ``fwd_lag`` / ``bwd_lag`` say how far back in the stage's stash a pass reads (0 or 1).
+
+    Staleness semantics: one update, every stage, even at ``N = 1`` (the delay belongs to the
+    schedule, not to the depth). The delay-free counterpart is PipeDream-Flush:
+    ``delay=0`` builds exactly the :func:`one_f_one_b_flush` timeline (a flush per mini-batch,
+    every pass at the current version).
+
+    Confirmed from the official code (msr-fiddle/pipedream, branch ``pipedream_2bw``,
+    ``megatron/schedules.py::forward_backward_pipelining_no_flushes`` and
+    ``megatron/optimizer/optimizer.py``'s two buffers): the schedule, one optimizer step per
+    mini-batch, the version rule and the update above. The tick timing (unit-time passes) is
+    this module's.
+
+    Args:
+        num_stages: ``N >= 1``.
+        num_batches: mini-batches (updates per stage), ``>= 1``.
+        num_micro: micro-batches per mini-batch ``M`` (default ``N``); with ``delay=1`` at
+            least ``N - 1`` (the paper asks ``M >= N``), or the older version would not exist
+            yet when a forward of the next mini-batch needs it.
+        delay: 1 (2BW) or 0 (the flush: PipeDream-Flush).
+
+    Returns:
+        The :class:`Schedule` (``name="2bw"``).
+
+    Example:
+        >>> s = pipedream_2bw(2, 3, 2)
+        >>> print(render_text(s))
+        stage 0 | F0.0 F0.1 .    B0.0 F1.0 B0.1 F1.1 B1.0 F2.0 B1.1 F2.1 B2.0 .    B2.1
+        stage 1 | .    F0.0 B0.0 F0.1 B0.1 F1.0 B1.0 F1.1 B1.1 F2.0 B2.0 F2.1 B2.1 .
+        >>> s.fwd_version[:, 0].tolist(), s.bwd_version[:, 0].tolist(), s.max_versions.tolist()
+        ([0, 0, 1], [0, 0, 1], [2, 2])
+        >>> s.fwd_lag[2, :, 0].tolist()  # F2.1 runs after update 2 landed: v1 is one back
+        [0, 1]
+
+    References:
+        Narayanan, Phanishayee, Shi, Chen, Zaharia, "Memory-Efficient Pipeline-Parallel DNN
+        Training", ICML 2021, arXiv:2006.09503; code: https://github.com/msr-fiddle/pipedream
+        (branch ``pipedream_2bw``).
+    """
+    n = _check_int("num_stages", num_stages)
+    nb = _check_int("num_batches", num_batches)
+    nm = _check_int("num_micro", n if num_micro is None else num_micro)
+    if isinstance(delay, bool) or delay not in (0, 1):
+        raise ValueError(f"delay must be 0 (PipeDream-Flush) or 1 (2BW), got {delay!r}")
+    opts = {"num_stages": n, "num_micro": nm, "delay": delay}
+    if delay == 0:
+        return _simulate("2bw", n, nb, nm, _flush_orders(n, nb, nm), opts)
+    if nm < n - 1:
+        raise ValueError(f"2bw needs num_micro >= num_stages - 1 = {n - 1}, got {nm}")
+    items = [(b, m) for b in range(nb) for m in range(nm)]
+    orders = [_one_f_one_b_order(n, k, items) for k in range(n)]
+    return _simulate("2bw", n, nb, nm, orders, opts, delay=1)
+
+
+_CONSTRUCTORS = {
+    "gpipe": gpipe,
+    "1f1b": one_f_one_b,
+    "1f1b-flush": one_f_one_b_flush,
+    "2bw": pipedream_2bw,
+}
 
 
 def get(name: str, **kwargs: Any) -> Schedule:
     """Build a schedule by name: ``get("1f1b", num_stages=4, num_batches=8)``.
 
     Args:
-        name: one of :data:`SCHEDULES` (``"gpipe"``, ``"1f1b"``, ``"1f1b-flush"``).
+        name: one of :data:`SCHEDULES` (``"gpipe"``, ``"1f1b"``, ``"1f1b-flush"``, ``"2bw"``).
         **kwargs: the constructor's arguments.
 
     Returns:
@@ -555,6 +665,7 @@ __all__ = [
     "gpipe",
     "one_f_one_b",
     "one_f_one_b_flush",
+    "pipedream_2bw",
     "render",
     "render_text",
 ]

@@ -34,6 +34,7 @@ from jaxstale.pipeline.emulator import compose as compose
 from jaxstale.pipeline.policies import POLICIES as POLICIES
 from jaxstale.pipeline.policies import Policy as Policy
 from jaxstale.pipeline.policies import get_policy as get_policy
+from jaxstale.pipeline.policies import pipemare_lr_scale as pipemare_lr_scale
 from jaxstale.pipeline.policies import register_policy as register_policy
 from jaxstale.pipeline.program import BACKWARD_MODES as BACKWARD_MODES
 from jaxstale.pipeline.program import Program as Program

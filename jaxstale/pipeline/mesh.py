@@ -54,7 +54,7 @@ from jaxstale.pipeline.emulator import (
     pass_weights,
     rebuild,
     split_residuals,
-    with_prediction,
+    stage_optimizer,
 )
 from jaxstale.pipeline.program import Program
 from jaxstale.schedules import BACKWARD, FORWARD
@@ -62,9 +62,10 @@ from jaxstale.versions import VersionBuffer
 
 __all__ = ["MeshPipeline", "MeshState", "executor"]
 
+# the program's per-tick fields, one int32 row per tick and stage (lr_scale: its float32 bits)
 FIELDS: tuple[str, ...] = (
     "op", "data", "micro", "in_slot", "ct_slot", "res_slot", "recv_act", "recv_ct",
-    "tau", "horizon", "rule", "update", "first",
+    "tau", "horizon", "rule", "update", "first", "lr_scale",
 )  # fmt: skip
 _F = {name: i for i, name in enumerate(FIELDS)}
 
@@ -142,7 +143,7 @@ class MeshPipeline:
         self.mesh = make_mesh(n, "stage") if mesh is None else check_mesh(mesh, "stage", n)
         self.program, self.loss_fn, self.momentum = program, loss_fn, float(momentum)
         self.predict = program.policy.predict is not None
-        self.tx = with_prediction(tx) if self.predict else tx
+        self.tx = stage_optimizer(tx, program)
         self.saved = program.saves_residuals
         self.num_micro = program.schedule.num_micro
         fns, params = zip(*[_as_stage(s) for s in stages], strict=True)
@@ -309,7 +310,8 @@ class MeshPipeline:
         def update(args):
             params, opt_state, stash, acc = args
             grad = acc / nm if nm > 1 else acc
-            upd, opt_state = tx.update(grad, opt_state, params)
+            scale = jax.lax.bitcast_convert_type(row[_F["lr_scale"]], jnp.float32)
+            upd, opt_state = tx.update(grad, opt_state, params, lr_scale=scale)
             params = optax.apply_updates(params, upd)
             return params, opt_state, stash.push(params), acc
 
@@ -385,6 +387,8 @@ def _core(
         program.schedule.num_stages,
         program.schedule.num_micro,
         program.policy.predict is not None,
+        program.policy.decay if program.policy.predict == "pipemare" else None,
+        program.rescales,
         program.saves_residuals,
         max(*program.in_cap, *program.ct_cap, *program.res_cap, 1),
         max(program.stash_capacity),
@@ -426,7 +430,7 @@ def executor(
     rep = NamedSharding(core.mesh, PartitionSpec())
     xs_d, ys_d = to_mesh(xs, rep), to_mesh(ys, rep)
     table = program.tick_table()
-    rows_np = np.stack([table[f] for f in FIELDS], axis=-1)  # [T, N, F]
+    rows_np = np.stack([table[f].view(np.int32) for f in FIELDS], axis=-1)  # [T, N, F] int32
     last = s.num_stages - 1
     loss_ticks = (table["op"][:, last] == BACKWARD).reshape(program.num_rounds, program.period)
     sharding = NamedSharding(core.mesh, PartitionSpec("stage"))

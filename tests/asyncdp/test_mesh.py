@@ -114,7 +114,8 @@ def _max_diff(a, b):
 
 
 _METHODS = [m for m in method_names() if m in (
-    "sgd", "ssgd", "asgd", "sa-asgd", "dc-asgd-c", "dc-asgd-a", "gap-aware", "dana", "dana-dc"
+    "sgd", "ssgd", "asgd", "sa-asgd", "dc-asgd-c", "dc-asgd-a", "gap-aware", "dana", "dana-dc",
+    "ga-dana",
 )] + ["lc-asgd", "lc-asgd-async-bn"]  # fmt: skip
 
 
