@@ -1,96 +1,12 @@
-"""Pipeline schedules as data: which tick each pass runs at and which weight version it sees.
-
-A pipeline of ``N`` stages trains on a stream of mini-batches ``b = 0, 1, …`` (each optionally cut
-into ``M`` micro-batches). A :class:`Schedule` is the full timeline of that run, as numpy arrays, so
-that the pipeline program compiler (:mod:`jaxstale.pipeline.program`) turns it, with a weight
-policy, into the one program both executors run — the single-device emulator and the
-``shard_map`` executor — and they can be tested against each other.
-
-Tick semantics (both executors implement exactly this):
-
-* Time is discrete. Every forward (F) and backward (B) pass takes one tick. At each tick each stage
-  runs at most one op, given by ``table[tick, stage]`` (``IDLE = 0``, ``FORWARD = 1``,
-  ``BACKWARD = 2``) with its mini-batch ``table_batch[tick, stage]`` and micro-batch
-  ``table_micro[tick, stage]`` (``-1`` when idle).
-* A pass reads its stage's weights as they are at the **start** of its tick.
-* A stage's update is applied at the **end** of the tick of the backward that completes it:
-  for asynchronous 1F1B every backward (one update per mini-batch per stage); for the flush
-  schedules (GPipe, 1F1B-flush) the last backward of the mini-batch, the micro-batch gradients
-  being averaged. ``update_tick[b, k]`` is that tick.
-* Dependencies: F of ``(b, m)`` at stage ``k`` needs F of ``(b, m)`` at stage ``k-1`` at an
-  earlier tick; B at stage ``k`` needs B at stage ``k+1`` at an earlier tick; B at the loss stage
-  ``N-1`` needs its own F at an earlier tick (so the loss stage may run B right after its F).
-* Each stage runs its ops in a fixed per-stage order (below) as early as the dependencies allow
-  (a greedy list schedule); the tick table is the result.
-
-Per-stage op orders:
-
-* ``gpipe`` — per mini-batch: F of micro-batches ``0..M-1``, then B of ``M-1..0``; update at the
-  last backward (GPipe, with a flush: no staleness).
-* ``1f1b`` — asynchronous PipeDream 1F1B, no flush, ``M = 1``: stage ``k`` runs ``N - k`` forwards,
-  then alternates B, F until the forwards run out, then the remaining backwards.
-* ``1f1b-flush`` — PipeDream-Flush / DeepSpeed / Megatron: the same per mini-batch of ``M``
-  micro-batches (``min(N - k, M)`` warm-up forwards, 1F1B steady state, cool-down backwards), the
-  mini-batch's update at its last backward, then the next mini-batch.
-* ``2bw`` — PipeDream-2BW: the 1F1B order over the whole stream of micro-batches (no flush), the
-  update of mini-batch ``b`` at its last backward, every pass of ``b`` at the double-buffered
-  version ``max(b - 1, 0)`` (:func:`pipedream_2bw`).
-
-Versions and staleness. ``fwd_version[b, k]`` / ``bwd_version[b, k]`` is the weight version the
-pass uses: the number of updates stage ``k`` applied before it (``update_tick < pass tick``) —
-except on ``2bw``, whose passes use the older of two buffered versions; ``fwd_lag`` /
-``bwd_lag`` (per micro-batch) count the updates applied before the pass beyond its version (0
-on every other schedule). Two staleness-free targets:
-
-* ``target_version[b, k] = b`` — the **sequential** target: what plain SGD would use for ``b``.
-* ``roundtrip_target[b, k] = b + #{b' > b : update_tick[b', k] <= round-trip end of b}`` — the
-  version at the end of ``b``'s round trip (the tick at which stage 0 finishes B of ``b``) without
-  ``b``'s own update: the sequential target plus the updates of *later* mini-batches that stage
-  ``k`` has already applied when ``b``'s gradient reaches the input. This is the SpecTrain lab's
-  target (ALGORITHMS.md, "Two targets, one table").
-
-A pass's staleness (its prediction horizon ``s``) is ``target - version``. For asynchronous 1F1B
-in the steady state this gives, exactly,
-
-* sequential target: forward ``s = N - 1 - k``, backward ``s = 0`` (PipeDream's staleness);
-* round-trip target: forward ``s = ⌊k/2⌋ + N - k - 1``, backward ``s = ⌊k/2⌋`` — the SpecTrain
-  lab's formula. Why ``⌊k/2⌋``: stage ``k`` runs B of ``b`` ``k`` ticks before stage 0 does and
-  updates every 2 ticks, so it applies ``⌊k/2⌋`` later updates in the half-open window
-  ``(its B of b, stage 0's B of b]``. Counting instead the version at the *start* of stage 0's
-  backward tick would give ``⌈k/2⌉`` (a mismatch at odd ``k``): the lab's convention is the
-  end-of-tick one, i.e. "all updates that have landed once the round trip is over".
-
-During warm-up (``b < N - 1 - k``) and cool-down the horizons are smaller; the table has them
-exactly, so use it rather than the closed forms.
-
-Example:
-    >>> from jaxstale import schedules
-    >>> s = schedules.one_f_one_b(4, 8)
-    >>> s.fwd_staleness[5].tolist(), s.bwd_staleness[5].tolist()
-    ([3, 2, 1, 0], [0, 0, 0, 0])
-    >>> f, b = s.horizons("roundtrip")
-    >>> f[4].tolist(), b[4].tolist()
-    ([3, 2, 2, 1], [0, 0, 1, 1])
-
-References:
-    Narayanan et al., "PipeDream: Generalized Pipeline Parallelism for DNN Training", SOSP 2019.
-    Huang et al., "GPipe: Efficient Training of Giant Neural Networks using Pipeline Parallelism",
-    NeurIPS 2019, arXiv:1811.06965.
-    Narayanan et al., "Memory-Efficient Pipeline-Parallel DNN Training" (PipeDream-2BW / Flush),
-    ICML 2021, arXiv:2006.09503.
-    Chen, Yang, Cheng, "Efficient and Robust Parallel DNN Training through Model Parallelism on
-    Multi-GPU Platform" (SpecTrain), arXiv:1809.02839, 2018.
-"""
+"""The :class:`Schedule` and its constructors: tick tables, versions, targets (see
+:mod:`jaxstale.schedules` for the semantics)."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
 IDLE = 0
 FORWARD = 1
@@ -212,10 +128,6 @@ class Schedule:
             for k in range(self.num_stages)
             if self.table[tick, k] != IDLE
         ]
-
-    def text(self, versions: bool = False) -> str:
-        """Text rendering (see :func:`render_text`)."""
-        return render_text(self, versions=versions)
 
 
 def _check_int(name: str, value: Any, minimum: int = 1) -> int:
@@ -358,6 +270,7 @@ def gpipe(num_stages: int, num_batches: int, num_micro: int | None = None) -> Sc
 
     Example:
         >>> s = gpipe(2, 2, 2)
+        >>> from jaxstale.schedules import render_text
         >>> print(render_text(s))
         stage 0 | F0.0 F0.1 .    .    B0.1 B0.0 F1.0 F1.1 .    .    B1.1 B1.0
         stage 1 | .    F0.0 F0.1 B0.1 B0.0 .    .    F1.0 F1.1 B1.1 B1.0 .
@@ -396,6 +309,7 @@ def one_f_one_b(num_stages: int, num_batches: int) -> Schedule:
 
     Example:
         >>> s = one_f_one_b(2, 3)
+        >>> from jaxstale.schedules import render_text
         >>> print(render_text(s))
         stage 0 | F0 F1 .  B0 F2 B1 .  B2
         stage 1 | .  F0 B0 F1 B1 F2 B2 .
@@ -429,6 +343,7 @@ def one_f_one_b_flush(num_stages: int, num_batches: int, num_micro: int | None =
 
     Example:
         >>> s = one_f_one_b_flush(2, 1, 3)
+        >>> from jaxstale.schedules import render_text
         >>> print(render_text(s))
         stage 0 | F0.0 F0.1 .    B0.0 F0.2 B0.1 .    B0.2
         stage 1 | .    F0.0 B0.0 F0.1 B0.1 F0.2 B0.2 .
@@ -495,6 +410,7 @@ def pipedream_2bw(
 
     Example:
         >>> s = pipedream_2bw(2, 3, 2)
+        >>> from jaxstale.schedules import render_text
         >>> print(render_text(s))
         stage 0 | F0.0 F0.1 .    B0.0 F1.0 B0.1 F1.1 B1.0 F2.0 B1.1 F2.1 B2.0 .    B2.1
         stage 1 | .    F0.0 B0.0 F0.1 B0.1 F1.0 B1.0 F1.1 B1.1 F2.0 B2.0 F2.1 B2.1 .
@@ -556,104 +472,6 @@ def get(name: str, **kwargs: Any) -> Schedule:
         raise ValueError(f"bad arguments for schedule {name!r}: {e}") from e
 
 
-# ----------------------------------------------------------------------------------------------
-# Rendering
-
-
-def _cell(s: Schedule, tick: int, k: int, versions: bool) -> str:
-    op = int(s.table[tick, k])
-    if op == IDLE:
-        return "."
-    b, m = int(s.table_batch[tick, k]), int(s.table_micro[tick, k])
-    txt = ("F" if op == FORWARD else "B") + str(b)
-    if s.num_micro > 1:
-        txt += f".{m}"
-    if versions:
-        v = s.fwd_version[b, k] if op == FORWARD else s.bwd_version[b, k]
-        txt += f"v{v}"
-    return txt
-
-
-def render_text(schedule: Schedule, versions: bool = False) -> str:
-    """One line per stage, one column per tick: ``F3`` / ``B3`` (``F3.1``: micro-batch 1), ``.``.
-
-    Args:
-        schedule: the schedule.
-        versions: append the weight version each pass sees (``F3v1``).
-
-    Returns:
-        The text, lines joined by newlines (trailing spaces stripped).
-
-    Example:
-        >>> print(render_text(one_f_one_b(2, 2), versions=True))
-        stage 0 | F0v0 F1v0 .    B0v0 .    B1v1
-        stage 1 | .    F0v0 B0v0 F1v1 B1v1 .
-    """
-    s = schedule
-    cells = [[_cell(s, t, k, versions) for t in range(s.num_ticks)] for k in range(s.num_stages)]
-    width = max(len(c) for row in cells for c in row)
-    return "\n".join(
-        (f"stage {k} | " + " ".join(c.ljust(width) for c in row)).rstrip()
-        for k, row in enumerate(cells)
-    )
-
-
-def render(schedule: Schedule, path: str | None = None, *, versions: bool = True) -> Figure:
-    """Gantt chart: rows = stages (0 on top), x = ticks, boxes F (blue) / B (orange).
-
-    Each box is labelled with its mini-batch (``.m`` micro-batch) and, with ``versions``, the
-    weight version it sees (``v``).
-
-    Args:
-        schedule: the schedule.
-        path: if given, save the figure there (png/pdf/svg by extension).
-        versions: print the version under each box label.
-
-    Returns:
-        The matplotlib Figure.
-
-    Example:
-        >>> fig = render(one_f_one_b(4, 6))
-        >>> len(fig.axes)
-        1
-    """
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    s = schedule
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * s.num_ticks + 1.5), 0.6 * s.num_stages + 1.2))
-    colors = {FORWARD: "#6baed6", BACKWARD: "#fd8d3c"}
-    for t in range(s.num_ticks):
-        for k in range(s.num_stages):
-            op = int(s.table[t, k])
-            if op == IDLE:
-                continue
-            ax.broken_barh(
-                [(t, 1)], (k - 0.4, 0.8), facecolors=colors[op], edgecolor="black", lw=0.5
-            )
-            b, m = int(s.table_batch[t, k]), int(s.table_micro[t, k])
-            label = ("F" if op == FORWARD else "B") + str(b) + (f".{m}" if s.num_micro > 1 else "")
-            if versions:
-                v = s.fwd_version[b, k] if op == FORWARD else s.bwd_version[b, k]
-                label += f"\nv{v}"
-            ax.text(t + 0.5, k, label, ha="center", va="center", fontsize=6)
-    ax.set_ylim(s.num_stages - 0.5, -0.5)
-    ax.set_xlim(0, s.num_ticks)
-    ax.set_yticks(range(s.num_stages))
-    ax.set_yticklabels([f"stage {k}" for k in range(s.num_stages)])
-    ax.set_xlabel("tick")
-    title = f"{s.name}: N={s.num_stages}, {s.num_batches} mini-batches"
-    if s.num_micro > 1:
-        title += f" x {s.num_micro} micro-batches"
-    ax.set_title(title + (" (v = weight version seen)" if versions else ""))
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=120)
-    return fig
-
-
 __all__ = [
     "BACKWARD",
     "FORWARD",
@@ -666,6 +484,4 @@ __all__ = [
     "one_f_one_b",
     "one_f_one_b_flush",
     "pipedream_2bw",
-    "render",
-    "render_text",
 ]
