@@ -11,7 +11,7 @@ or **did not hold** (the reverse, beyond noise), with the table and figure that 
 Every number comes from the experiments' run folders, under the common protocol: standardised
 inputs, validation split, each method at its own learning rate selected on validation, ≥ 5
 seeds, paired per-seed differences with 95 % t intervals (a seed fixes the initial weights and
-the data order for every method). Nothing is selected on test data.
+the data order for every method). Nothing is selected on test data. ::
 
     python -m experiments.claims --run           # run (or resume) every configuration, then
                                                  # write docs/claims.md and its figures

@@ -95,19 +95,3 @@ from jaxstale.schedules.timeline import gpipe as gpipe
 from jaxstale.schedules.timeline import one_f_one_b as one_f_one_b
 from jaxstale.schedules.timeline import one_f_one_b_flush as one_f_one_b_flush
 from jaxstale.schedules.timeline import pipedream_2bw as pipedream_2bw
-
-__all__ = [
-    "BACKWARD",
-    "FORWARD",
-    "IDLE",
-    "SCHEDULES",
-    "TARGETS",
-    "Schedule",
-    "get",
-    "gpipe",
-    "one_f_one_b",
-    "one_f_one_b_flush",
-    "pipedream_2bw",
-    "render",
-    "render_text",
-]
