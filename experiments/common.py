@@ -31,6 +31,7 @@ __all__ = [
     "Gather",
     "add_tuning_args",
     "chance",
+    "convergence",
     "fit_grid",
     "lanes_for",
     "load_data",
@@ -112,6 +113,64 @@ def outcome(res: Any, target: float) -> dict[str, Any]:
         "diverged_step": res.diverged_step,
         "final_train_loss": None if res.diverged or not res.curve else res.curve[-1]["train_loss"],
         "updates_to_target": runs.time_to_accuracy(res.curve, target),
+    }
+
+
+def convergence(
+    curves: Sequence[Sequence[dict[str, Any]]],
+    *,
+    key: str = "val_accuracy",
+    tol: float = 0.01,
+    x: str = "step",
+) -> dict[str, Any]:
+    """Whether the learning curves of one setting (one per seed) have flattened by the end.
+
+    Seeds whose curve misses a value of ``key`` (diverged) are left out; the others must share
+    their evaluation steps. ``m(s)`` is the seeds' mean of ``key`` at evaluation step ``s``,
+    ``S`` the last step and ``s₀`` the first evaluation at or after ``2S/3``.
+
+    Returns:
+        ``plateau``: the mean of ``m`` over the evaluations ``≥ s₀`` (the last third);
+        ``flat_since``: the first evaluated step from which every later ``m(s)`` lies within
+        ``tol`` of the plateau (None: the last point does not, or no curve);
+        ``delta_last_third``: ``(mean, half_width, n)`` of the per-seed change of ``key`` from
+        ``s₀`` to ``S`` (95 % CI, :func:`jaxstale.runs.mean_ci`): an interval around 0 says
+        the curve is flat; ``seeds``: the number of curves used.
+
+    Example:
+        >>> c = lambda *v: [{"step": 10 * (i + 1), "val_accuracy": a} for i, a in enumerate(v)]
+        >>> out = convergence([c(0.5, 0.9, 0.95, 0.96, 0.95, 0.96), c(0.6, 0.92, 0.96, 0.95,
+        ...                   0.96, 0.95)])
+        >>> out["flat_since"], round(out["plateau"], 3), out["seeds"]
+        (30, 0.955, 2)
+    """
+    ok = [
+        c
+        for c in curves
+        if c and all(r.get(key) is not None and np.isfinite(float(r[key])) for r in c)
+    ]
+    steps = [r[x] for r in ok[0]] if ok else []
+    ok = [c for c in ok if [r[x] for r in c] == steps]
+    if not ok:
+        return {
+            "plateau": None,
+            "flat_since": None,
+            "delta_last_third": (float("nan"), float("nan"), 0),
+            "seeds": 0,
+        }
+    vals = np.array([[float(r[key]) for r in c] for c in ok])
+    mean = vals.mean(axis=0)
+    start = next(i for i, s in enumerate(steps) if s >= 2 * steps[-1] / 3)
+    plateau = float(mean[start:].mean())
+    within = np.abs(mean - plateau) <= tol + 1e-12
+    i = len(steps)
+    while i > 0 and within[i - 1]:
+        i -= 1
+    return {
+        "plateau": plateau,
+        "flat_since": int(steps[i]) if i < len(steps) else None,
+        "delta_last_third": runs.mean_ci(vals[:, -1] - vals[:, start]),
+        "seeds": len(ok),
     }
 
 
@@ -364,6 +423,7 @@ def fit_grid(
     eval_every: int | None = None,
     loop: str = "auto",
     seed_mode: str = "auto",
+    target: float | None = None,
     **fit_kwargs: Any,
 ) -> list[dict[str, Any]]:
     """Runs :func:`jaxstale.train.fit` over a ``model x lr x seed`` grid into a ``RunFolder``.
@@ -381,10 +441,13 @@ def fit_grid(
       lrs: learning rates.
       seeds: number of seeds or a list of seeds.
       steps, batch_size, eval_every, loop, seed_mode, fit_kwargs: passed to ``fit``.
+      target: if given, each row gets ``updates_to_target``, the first evaluated step whose
+        validation accuracy reached ``target`` (None: never), as :func:`outcome` records it.
 
     Returns:
-      One row per cell, in grid order: ``method, model, lr, seed, final_test_accuracy,
-      diverged, diverged_step, final_train_loss, steps, batch_size, loop, seed_mode, wall_s``.
+      One row per cell, in grid order: ``method, model, lr, seed, final_val_accuracy,
+      final_test_accuracy, final_train_loss, diverged, diverged_step, steps, batch_size, loop,
+      seed_mode, wall_s`` (and ``updates_to_target`` with ``target``).
       The cell's metrics (its ``curve``) go to ``metrics.jsonl`` (``run.metrics(key)``).
     """
     seeds = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
@@ -410,6 +473,12 @@ def fit_grid(
             **fit_kwargs,
         )
         drop = ("seed", "curve", "params", "state")
-        return [({k: v for k, v in r.items() if k not in drop}, r["curve"]) for r in results]
+        out = []
+        for r in results:
+            row = {k: v for k, v in r.items() if k not in drop}
+            if target is not None:
+                row["updates_to_target"] = runs.time_to_accuracy(r["curve"], target)
+            out.append((row, r["curve"]))
+        return out
 
     return run.run_grouped(keys, cells, vary=("seed",), desc=f"{run.experiment} {method}")

@@ -1,122 +1,292 @@
-"""Synchronous SGD baseline: SGD-momentum with the MLP and the CNN over a learning-rate grid.
+"""Synchronous SGD baseline: the converged staleness-free reference, lr chosen on validation.
 
-This is the reference every staleness experiment compares against: plain synchronous training
-(staleness 0), one ``(model, lr, seed)`` cell at a time, recorded in a run folder
-(``results/sync_baseline/<run-id>/``: config.json, metrics.jsonl, summary.json, table.md,
-plot.png). Re-running the same configuration skips finished cells.
+Question: how well does plain synchronous SGD-momentum (staleness 0) do on the experiments'
+data and models, at its own best learning rate and with a budget long enough to have
+converged? Every staleness experiment compares with this number, so the table says it in one
+sentence per model: "sync MLP reaches X ± CI % test at lr Y (selected on validation), flat
+since step Z".
 
-    python -m experiments.sync_baseline          # 2 models x 4 lrs x 3 seeds, < 3 min, 2 cores
-    python -m experiments.sync_baseline --quick  # 2 lrs x 2 seeds, short runs
-    python -m experiments.sync_baseline --model mlp --lrs 0.1 0.3 --steps 1000 --out /tmp/run
+Protocol (the experiments' common one, ``experiments/common.py``): standardised inputs
+(training-set statistics) and a validation split carved from the training set; every model runs
+a learning-rate grid (``--lrs``) over ``--seeds`` seeds; the rate is **selected on validation
+accuracy** (a diverged seed counts at chance) and the table reports **test accuracy at the
+selected rate** (mean ± 95 % CI over the seeds that trained, diverged fraction in the cell).
+Time to accuracy: updates until the validation accuracy first reaches ``--target``.
+**Convergence evidence**, on validation at the selected rate: the change of each seed's
+validation accuracy over the last third of training (mean ± 95 % CI; an interval around 0 is a
+flat curve), and "flat since step Z": the first evaluation from which the seeds' mean
+validation accuracy stays within ``--flat-tol`` (1 point) of its last-third plateau
+(:func:`experiments.common.convergence`).
 
-Rows of summary.json: ``method="sgd"``, ``model``, ``lr``, ``seed``, ``final_test_accuracy``
-(null if diverged), ``diverged``, ``diverged_step``, ``steps``, ``batch_size`` and more.
+Setting: :func:`jaxstale.train.fit` (``experiments.common.fit_grid``), digits, the MLP and the
+CNN, SGD with momentum 0.9, batch 32 (as the other experiments), 1,500 steps (37 epochs of the
+1,295 training examples), evaluated every 50 steps, 5 seeds; a seed fixes the initial weights
+and the data order (the asynchronous experiments' lanes use the same ones). Rates
+{0.001, 0.003, 0.01, 0.03, 0.1}, async_workers' grid (0.1 already fails for both models at
+batch 32; 0.3, measured too, fails as well).
+
+Speed: the default is 2 models × 5 rates × 5 seeds = 50 runs; the MLP's seeds run vmapped in a
+scan (≈ 10 s of CPU per rate), the CNN's one after the other in a host loop
+(``train.default_strategy``; ≈ 40 s of CPU per rate). About 3.5 minutes of CPU time (user +
+sys); the wall time on 2 idle cores is at most that (the box was shared when measured: the
+wall time there was about 2.5x the CPU time). The budget is what convergence needs, well
+under the experiments' 10-minute ceiling.
+``--quick`` (2 rates, 2 seeds, 200 steps) is a smoke run: 27 s of CPU, a minute of wall time on
+the loaded box, marked as such in its table.
+
+Outputs (run folder ``results/sync_baseline/<run-id>/`` or ``--out``): config.json,
+metrics.jsonl (the curves: step, train_loss, val_accuracy, test_accuracy), summary.json rows
+(method="sgd", model, lr, seed, final_val_accuracy, final_test_accuracy, updates_to_target,
+diverged, diverged_step, final_train_loss, steps, batch_size, ...), table.md (the reference
+sentences; test accuracy and convergence at the selected rate; the validation grid), plot.png
+(validation accuracy and training loss per rate, one row per model). Re-running the same
+configuration skips finished cells.
+
+Run: ``python -m experiments.sync_baseline [--quick] [--out DIR] [--model mlp,cnn] [--lrs ...]``.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from typing import Any
 
 import optax
 
-from jaxstale import data
-from jaxstale.runs import RunFolder, cli_parser, curves_figure, mean_std_table
+from jaxstale import data, runs
 
-from .common import fit_grid
+from .common import add_tuning_args, chance, convergence, fit_grid, open_run, title, tuned_tables
 
 EXPERIMENT = "sync_baseline"
-DEFAULTS = {
-    "models": ["mlp", "cnn"],
-    "lrs": [0.01, 0.03, 0.1, 0.3],
-    "seeds": 3,
-    "steps": 600,
-    "batch_size": 64,
-    "momentum": 0.9,
-}
-QUICK = {"lrs": [0.03, 0.1], "seeds": 2, "steps": 100}
+METHOD = "sgd"
+MODELS = ["mlp", "cnn"]
+LRS = [0.001, 0.003, 0.01, 0.03, 0.1]  # async_workers' grid at momentum 0.9
+QUICK_LRS = [0.01, 0.03]
+KEY = ("method", "model", "lr", "seed")
 
 
-def config_from_args(argv: Sequence[str] | None = None) -> dict:
-    """Parses the command line into the run's config (the dict that names the run folder).
-
-    Args:
-      argv: command-line arguments (default ``sys.argv[1:]``).
-
-    Returns:
-      The config dict (plus ``"out"``, which is not part of the run-id).
-    """
-    p = cli_parser(__doc__.splitlines()[0])
-    p.add_argument("--lrs", type=float, nargs="+", default=None, help="learning-rate grid")
-    p.add_argument("--batch-size", type=int, default=None, help="batch size (default 64)")
-    p.add_argument("--eval-every", type=int, default=None, help="steps between evaluations")
-    args = p.parse_args(argv)
-    base = {**DEFAULTS, **(QUICK if args.quick else {})}
-    steps = args.steps or base["steps"]
-    config = {
+def config_from_args(args: Any) -> dict[str, Any]:
+    """The run's config (everything that determines its results; its hash names the folder)."""
+    quick = bool(args.quick)
+    steps = args.steps or (200 if quick else 1500)
+    return {
+        "quick": quick,
         "dataset": args.dataset,
-        "models": args.model or base["models"],
-        "lrs": args.lrs or base["lrs"],
-        "seeds": args.seeds or base["seeds"],
+        "models": list(args.model or MODELS),
+        "lrs": list(args.lrs or (QUICK_LRS if quick else LRS)),
+        "seeds": args.seeds or (2 if quick else 5),
         "steps": steps,
-        "batch_size": args.batch_size or base["batch_size"],
-        "eval_every": args.eval_every or max(1, steps // 20),
-        "momentum": base["momentum"],
+        "batch_size": args.batch_size,
+        "eval_every": args.eval_every or (20 if quick else 50),
+        "momentum": args.momentum,
+        "target": args.target,
+        "flat_tol": args.flat_tol,
     }
-    return {**config, "out": args.out}
 
 
-def main(argv: Sequence[str] | None = None) -> RunFolder:
-    """Runs the experiment; prints the table and the paths of table.md and plot.png.
+def _curves(run: runs.RunFolder, rows: list[dict], model: str, lr: float) -> list[list[dict]]:
+    return [
+        run.metrics({k: r[k] for k in KEY}) or []
+        for r in rows
+        if r["model"] == model and r["lr"] == lr
+    ]
 
-    Args:
-      argv: command-line arguments (see ``--help``).
 
-    Returns:
-      The :class:`jaxstale.runs.RunFolder` written.
-    """
-    start = time.perf_counter()
-    config = config_from_args(argv)
-    out = config.pop("out")
-    run = RunFolder(EXPERIMENT, config, out=out)
-    ds = data.load(config["dataset"])
-    momentum = config["momentum"]
+def reference(
+    rows: list[dict], selected: dict, curves_of: Any, cfg: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """Per model, at the rate selected on validation: the test accuracy (mean, CI, seeds,
+    diverged), the convergence evidence (:func:`experiments.common.convergence` on the
+    validation curves) and the updates to the target."""
+    out = {}
+    for model in cfg["models"]:
+        if (model,) not in selected:
+            continue
+        lr = selected[(model,)]
+        pick = [r for r in rows if r["model"] == model and r["lr"] == lr]
+        trained = [r["final_test_accuracy"] for r in pick if not r["diverged"]]
+        out[model] = {
+            "lr": lr,
+            "test": runs.mean_ci(trained),
+            "test_text": runs.format_ci(
+                [r["final_test_accuracy"] for r in pick], diverged=[r["diverged"] for r in pick]
+            ),
+            "val_text": runs.format_ci(
+                [r["final_val_accuracy"] for r in pick], diverged=[r["diverged"] for r in pick]
+            ),
+            "steps_text": runs.format_steps([r.get("updates_to_target") for r in pick]),
+            "convergence": convergence(curves_of(model, lr), tol=cfg["flat_tol"]),
+        }
+    return out
+
+
+def summarise(
+    rows: list[dict], cfg: dict[str, Any], curves_of: Any, chance_acc: float
+) -> tuple[str, dict, dict[str, dict[str, Any]]]:
+    """Selection on validation and the tables: ``(table, selected, reference)``.
+
+    ``curves_of(model, lr)`` gives the seeds' metric records at that rate; ``selected`` maps
+    ``(model,)`` to the rate with the best mean final validation accuracy (diverged seeds at
+    ``chance_acc``); ``reference`` is :func:`reference`'s."""
+    _, _, grid, selected = tuned_tables(rows, index=("model",), columns=None, chance_acc=chance_acc)
+    ref = reference(rows, selected, curves_of, cfg)
+    return make_table(rows, cfg, ref, grid), selected, ref
+
+
+def make_table(rows: list[dict], cfg: dict[str, Any], ref: dict, grid: str) -> str:
+    """The reference sentences, the table at the selected rates and the validation grid."""
+    setting = (
+        f"SGD-momentum {cfg['momentum']}, {cfg['dataset']} (standardised; validation split for "
+        f"selection), batch {cfg['batch_size']}, {cfg['steps']} steps, {cfg['seeds']} seeds"
+    )
+    sentences, body = [], []
+    tol = 100 * cfg["flat_tol"]
+    points = f"{tol:g} point" + ("" if tol == 1 else "s")
+    for model, r in ref.items():
+        conv = r["convergence"]
+        flat = (
+            f"flat since step {conv['flat_since']}"
+            if conv["flat_since"] is not None
+            else "**not flat at the end**"
+        )
+        m, h, n = conv["delta_last_third"]
+        delta = "–" if not n else f"{100 * m + 0.0:+.2f}" + (f" ± {100 * h:.2f}" if n > 1 else "")
+        sentences.append(
+            f"- sync {model.upper()} reaches **{r['test_text']} % test** at lr {r['lr']:g} "
+            f"(selected on validation), {flat} (validation within {points} of its "
+            f"last-third plateau; change over the last third {delta} points)."
+        )
+        body.append(
+            [
+                model,
+                f"{r['lr']:g}",
+                r["test_text"],
+                r["val_text"],
+                r["steps_text"],
+                delta,
+                "not flat" if conv["flat_since"] is None else str(conv["flat_since"]),
+            ]
+        )
+    heads = [
+        "model",
+        "lr (selected on val.)",
+        "test acc. %",
+        "val. acc. %",
+        f"updates to {100 * cfg['target']:g} % val.",
+        "Δ val. over last third (points)",
+        f"flat since step (±{tol:g} pt)",
+    ]
+    return (
+        "\n\n".join(
+            [
+                title(cfg, f"**Synchronous reference: {setting}**"),
+                "\n".join(sentences),
+                "**At the learning rate selected on validation: test accuracy % (mean ± 95 % CI "
+                "over seeds that trained; [diverged/seeds]), validation accuracy %, updates until "
+                "the validation accuracy first reaches the target (median; [reached/seeds]), "
+                "change of validation accuracy over the last third of training (mean ± 95 % CI "
+                "over seeds), first step of the flat stretch**",
+                runs.markdown_table(heads, body),
+                "**Validation accuracy % per learning rate (mean over seeds, diverged seeds at "
+                "chance; bold: selected)**",
+                grid,
+            ]
+        )
+        + "\n"
+    )
+
+
+def parser() -> Any:
+    p = runs.cli_parser(__doc__.splitlines()[0])
+    add_tuning_args(p, lrs=LRS)
+    p.add_argument(
+        "--batch-size", type=runs.number(int, low=1), default=32, help="mini-batch size (32)"
+    )
+    p.add_argument(
+        "--momentum",
+        type=runs.number(float, low=0, high=1, high_open=True),
+        default=0.9,
+        help="SGD momentum (default 0.9)",
+    )
+    p.add_argument(
+        "--eval-every",
+        type=runs.number(int, low=1),
+        default=None,
+        help="steps between evaluations (default 50; --quick 20)",
+    )
+    p.add_argument(
+        "--flat-tol",
+        type=runs.number(float, low=0, high=1, low_open=True),
+        default=0.01,
+        help="'flat since step Z': the mean validation accuracy stays within this of its "
+        "last-third plateau from Z on (default 0.01 = 1 point)",
+    )
+    for action in p._actions:
+        if action.dest == "steps":
+            action.help = "training steps per run (default 1500; --quick 200)"
+        if action.dest == "model":
+            action.help = "model name(s) (default mlp cnn)"
+    return p
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the sweep (resuming finished cells); returns ``{"rows", "paths", "table",
+    "selected", "reference", "run"}``."""
+    t0 = time.perf_counter()
+    p = parser()
+    args = p.parse_args(argv)
+    from jaxstale import models
+
+    unknown = [m for m in args.model or [] if m not in models.MODELS]
+    if unknown:
+        p.error(f"unknown model {unknown[0]!r}; choose from: {', '.join(models.MODELS)}")
+    cfg = config_from_args(args)
+    try:
+        ds = data.load(cfg["dataset"])
+    except (ValueError, RuntimeError) as e:
+        p.error(str(e))
+    if cfg["batch_size"] > len(ds.x_train):
+        p.error(f"--batch-size {cfg['batch_size']} exceeds the {len(ds.x_train)} training examples")
+    run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__])
+    mu = cfg["momentum"]
     rows = fit_grid(
         run,
-        lambda lr: optax.sgd(lr, momentum=momentum),
+        lambda lr: optax.sgd(lr, momentum=mu),
         ds,
-        method="sgd",
-        models=config["models"],
-        lrs=config["lrs"],
-        seeds=config["seeds"],
-        steps=config["steps"],
-        batch_size=config["batch_size"],
-        eval_every=config["eval_every"],
+        method=METHOD,
+        models=cfg["models"],
+        lrs=cfg["lrs"],
+        seeds=cfg["seeds"],
+        steps=cfg["steps"],
+        batch_size=cfg["batch_size"],
+        eval_every=cfg["eval_every"],
+        target=cfg["target"],
     )
-    table = mean_std_table(rows, index=("model",), columns="lr")
-    title = (
-        f"Synchronous SGD-momentum ({momentum}) on {config['dataset']}: test accuracy (%), "
-        f"mean ± std over {config['seeds']} seeds, {config['steps']} steps of batch "
-        f"{config['batch_size']}"
-    )
+    curves_of = lambda m, lr: _curves(run, rows, m, lr)
+    table, selected, ref = summarise(rows, cfg, curves_of, chance(ds))
     series = {
         model: {
-            f"lr={lr}": [
-                run.metrics({"method": "sgd", "model": model, "lr": float(lr), "seed": s}) or []
-                for s in range(config["seeds"])
-            ]
-            for lr in config["lrs"]
+            f"lr {lr:g}" + (" (selected)" if ref.get(model, {}).get("lr") == lr else ""): _curves(
+                run, rows, model, lr
+            )
+            for lr in cfg["lrs"]
         }
-        for model in config["models"]
+        for model in cfg["models"]
     }
-    fig = curves_figure(series, title=f"SGD-momentum on {config['dataset']}")
-    paths = run.finish(f"{title}\n\n{table}\n", {"plot": fig})
-    print(f"\n{title}\n\n{table}\n")
-    print(f"table: {paths['table']}")
-    print(f"plot:  {paths['plot']}")
-    print(f"({time.perf_counter() - start:.1f} s)", file=sys.stderr)
-    return run
+    fig = runs.curves_figure(
+        series,
+        ys=("train_loss", "val_accuracy"),
+        title=f"Synchronous SGD-momentum {mu} on {cfg['dataset']}: validation curves per rate",
+    )
+    paths = run.report(table, {"plot": fig}, num_runs=len(rows), started=t0)
+    return {
+        "rows": rows,
+        "paths": paths,
+        "table": table,
+        "selected": selected,
+        "reference": ref,
+        "run": run,
+    }
 
 
 if __name__ == "__main__":

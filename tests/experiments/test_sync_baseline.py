@@ -1,10 +1,11 @@
-"""sync_baseline end to end on a tiny config: run folder files, table, resume."""
+"""experiments/sync_baseline.py: a tiny config end to end and resumed, selection on validation,
+the convergence evidence, bad input."""
 
 import json
 
 import pytest
 
-from experiments import sync_baseline
+from experiments import common, sync_baseline
 from jaxstale import train
 
 ARGS = ["--quick", "--steps", "6", "--eval-every", "3", "--seeds", "2", "--lrs", "0.05"]
@@ -12,20 +13,19 @@ ARGS = ["--quick", "--steps", "6", "--eval-every", "3", "--seeds", "2", "--lrs",
 
 def test_end_to_end_and_resume(tmp_path, capsys, monkeypatch):
     out = tmp_path / "run"
-    run = sync_baseline.main([*ARGS, "--out", str(out)])
+    res = sync_baseline.main([*ARGS, "--out", str(out)])
     printed = capsys.readouterr().out
-    assert run.path == out
+    assert res["run"].path == out
     for name in ("config.json", "metrics.jsonl", "summary.json", "table.md", "plot.png"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
     assert (out / "plot.png").read_bytes()[:4] == b"\x89PNG"
 
     config = json.loads((out / "config.json").read_text())
     assert config["experiment"] == "sync_baseline"
-    assert config["config"]["models"] == ["mlp", "cnn"] and config["config"]["steps"] == 6
+    cfg = config["config"]
+    assert cfg["models"] == ["mlp", "cnn"] and cfg["steps"] == 6 and cfg["batch_size"] == 32
 
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["experiment"] == "sync_baseline"
-    rows = summary["rows"]
+    rows = json.loads((out / "summary.json").read_text())["rows"]
     assert [(r["model"], r["lr"], r["seed"]) for r in rows] == [
         ("cnn", 0.05, 0),
         ("cnn", 0.05, 1),
@@ -33,18 +33,22 @@ def test_end_to_end_and_resume(tmp_path, capsys, monkeypatch):
         ("mlp", 0.05, 1),
     ]  # sorted by key
     for r in rows:
-        assert r["method"] == "sgd" and r["steps"] == 6 and r["batch_size"] == 64
+        assert r["method"] == "sgd" and r["steps"] == 6 and r["batch_size"] == 32
         assert r["diverged"] is False and r["diverged_step"] is None
         assert 0.0 <= r["final_test_accuracy"] <= 1.0
+        assert 0.0 <= r["final_val_accuracy"] <= 1.0
+        assert "updates_to_target" in r
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(metrics) == 4 * 2  # 4 cells x evaluations at steps 3 and 6
     assert {m["step"] for m in metrics} == {3, 6}
-    assert {"method", "model", "lr", "seed", "train_loss", "test_accuracy"} <= set(metrics[0])
+    assert {"model", "lr", "seed", "train_loss", "val_accuracy", "test_accuracy"} <= set(metrics[0])
 
     table = (out / "table.md").read_text()
-    assert "| model | lr=0.05 |" in table and "| mlp |" in table and "| cnn |" in table
-    assert "| model | lr=0.05 |" in printed
-    assert str(out / "table.md") in printed and str(out / "plot.png") in printed
+    assert table.startswith("**Smoke run (--quick)")
+    assert "- sync MLP reaches **" in table and "- sync CNN reaches **" in table
+    assert "at lr 0.05 (selected on validation)" in table
+    assert "| mlp | 0.05 |" in table and "| cnn | 0.05 |" in table
+    assert "sync MLP reaches" in printed and str(out / "table.md") in printed
 
     # Resume: the same config again trains nothing and writes the same summary.
     calls = []
@@ -56,12 +60,11 @@ def test_end_to_end_and_resume(tmp_path, capsys, monkeypatch):
 
     # An interrupted run (one cell missing) re-trains only that cell.
     key = {"method": "sgd", "model": "mlp", "lr": 0.05, "seed": 1}
-    run._cell_path(key).unlink()
+    res["run"]._cell_path(key).unlink()
     monkeypatch.setattr(train, "fit", lambda *a, **k: calls.append(k["seeds"]) or real_fit(*a, **k))
     sync_baseline.main([*ARGS, "--out", str(out)])
     assert calls == [[1]]
-    # Seed 1 alone is a 1-lane vmap instead of a 2-lane one: the same run up to float rounding
-    # (bitwise equal on raw digits, a few float32 ulps apart on standardised inputs).
+    # Seed 1 alone is a 1-lane vmap instead of a 2-lane one: the same run up to float rounding.
     again = json.loads((out / "summary.json").read_text())["rows"]
     assert len(again) == len(rows)
     for r, r0 in zip(again, rows, strict=True):
@@ -69,3 +72,86 @@ def test_end_to_end_and_resume(tmp_path, capsys, monkeypatch):
         for k, v in r0.items():
             if k != "wall_s":
                 assert r[k] == (pytest.approx(v, rel=1e-6) if isinstance(v, float) else v), k
+
+
+def _curve(vals, every=10):
+    return [{"step": every * (i + 1), "val_accuracy": v} for i, v in enumerate(vals)]
+
+
+def test_selection_on_validation_and_the_reference_sentence():
+    """The rate is the one with the best validation accuracy (a diverged seed at chance), the
+    sentence reports the test accuracy there, and the curve evidence is read on validation."""
+    cfg = {
+        "quick": False,
+        "dataset": "digits",
+        "models": ["mlp"],
+        "lrs": [0.01, 0.1, 0.3],
+        "seeds": 2,
+        "steps": 60,
+        "batch_size": 32,
+        "eval_every": 10,
+        "momentum": 0.9,
+        "target": 0.95,
+        "flat_tol": 0.01,
+    }
+
+    def row(lr, seed, val, test, diverged=False):
+        return {
+            "method": "sgd",
+            "model": "mlp",
+            "lr": lr,
+            "seed": seed,
+            "final_val_accuracy": val,
+            "final_test_accuracy": test,
+            "diverged": diverged,
+            "updates_to_target": 40,
+        }
+
+    rows = [
+        row(0.01, 0, 0.96, 0.90),
+        row(0.01, 1, 0.96, 0.92),  # best on validation
+        row(0.1, 0, 0.94, 0.99),
+        row(0.1, 1, 0.94, 0.99),  # best on test: not chosen
+        row(0.3, 0, 0.99, 0.99),
+        row(0.3, 1, None, None, diverged=True),  # (0.99 + chance) / 2: not chosen
+    ]
+    flat = _curve([0.5, 0.9, 0.95, 0.96, 0.96, 0.96])
+    table, selected, ref = sync_baseline.summarise(rows, cfg, lambda m, lr: [flat, flat], 0.1)
+    assert selected == {("mlp",): 0.01}
+    assert "sync MLP reaches **91.0 ± 12.7 % test** at lr 0.01 (selected on validation), " in table
+    assert "flat since step 30" in table and "+0.00 ± 0.00 points" in table
+    assert ref["mlp"]["convergence"]["flat_since"] == 30
+    assert "**96.0**" in table  # the validation grid marks the selected rate
+
+
+def test_convergence_flat_rising_and_diverged():
+    flat = common.convergence([_curve([0.5, 0.9, 0.95, 0.96, 0.95, 0.96])] * 2)
+    assert flat["flat_since"] == 30 and flat["seeds"] == 2
+    assert flat["delta_last_third"][0] == pytest.approx(0.0)
+    rising = common.convergence([_curve([0.5, 0.6, 0.7, 0.8, 0.9, 0.95])] * 2)
+    assert rising["flat_since"] is None  # the last point is 2.5 points above the plateau
+    assert rising["delta_last_third"][0] == pytest.approx(0.15)
+    diverged = [{"step": 10, "val_accuracy": 0.5}, {"step": 20, "val_accuracy": None}]
+    assert common.convergence([diverged])["seeds"] == 0
+    assert common.convergence([_curve([0.9, 0.9]), diverged])["seeds"] == 1
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (["--lrs", "0"], "--lrs"),
+        (["--model", "nope"], "unknown model 'nope'"),
+        (["--batch-size", "0"], "--batch-size"),
+        (["--batch-size", "100000"], "exceeds"),
+        (["--flat-tol", "0"], "--flat-tol"),
+        (["--target", "1.5"], "--target"),
+        (["--dataset", "nope"], "nope"),
+    ],
+)
+def test_bad_input_is_a_usage_error_before_anything_is_written(tmp_path, capsys, bad, message):
+    out = tmp_path / "never"
+    with pytest.raises(SystemExit) as e:
+        sync_baseline.main([*ARGS, *bad, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and message in err and "Traceback" not in err
+    assert not out.exists()
