@@ -1,104 +1,321 @@
-"""Async-BN vs ordinary batch-norm: whose running statistics does the server evaluate with?
+"""Async-BN vs ordinary batch norm: whose running statistics does the server evaluate with?
 
 Question (LC-ASGD, Li et al. ICPP 2020; ALGORITHMS.md §7): in asynchronous data parallelism each
 worker pulls the server's batch-norm running statistics with its weights, advances its copy with
-its mini-batch and pushes it back with the gradient. With *ordinary BN* the server keeps
-whatever arrives (last writer wins), so the statistics it evaluates with are an EMA along a chain
-of stale copies that lags the weights by about ``M`` times the model's window. *Async-BN*
-(``lc-asgd-async-bn``) instead merges each worker's batch statistics into the server's own EMA
-(decay ``d``). How much test error does each policy cost as ``M`` grows, next to the statistics
-the final weights really produce?
+its mini-batch and pushes it back with the gradient. With **ordinary BN** the server keeps the
+copy that arrives (last writer wins), ``E ← (1 − d)·E_pulled + d·μ_batch``, an EMA along a
+chain of stale copies that lags the weights by about ``M`` times the window ``1/d``. **Async-BN**
+(``lc-asgd-async-bn``) instead merges each worker's batch statistics into the server's own EMA,
+``E ← (1 − d)·E_server + d·μ_batch``. The paper's claim: Async-BN beats ordinary BN, the more so
+as ``M`` grows. Does it, beyond seed noise, with every choice made on validation data?
 
-Setting: :func:`jaxstale.asyncdp.run` (exact emulation; workers hold their own
-snapshots of the weights *and* of the statistics), ResNet-20 (batch-norm, option-A shortcuts)
-on the embedded digits by default, gamma-timed workers, batch 32, SGD without momentum at lr
-0.1, 8 epochs, 3 seeds. Methods: ``lc-asgd`` (ordinary BN) and ``lc-asgd-async-bn`` at decay
-``d = 1 − m = 0.1`` (the default) and the other ``--decays``. In training mode a forward pass
-normalises with its batch's own statistics, so gradients never read the running statistics: all
-policies train **the same weights** (bit for bit, recorded as ``params_checksum``), and the
-table isolates the statistics. The reference row *recomputed* evaluates those weights with the
-statistics of the whole training set at the final weights (precise BN,
-:func:`jaxstale.asyncdp.recompute_batch_stats`) — what any running-statistics policy
-approximates.
+One training run, every policy. In training mode a forward pass normalises with its batch's own
+statistics, so gradients never read the running statistics: every policy trains **the same
+weights** (``lc-asgd`` and ``lc-asgd-async-bn`` agree bit for bit, which the tests check). Each
+run therefore carries a *bank* of statistics through the emulator (its model state): the
+model's own copy (momentum ``m = 0.9``), from whose update the worker's batch statistics are
+recovered (:func:`jaxstale.asyncdp.bn.batch_stats_from_update`), and one copy per policy and
+rate ``d`` in ``--decays``, advanced as above (:func:`jaxstale.asyncdp.bn.merge_batch_stats`).
+A worker pulls the whole bank with its weights, so each ordinary copy is exactly what a model
+with batch-norm momentum ``1 − d`` would return (``d = 1 − m = 0.1``: the ``lc-asgd`` run), and
+each Async-BN copy exactly the ``lc-asgd-async-bn`` run at decay ``d`` (tested against both
+registered methods). *Recomputed* evaluates the final weights with the statistics of the whole
+training set at those weights (precise BN, :func:`jaxstale.asyncdp.recompute_batch_stats`):
+the reference every running-statistics policy approximates.
 
-Outputs (run folder): summary.json rows (method, decay, workers, seed, final_test_error,
-final_test_error_recomputed, params_checksum, diverged, staleness, ...), table.md (rows =
-policies + recomputed, columns = M, test error % mean ± std, in brackets the excess over the
-recomputed statistics), plot.png (test error vs M per policy), curves.png (test error per epoch
-at the largest M).
+Protocol (``experiments/common.py``): standardised digits with a validation split; ≥ 5 seeds (a
+seed fixes the initial weights, the data order and the worker timing, so the policies and rates
+are paired by seed); every choice on validation, the tables report **test** error:
+
+* **learning rate, per M, policy-neutral**: the rate of ``--lrs`` with the best mean final
+  validation accuracy *with recomputed statistics* (a diverged seed at chance). The rate decides
+  the weights, which all policies share; choosing it with one policy's running statistics would
+  favour that policy, while the recomputed statistics depend on the weights alone. All
+  policies are then compared on the same weights;
+* **rate d, per M and policy**: at the selected learning rate, each policy's ``d`` in
+  ``--decays`` with the best mean final validation accuracy with that policy's statistics.
+  Ordinary BN is tuned too (its ``d`` is the batch-norm momentum ``1 − m``, the usual knob), so
+  a gain of Async-BN is the server-side merge, not a better-tuned EMA. The untuned defaults
+  (ordinary BN with the model's ``m = 0.9``, Async-BN at ``d = 1 − m = 0.1``, the builder's
+  default) are reported beside them;
+* **statistics**: cells are mean ± 95 % CI over the seeds that trained, diverged fraction in
+  the cell (:func:`jaxstale.runs.format_ci`); the paired ordinary − Async-BN test-error
+  difference per seed, with its 95 % CI (:func:`jaxstale.runs.paired_difference`), is marked
+  *beyond noise* when the interval excludes 0; time to accuracy = updates until a policy's
+  validation accuracy first reaches ``--target`` (evaluated every ``--eval-every`` updates);
+* a table of the default-vs-default paired difference at *every* learning rate of the grid
+  (no selection) shows under which rates a difference appears.
+
+LC-ASGD's λ (``--lam``, default 0.1) and SGD's momentum (``--momentum``, default 0) are fixed,
+not tuned: they shape the weights both policies share, not the statistics.
+
+Setting: the exact emulator (:class:`jaxstale.asyncdp.AsyncEmulator`, one compiled step for the
+whole sweep; conv lanes run one after another on the CPU), ResNet-20 (batch norm, option-A
+shortcuts) at ``--width 8`` (stages of 8/16/32 channels: 3.6x cheaper per update than the
+paper's 16 on the CPU, the same depth and batch-norm layers) on the embedded digits, batch 32,
+gamma-timed workers, M ∈ {1, 4, 8, 16}, lrs {0.03, 0.1}, decays {0.02, 0.1, 0.3}, 600 updates
+(≈ 15 epochs of the 1,295 training images). Budget check: the 1-worker validation curve is flat
+from ≈ 240 updates (6 epochs) at both rates; at M = 16 and lr 0.03 it is flat from ≈ 480.
+
+Trade-off (measured on the shared 2-core box: ≈ 13 ms CPU per update at width 8 vs ≈ 47 ms at
+width 16, ≈ 10 s CPU per compile): 5 seeds × 4 M × 2 rates × 600 updates = 24,000 updates. The
+paper's width 16 would allow only ≈ 6 epochs or 2 seeds in the same time; a third rate (0.3,
+best for M = 1 on some seeds, diverging or stuck for M ≥ 8) or a fifth M would cost 50 % / 25 %
+more. ``--quick`` (smoke run: M ∈ {1, 8}, 2 seeds, 80 updates, d = 0.1 only) takes about a
+minute.
+
+Measured: the default is 24,000 updates, ≈ 5 minutes of CPU at 13 ms each plus one compile
+per M (≈ 10 s each); the wall time on 2 idle cores is about that.
+
+Outputs (run folder): summary.json (one row per run: workers, lr, seed, diverged, staleness,
+params_checksum, ``policies``: per policy and d the final validation and test accuracy and the
+updates to the target), table.md (test error at the selected settings; paired differences;
+paired differences per learning rate; time to the target; the validation grids of both
+selections), plot.png (test error vs M per policy, 95 % CIs), curves.png (validation accuracy
+per policy at M = 1, the convergence check, and at the largest M), metrics.jsonl (the curves).
 
 Run: ``python -m experiments.async_bn [--quick] [--out DIR] [--workers 1,4,8,16]
-[--decays 0.02,0.3]``.
+[--lrs 0.03,0.1] [--decays 0.02,0.3] [--seeds 5] [--steps 600] [--width 8]``.
 """
 
 from __future__ import annotations
 
+import math
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-from jaxstale import asyncdp, data, delays, loop, runs
+from jaxstale import data, delays, loop, models, runs
+from jaxstale.asyncdp import emulator as _emulator
+from jaxstale.asyncdp.bn import batch_stats_from_update, merge_batch_stats, recompute_batch_stats
 from jaxstale.asyncdp.methods import LC_BN_MOMENTUM as BN_MOMENTUM
-from jaxstale.asyncdp.methods import build_lc_asgd, build_lc_asgd_async_bn
+from jaxstale.asyncdp.methods import LC_LAMBDA, MethodSpec, build_lc_asgd
 
-from .common import lanes_for, make_delay, run_row, seed_mode
+from .common import add_tuning_args, chance, lanes_for, make_delay, open_run, seed_mode, title
 
 EXPERIMENT = "async_bn"
-KEY = ("method", "decay", "workers", "seed")
-DEFAULT_DECAY = round(1.0 - BN_MOMENTUM, 6)  # the default decay of lc-asgd-async-bn
+KEY = ("workers", "lr", "seed")  # the fields of a cell key: one training run
+ORDINARY, ASYNC, RECOMPUTED = "ordinary", "async-bn", "recomputed"
+POLICIES = (ORDINARY, ASYNC)  # the running-statistics policies (each at every decay)
+DEFAULT_DECAY = round(1.0 - BN_MOMENTUM, 6)  # the model's own rate: ordinary BN's, Async-BN's
+DECAYS = (0.02, 0.1, 0.3)
+LRS = (0.03, 0.1)
+WORKERS = (1, 4, 8, 16)
+UPDATES = 600
+WIDTH = 8
+
+
+# ----------------------------------------------------------------------------- configuration
 
 
 def config_from_args(args: Any) -> dict[str, Any]:
     quick = bool(args.quick)
-    workers = [int(w) for w in args.workers.split(",")] if args.workers else None
-    decays = [float(d) for d in args.decays.split(",")] if args.decays else None
-    if workers and min(workers) < 1:
-        raise SystemExit(f"worker counts must be >= 1, got {workers}")
-    all_decays = [
-        DEFAULT_DECAY,
-        *(decays if decays is not None else ([] if quick else [0.02, 0.3])),
-    ]
-    if any(not 0.0 < d <= 1.0 for d in all_decays):
-        raise SystemExit(f"decays must be in (0, 1], got {all_decays}")
+    decays = args.decays if args.decays is not None else ([] if quick else list(DECAYS))
+    model = args.model[0] if args.model else "resnet20"
+    width = args.width if args.width is not None else (WIDTH if model == "resnet20" else None)
     return {
+        "quick": quick,
         "dataset": args.dataset,
-        "model": (args.model or ["resnet20"])[0],
-        "model_kw": {},
-        "workers": workers or ([1, 16] if quick else [1, 4, 8, 16]),
-        "decays": list(dict.fromkeys(all_decays)),
-        "lr": args.lr,
-        "momentum": args.momentum,
+        "model": model,
+        "model_kw": {} if width is None else {"width": width},
+        "workers": args.workers or ([1, 8] if quick else list(WORKERS)),
+        "lrs": args.lrs or list(LRS),
+        "decays": list(dict.fromkeys([DEFAULT_DECAY, *decays])),  # the default first
         "lam": args.lam,
-        "seeds": args.seeds or (1 if quick else 3),
+        "momentum": args.momentum,
+        "seeds": args.seeds or (2 if quick else 5),
         "batch_size": args.batch_size,
-        "epochs": args.epochs or (4 if quick else 8),
-        "steps": args.steps,
+        "updates": args.steps or (80 if quick else UPDATES),
+        "eval_every": args.eval_every or 40,
+        "target": args.target,
         "delay": args.delay,
-        "executor": args.executor,
+        "seed_mode": args.seed_mode,
     }
 
 
-def _policies(cfg: dict[str, Any]) -> list[tuple[str, float | None]]:
-    return [("lc-asgd", None), *(("lc-asgd-async-bn", d) for d in cfg["decays"])]
+def check_config(p: Any, cfg: dict[str, Any]) -> None:
+    """Input errors argparse cannot see, as one-line usage errors (exit 2) before any output."""
+    if len(cfg.get("_models", [cfg["model"]])) > 1:
+        p.error("--model: give one model")
+    if cfg["dataset"] not in data.dataset_names():
+        p.error(
+            f"unknown dataset {cfg['dataset']!r}; choose from: {', '.join(data.dataset_names())}"
+        )
+    if cfg["model"] not in models.model_names():
+        p.error(f"unknown model {cfg['model']!r}; choose from: {', '.join(models.model_names())}")
+    if cfg["model_kw"] and cfg["model"] != "resnet20":
+        p.error("--width applies to resnet20 only")
+    ds = data.load(cfg["dataset"])
+    m = models.create(
+        cfg["model"],
+        input_shape=tuple(ds.x_train.shape[1:]),
+        num_classes=ds.num_classes,
+        **cfg["model_kw"],
+    )
+    if not any(np.size(leaf) for leaf in jax.tree.leaves(models.functional(m).state)):
+        p.error(f"model {cfg['model']!r} has no batch-norm statistics to compare")
 
 
 def _cells(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     return [
-        {"method": method, "decay": decay, "workers": m, "seed": seed}
-        for method, decay in _policies(cfg)
+        {"workers": m, "lr": lr, "seed": seed}
         for m in cfg["workers"]
+        for lr in cfg["lrs"]
         for seed in range(cfg["seeds"])
     ]
 
 
-def _builder(cfg: dict[str, Any], decay: float | None) -> Callable[[Any], Any]:
-    lam = cfg["lam"]
-    if decay is None:
-        return lambda hp: build_lc_asgd(hp, lam=lam)
-    return lambda hp: build_lc_asgd_async_bn(hp, lam=lam, decay=decay, momentum=BN_MOMENTUM)
+def _label(policy: str, decay: float | None) -> str:
+    return policy if decay is None else f"{policy} d={decay:g}"
+
+
+# ----------------------------------------------------------------------------- the statistics bank
+
+
+def bank_apply(apply: Callable[..., Any]) -> Callable[..., Any]:
+    """``apply`` on a bank ``{"model": s, "ordinary": (s, ...), "async-bn": (s, ...)}``: the
+    forward pass reads and advances the model's copy only; the policies' copies are left to
+    the server's merge (:func:`bank_merge`). One wrapper per ``apply`` (one compile)."""
+    if apply not in _WRAPPED:
+
+        def wrapped(params: Any, bank: Any, x: Any, train: bool) -> tuple[Any, Any]:
+            logits, new = apply(params, bank["model"], x, train)
+            return logits, {**bank, "model": new}
+
+        _WRAPPED[apply] = wrapped
+    return _WRAPPED[apply]
+
+
+_WRAPPED: dict[Callable[..., Any], Callable[..., Any]] = {}
+
+
+def init_bank(model_state: Any, num_decays: int) -> dict[str, Any]:
+    """The initial bank: every copy is the model's initial statistics."""
+    return {
+        "model": model_state,
+        ORDINARY: (model_state,) * num_decays,
+        ASYNC: (model_state,) * num_decays,
+    }
+
+
+def bank_merge(decays: Sequence[float], momentum: float = BN_MOMENTUM) -> Callable[..., Any]:
+    """The server's ``merge_model_state`` for a bank: with ``b`` the worker's batch statistics
+    (recovered from its update of the model's copy), ordinary copy ``k`` becomes
+    ``(1 − d_k)·pulled + d_k·b`` (last writer wins) and Async-BN copy ``k``
+    ``(1 − d_k)·server + d_k·b``."""
+    ds = [float(d) for d in decays]
+
+    def merge(server: Any, pulled: Any, returned: Any) -> Any:
+        b = batch_stats_from_update(pulled["model"], returned["model"], momentum)
+        return {
+            "model": returned["model"],
+            ORDINARY: tuple(
+                merge_batch_stats(e, b, d) for e, d in zip(pulled[ORDINARY], ds, strict=True)
+            ),
+            ASYNC: tuple(
+                merge_batch_stats(e, b, d) for e, d in zip(server[ASYNC], ds, strict=True)
+            ),
+        }
+
+    return merge
+
+
+_EMULATORS: dict[tuple[Any, ...], _emulator.AsyncEmulator] = {}
+
+
+def bank_emulator(apply: Callable[..., Any], cfg: dict[str, Any], vmap: bool) -> Any:
+    """One compiled emulator for every run of the sweep (lr, M and seed are traced lanes)."""
+    key = (apply, cfg["lam"], cfg["momentum"], tuple(cfg["decays"]), max(cfg["workers"]), vmap)
+    if key not in _EMULATORS:
+        lam, merge = cfg["lam"], bank_merge(cfg["decays"])
+        build = lambda hp: MethodSpec(build_lc_asgd(hp, lam=lam), merge_model_state=merge)
+        _EMULATORS[key] = _emulator.AsyncEmulator(
+            bank_apply(apply), build, max(cfg["workers"]), momentum=cfg["momentum"], vmap=vmap
+        )
+    return _EMULATORS[key]
+
+
+def _timing(s: delays.DelaySchedule) -> dict[str, np.ndarray]:
+    """LC-ASGD's per-update arguments of a timed schedule (as :func:`jaxstale.asyncdp.make`)."""
+    if s.start_time is None or s.finish_time is None:
+        return {}
+    return {
+        "t_comm": s.start_time.astype(np.float32),
+        "t_comp": (s.finish_time - s.start_time).astype(np.float32),
+    }
+
+
+def bank_executor(
+    emu: Any,
+    scheds: Sequence[delays.DelaySchedule],
+    xs: Sequence[Any],
+    ys: Sequence[Any],
+    *,
+    learning_rate: Sequence[float],
+) -> loop.Executor:
+    """The executor of runs (lanes of ``emu``) from their schedules, streams and rates, as
+    :func:`jaxstale.asyncdp.make` builds it for asynchronous methods, on a shared emulator."""
+    extras = [_timing(s) for s in scheds]
+    return _emulator.executor(
+        emu,
+        [s.batch for s in scheds],
+        np.stack([s.worker for s in scheds]),
+        np.stack([s.staleness for s in scheds]),
+        {k: np.stack([e[k] for e in extras]) for k in extras[0]},
+        list(xs),
+        list(ys),
+        learning_rate=list(learning_rate),
+        num_workers=[s.num_workers for s in scheds],
+        batches_per_update=1,
+    )
+
+
+_JIT: dict[tuple[Any, ...], Callable[..., Any]] = {}
+
+
+def _bank_correct(apply: Callable[..., Any]) -> Callable[..., Any]:
+    """Jitted: the number of correct predictions of every policy copy of a bank (eval mode)."""
+    if ("count", apply) not in _JIT:
+
+        def count(params: Any, bank: Any, x: Any, y: Any) -> jax.Array:
+            copies = [*bank[ORDINARY], *bank[ASYNC]]
+            hits = [jnp.argmax(apply(params, s, x, False)[0], -1) == y for s in copies]
+            return jnp.stack([jnp.sum(h, dtype=jnp.int32) for h in hits])
+
+        _JIT[("count", apply)] = jax.jit(count)
+    return _JIT[("count", apply)]
+
+
+def _recompute(apply: Callable[..., Any]) -> Callable[..., Any]:
+    if ("recompute", apply) not in _JIT:
+        fn = lambda p, s, x: recompute_batch_stats(apply, p, s, x, momentum=BN_MOMENTUM)
+        _JIT[("recompute", apply)] = jax.jit(fn)
+    return _JIT[("recompute", apply)]
+
+
+def _policy_labels(cfg: dict[str, Any]) -> list[tuple[str, float]]:
+    """The bank's policy copies in evaluation order."""
+    return [(p, d) for p in POLICIES for d in cfg["decays"]]
+
+
+def _evaluate(
+    apply: Callable[..., Any], cfg: dict[str, Any], params: Any, bank: Any, x: Any, y: Any
+) -> dict[tuple[str, float | None], float]:
+    got = np.asarray(_bank_correct(apply)(params, bank, jnp.asarray(x), jnp.asarray(y)))
+    return {lab: int(c) / len(y) for lab, c in zip(_policy_labels(cfg), got, strict=True)}
+
+
+def _lane(tree: Any, j: int, vmapped: bool) -> Any:
+    return jax.tree.map(lambda a: a[j], tree) if vmapped else tree
+
+
+def _finite(tree: Any) -> bool:
+    return all(bool(np.all(np.isfinite(np.asarray(a)))) for a in jax.tree.leaves(tree))
 
 
 def _checksum(params: Any) -> float:
@@ -106,13 +323,13 @@ def _checksum(params: Any) -> float:
 
 
 def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[tuple[dict, list]]:
-    """All pending cells of one policy: one emulator call (one compile) for every M and seed."""
-    t0 = time.perf_counter()
-    b = cfg["batch_size"]
+    """Pending runs (cells differing in seed): each trains once and evaluates every policy."""
+    b, updates = cfg["batch_size"], cfg["updates"]
     spe = len(ds.x_train) // b
-    updates = cfg["steps"] or cfg["epochs"] * spe
+    t0 = time.perf_counter()
     scheds = [
-        make_delay(cfg["delay"], k["workers"], updates, batch_size=b, seed=k["seed"]) for k in keys
+        make_delay(cfg["delay"], k["workers"], updates, batch_size=b, seed=k["seed"]).validate()
+        for k in keys
     ]
     apply, ps, ss, xs, ys = lanes_for(
         ds,
@@ -121,182 +338,381 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
         b,
         [(k["seed"], s) for k, s in zip(keys, scheds, strict=True)],
     )
-    if not any(np.size(leaf) for leaf in jax.tree.leaves(ss[0])):
-        raise SystemExit(f"model {cfg['model']!r} has no batch-norm statistics to compare")
-    res = asyncdp.run(
-        apply,
-        _builder(cfg, keys[0]["decay"]),
-        ps,
-        ss,
-        scheds,
-        xs,
-        ys,
-        learning_rate=cfg["lr"],
-        momentum=cfg["momentum"],
-        x_test=ds.x_test,
-        y_test=ds.y_test,
-        eval_every=spe,
-        vmap=seed_mode(cfg["model"], "auto"),
-        executor=cfg["executor"],
-    )
-    wall = (time.perf_counter() - t0) / len(keys)
-    out = []
-    for r in res:
-        row, metrics = run_row(
-            r,
-            spe,
-            {
-                "lr": cfg["lr"],
-                "lam": cfg["lam"],
-                "delay": cfg["delay"],
-                "batch_size": b,
-                "epochs": updates / spe,
-                "model": cfg["model"],
-                "dataset": cfg["dataset"],
-                "wall_s": wall,
-            },
+    vmap = seed_mode(cfg["model"], cfg["seed_mode"]) and len(keys) > 1
+    emu = bank_emulator(apply, cfg, vmap)
+    groups = [list(range(len(keys)))] if vmap else [[i] for i in range(len(keys))]
+    k_dec = len(cfg["decays"])
+    stack = lambda trees: jax.tree.map(lambda *a: np.stack([np.asarray(v) for v in a]), *trees)
+    out: list[tuple[dict, list]] = [None] * len(keys)  # type: ignore[list-item]
+    for g in groups:
+        ex = bank_executor(
+            emu,
+            [scheds[i] for i in g],
+            [xs[i] for i in g],
+            [ys[i] for i in g],
+            learning_rate=[keys[i]["lr"] for i in g],
         )
-        row["final_test_error_recomputed"] = None
-        row["params_checksum"] = None
-        if not r.diverged:
-            fresh = asyncdp.recompute_batch_stats(
-                apply, r.params, r.model_state, ds.x_train, momentum=BN_MOMENTUM
+        banks = [init_bank(ss[i], k_dec) for i in g]
+        p0 = stack([ps[i] for i in g]) if vmap else ps[g[0]]
+        s0 = stack(banks) if vmap else banks[0]
+        results = _train(ex, p0, s0, apply, cfg, ds, spe)
+        wall = (time.perf_counter() - t0) / len(keys)
+        for i, (row, curve) in zip(g, results, strict=True):
+            tau = np.asarray(scheds[i].staleness)
+            row.update(
+                {
+                    "updates": updates,
+                    "epochs": updates / spe,
+                    "mean_staleness": float(tau.mean()),
+                    "max_staleness": int(tau.max()),
+                    "staleness_counts": np.bincount(tau).tolist(),
+                    "batch_size": b,
+                    "delay": cfg["delay"],
+                    "lam": cfg["lam"],
+                    "momentum": cfg["momentum"],
+                    "model": cfg["model"],
+                    "dataset": cfg["dataset"],
+                    "wall_s": wall,
+                }
             )
-            acc = float(loop.accuracy(apply, r.params, fresh, ds.x_test, ds.y_test)[0])
-            row["final_test_error_recomputed"] = 1.0 - acc
-            row["params_checksum"] = _checksum(r.params)
-        out.append((row, metrics))
+            out[i] = (row, curve)
     return out
 
 
-# ----------------------------------------------------------------------------- table and plots
+def _train(
+    ex: loop.Executor,
+    params: Any,
+    bank: Any,
+    apply: Callable[..., Any],
+    cfg: dict[str, Any],
+    ds: data.Dataset,
+    spe: int,
+) -> list[tuple[dict, list]]:
+    """Drive the executor in intervals of ``eval_every`` updates; after each, every policy's
+    validation accuracy; at the end, validation and test accuracy of every policy and of the
+    recomputed statistics. Divergence: the first non-finite loss (or non-finite final
+    weights); a diverged lane is not evaluated any more."""
+    n, t_all = ex.lanes, ex.num_rounds
+    state = ex.init(params, bank)
+    dead = np.zeros(n, bool)
+    dstep: list[int | None] = [None] * n
+    last_loss: list[float | None] = [None] * n
+    curves: list[list[dict]] = [[] for _ in range(n)]
+    for a in range(0, t_all, cfg["eval_every"]):
+        z = min(a + cfg["eval_every"], t_all)
+        state, st = loop.advance(ex, state, a, z)
+        loss = np.asarray(st.loss, np.float32).reshape(n, z - a)
+        for j in range(n):
+            bad = np.flatnonzero(~np.isfinite(loss[j]))
+            if not dead[j] and len(bad):
+                dead[j], dstep[j] = True, a + int(bad[0]) + 1
+        if dead.all():
+            break
+        p, bk = ex.params(state)
+        for j in range(n):
+            rec: dict[str, Any] = {"step": z, "epoch": z / spe, "train_loss": None}
+            if not dead[j]:
+                rec["train_loss"] = last_loss[j] = float(np.mean(loss[j]))
+                pj, bj = _lane(p, j, ex.vmapped), _lane(bk, j, ex.vmapped)
+                acc = _evaluate(apply, cfg, pj, bj, ds.x_val, ds.y_val)
+                rec.update({f"val_accuracy/{_label(*k)}": v for k, v in acc.items()})
+            curves[j].append(rec)
+    p_all, bk_all = jax.device_get(ex.params(state))
+    out = []
+    for j in range(n):
+        p, bk = _lane(p_all, j, ex.vmapped), _lane(bk_all, j, ex.vmapped)
+        if not dead[j] and not _finite(p):
+            dead[j], dstep[j] = True, t_all
+        pol: list[dict[str, Any]] = []
+        labels: list[tuple[str, float | None]] = [*_policy_labels(cfg), (RECOMPUTED, None)]
+        if dead[j]:
+            none = {"final_val_accuracy": None, "final_test_accuracy": None}
+            pol = [{"policy": q, "decay": d, **none, "updates_to_target": None} for q, d in labels]
+        else:
+            val = _evaluate(apply, cfg, p, bk, ds.x_val, ds.y_val)
+            test = _evaluate(apply, cfg, p, bk, ds.x_test, ds.y_test)
+            fresh = _recompute(apply)(p, bk["model"], jnp.asarray(ds.x_train))
+            val[(RECOMPUTED, None)] = float(loop.accuracy(apply, p, fresh, ds.x_val, ds.y_val)[0])
+            test[(RECOMPUTED, None)] = float(
+                loop.accuracy(apply, p, fresh, ds.x_test, ds.y_test)[0]
+            )
+            for q, d in labels:
+                steps = runs.time_to_accuracy(
+                    curves[j], cfg["target"], key=f"val_accuracy/{_label(q, d)}"
+                )
+                pol.append(
+                    {
+                        "policy": q,
+                        "decay": d,
+                        "final_val_accuracy": val[(q, d)],
+                        "final_test_accuracy": test[(q, d)],
+                        "updates_to_target": steps,
+                    }
+                )
+        row = {
+            "diverged": bool(dead[j]),
+            "diverged_step": dstep[j],
+            "final_train_loss": None if dead[j] else last_loss[j],
+            "params_checksum": None if dead[j] else _checksum(p),
+            "policies": pol,
+        }
+        out.append((row, curves[j]))
+    return out
 
 
-def _label(method: str, decay: float | None) -> str:
-    return "lc-asgd (ordinary BN)" if decay is None else f"lc-asgd-async-bn (d={decay:g})"
+# ----------------------------------------------------------------------------- selection
 
 
-def _vals(rows: list[dict], method: str, decay: float | None, m: int, field: str) -> list[Any]:
+def policy_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One flat row per run and policy copy: ``workers, lr, seed, policy, decay, diverged,
+    final_val_accuracy, final_test_accuracy, final_test_error, updates_to_target``."""
+    out = []
+    for r in rows:
+        for q in r["policies"]:
+            acc = q["final_test_accuracy"]
+            out.append(
+                {
+                    **{k: r[k] for k in KEY},
+                    "diverged": r["diverged"],
+                    **q,
+                    "final_test_error": None if acc is None else 1.0 - acc,
+                }
+            )
+    return out
+
+
+def select(prow: Sequence[dict[str, Any]], chance_acc: float) -> dict[str, dict]:
+    """The choices, all on validation: ``{"lr": {M: lr}, "decay": {(policy, M): d}}``: the rate
+    per M by the recomputed statistics' accuracy (policy-neutral: the policies share the
+    weights), then per policy and M the decay at that rate by the policy's own accuracy."""
+    rec = [r for r in prow if r["policy"] == RECOMPUTED]
+    lr = {
+        g[0]: v for g, v in runs.select(rec, by=("workers",), knob="lr", chance=chance_acc).items()
+    }
+    at = [r for r in prow if r["policy"] != RECOMPUTED and r["lr"] == lr.get(r["workers"])]
+    decay = runs.select(at, by=("policy", "workers"), knob="decay", chance=chance_acc)
+    return {"lr": lr, "decay": decay}
+
+
+def _pick(prow: Sequence[dict], policy: str, m: int, lr: Any, decay: Any) -> list[dict]:
     return [
-        r[field]
-        for r in rows
-        if r["method"] == method and r["decay"] == decay and r["workers"] == m
+        r
+        for r in prow
+        if r["policy"] == policy and r["workers"] == m and r["lr"] == lr and r["decay"] == decay
     ]
 
 
-def make_table(rows: list[dict], cfg: dict[str, Any]) -> str:
-    """Test error % per policy and M (mean ± std over seeds), excess over recomputed statistics."""
-    body = []
-    ref = {}
-    for m in cfg["workers"]:
-        vals = [
-            v
-            for v in _vals(rows, "lc-asgd", None, m, "final_test_error_recomputed")
-            if v is not None
-        ]
-        ref[m] = float(np.mean(vals)) if vals else None
-    for method, decay in _policies(cfg):
-        cells = []
-        for m in cfg["workers"]:
-            vals = _vals(rows, method, decay, m, "final_test_error")
-            text = runs.format_mean_std(vals, scale=100.0, digits=1) if vals else "–"
-            ok = [v for v in vals if v is not None]
-            if ok and ref[m] is not None:
-                text += f" ({100 * (np.mean(ok) - ref[m]):+.1f})"
-            cells.append(text)
-        body.append([_label(method, decay), *cells])
-    body.append(
-        [
-            "recomputed statistics (same weights)",
-            *(
-                runs.format_mean_std(
-                    _vals(rows, "lc-asgd", None, m, "final_test_error_recomputed"), scale=100.0
-                )
-                for m in cfg["workers"]
-            ),
-        ]
-    )
-    budget = f"{cfg['steps']} updates" if cfg["steps"] else f"{cfg['epochs']} epochs"
-    title = (
-        f"**Test error % with the server's batch-norm statistics (mean ± std over {cfg['seeds']} "
-        f"seeds; in brackets: excess over statistics recomputed at the final weights), "
-        f"{cfg['model']} on {cfg['dataset']}, {cfg['delay']} delays, lr {cfg['lr']}, momentum "
-        f"{cfg['momentum']}, λ {cfg['lam']}, {budget}**"
-    )
-    header = ["batch-norm policy", *(f"M={m}" for m in cfg["workers"])]
-    paired = []
-    for method, decay in _policies(cfg)[1:]:
-        cells = []
-        for m in cfg["workers"]:
-            diffs = paired_differences(rows, decay, m)
-            wins = sum(d > 0 for d in diffs)
-            cells.append(
-                f"{runs.format_mean_std(diffs, scale=1.0)} ({wins}/{len(diffs)})" if diffs else "–"
-            )
-        paired.append([_label(method, decay), *cells])
-    note = (
-        "**Paired by seed (same weights): ordinary-BN error − Async-BN error, points, mean ± std; "
-        "in brackets: seeds where Async-BN is lower**"
-    )
-    return (
-        title
-        + "\n\n"
-        + runs.markdown_table(header, body)
-        + "\n\n"
-        + note
-        + "\n\n"
-        + runs.markdown_table(header, paired)
-        + "\n"
+# ----------------------------------------------------------------------------- tables
+
+
+def _err(pick: Sequence[dict]) -> str:
+    return runs.format_ci(
+        [r["final_test_error"] for r in pick], diverged=[bool(r["diverged"]) for r in pick]
     )
 
 
-def paired_differences(rows: list[dict], decay: float, m: int) -> list[float]:
-    """Per seed (both finished): 100 × (ordinary-BN error − Async-BN error at ``decay``)."""
-    ordinary = {
-        r["seed"]: r["final_test_error"]
-        for r in rows
-        if r["method"] == "lc-asgd" and r["workers"] == m
-    }
-    out = []
-    for r in rows:
-        if r["method"] == "lc-asgd-async-bn" and r["decay"] == decay and r["workers"] == m:
-            a, b = ordinary.get(r["seed"]), r["final_test_error"]
-            if a is not None and b is not None:
-                out.append(100.0 * (a - b))
+def _paired(a: Sequence[dict], b: Sequence[dict]) -> str:
+    """``a − b`` test error in points, mean ± 95 % CI (n pairs), with the verdict."""
+    if not a or not b:
+        return "–"
+    mean, half, n = runs.paired_difference(a, b, value="final_test_error")
+    if n == 0:
+        return "no pairs"
+    if not math.isfinite(half):
+        return f"{100 * mean:+.2f} (1 pair)"
+    beyond = abs(mean) > half
+    return f"{100 * mean:+.2f} ± {100 * half:.2f} ({n})" + (" **beyond noise**" if beyond else "")
+
+
+def _rows_for(prow: list[dict], sel: dict, cfg: dict, m: int) -> dict[str, list[dict]]:
+    """The runs behind each table row at M = ``m`` (selected lr; tuned / default decay)."""
+    lr = sel["lr"].get(m)
+    out = {}
+    for q in POLICIES:
+        out[f"{q} tuned"] = _pick(prow, q, m, lr, sel["decay"].get((q, m)))
+        out[f"{q} default"] = _pick(prow, q, m, lr, DEFAULT_DECAY)
+    out[RECOMPUTED] = _pick(prow, RECOMPUTED, m, lr, None)
     return out
 
 
-def make_figures(rows: list[dict], metrics_of: Callable[[dict], list], cfg: dict) -> dict:
+ROW_NAMES = {
+    f"{ORDINARY} tuned": "ordinary BN, rate d selected on validation",
+    f"{ASYNC} tuned": "Async-BN, decay d selected on validation",
+    f"{ORDINARY} default": f"ordinary BN, the model's momentum m = {BN_MOMENTUM:g}",
+    f"{ASYNC} default": f"Async-BN, d = 1 − m = {DEFAULT_DECAY:g} (the default)",
+    RECOMPUTED: "recomputed statistics (same weights, precise BN)",
+}
+
+
+def make_table(rows: list[dict], cfg: dict[str, Any], chance_acc: float) -> tuple[str, dict]:
+    """The report: test error at the selected settings, paired differences (selected; per
+    learning rate), time to the target, the validation grids of both selections."""
+    prow = policy_rows(rows)
+    sel = select(prow, chance_acc)
+    ms = cfg["workers"]
+    many_d = len(cfg["decays"]) > 1
+    head = ["", *(f"M={m}" for m in ms)]
+    by_m = {m: _rows_for(prow, sel, cfg, m) for m in ms}
+
+    main = []
+    for name, text in ROW_NAMES.items():
+        cells = []
+        for m in ms:
+            pick = by_m[m][name]
+            cell = _err(pick) if pick else "–"
+            if name.endswith("tuned") and many_d and pick:
+                cell += f" @ d={sel['decay'][(name.split()[0], m)]:g}"
+            cells.append(cell)
+        main.append([text, *cells])
+    main.append(
+        [
+            "learning rate (selected on recomputed validation accuracy)",
+            *(f"{sel['lr'][m]:g}" if m in sel["lr"] else "–" for m in ms),
+        ]
+    )
+
+    pairs = [
+        ("ordinary − Async-BN, each at its selected d", f"{ORDINARY} tuned", f"{ASYNC} tuned"),
+        (
+            "ordinary − Async-BN, defaults (m = 0.9 vs d = 0.1)",
+            f"{ORDINARY} default",
+            f"{ASYNC} default",
+        ),
+        ("ordinary (selected d) − recomputed", f"{ORDINARY} tuned", RECOMPUTED),
+        ("Async-BN (selected d) − recomputed", f"{ASYNC} tuned", RECOMPUTED),
+    ]
+    paired = [[text, *(_paired(by_m[m][a], by_m[m][b]) for m in ms)] for text, a, b in pairs]
+
+    per_lr = []
+    for lr in cfg["lrs"]:
+        cells = []
+        for m in ms:
+            a = _pick(prow, ORDINARY, m, lr, DEFAULT_DECAY)
+            b = _pick(prow, ASYNC, m, lr, DEFAULT_DECAY)
+            div = sum(bool(r["diverged"]) for r in a)
+            cell = _paired(a, b) + (f" [{div}/{len(a)} div.]" if div else "")
+            cells.append(cell + (" (selected lr)" if sel["lr"].get(m) == lr else ""))
+        per_lr.append([f"lr {lr:g}", *cells])
+
+    ttt = [
+        [
+            ROW_NAMES[name],
+            *(runs.format_steps([r["updates_to_target"] for r in by_m[m][name]]) for m in ms),
+        ]
+        for name in ROW_NAMES
+        if name != RECOMPUTED
+    ]
+
+    lr_grid = []
+    for m in ms:
+        cells = []
+        for lr in cfg["lrs"]:
+            per = _pick(prow, RECOMPUTED, m, lr, None)
+            cells.append(_grid_cell(per, chance_acc, sel["lr"].get(m) == lr))
+        lr_grid.append([f"M={m}", *cells])
+    d_grid = []
+    for q in POLICIES:
+        for m in ms:
+            cells = []
+            for d in cfg["decays"]:
+                per = _pick(prow, q, m, sel["lr"].get(m), d)
+                cells.append(_grid_cell(per, chance_acc, sel["decay"].get((q, m)) == d and many_d))
+            d_grid.append([q, f"M={m}", *cells])
+
+    epochs = rows[0]["epochs"] if rows else float("nan")
+    budget = f"{cfg['updates']} updates (≈ {epochs:.0f} epochs)"
+    setting = (
+        f"{cfg['model']} {cfg['model_kw']} on {cfg['dataset']} (standardised; validation split "
+        f"for every choice), {cfg['delay']} delays, batch {cfg['batch_size']}, LC-ASGD λ "
+        f"{cfg['lam']:g}, momentum {cfg['momentum']:g}, {budget}, {cfg['seeds']} seeds"
+    )
+    parts = [
+        title(
+            cfg,
+            f"**Test error % with each batch-norm policy's statistics (mean ± 95 % CI over "
+            f"seeds that trained; [diverged/seeds]; @ the policy's selected d), at the "
+            f"learning rate selected per M; {setting}**",
+        ),
+        runs.markdown_table(["batch-norm statistics", *head[1:]], main),
+        "**Paired by seed (same weights): test-error difference in points, mean ± 95 % CI "
+        "(pairs); positive = the second is better; beyond noise = the interval excludes 0**",
+        runs.markdown_table(["difference", *head[1:]], paired),
+        "**Ordinary − Async-BN test error (defaults, m = 0.9 vs d = 0.1), paired by seed, at "
+        "every learning rate of the grid (no selection: where the difference lives)**",
+        runs.markdown_table(["learning rate", *head[1:]], per_lr),
+        f"**Updates until the policy's validation accuracy ≥ {100 * cfg['target']:g} % (median "
+        f"over seeds; [reached/seeds]; evaluated every {cfg['eval_every']} updates)**",
+        runs.markdown_table(["batch-norm statistics", *head[1:]], ttt),
+        "**Learning-rate selection: validation accuracy % with recomputed statistics (mean over "
+        "seeds, diverged at chance; bold: selected)**",
+        runs.markdown_table(["workers", *(f"lr {lr:g}" for lr in cfg["lrs"])], lr_grid),
+        "**Rate selection at the selected learning rate: validation accuracy % with the "
+        "policy's statistics (bold: selected)**",
+        runs.markdown_table(["policy", "workers", *(f"d {d:g}" for d in cfg["decays"])], d_grid),
+    ]
+    return "\n\n".join(parts) + "\n", sel
+
+
+def _grid_cell(per: Sequence[dict], chance_acc: float, bold: bool) -> str:
+    if not per:
+        return "–"
+    sc = 100 * runs.stats.score(per, "final_val_accuracy", chance_acc)
+    div = sum(bool(r["diverged"]) for r in per)
+    mark = "**" if bold else ""
+    return f"{mark}{sc:.1f}{mark}" + (f" [{div}/{len(per)} div.]" if div else "")
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+def make_figures(
+    rows: list[dict], sel: dict, metrics_of: Callable[[dict], list], cfg: dict
+) -> dict[str, Any]:
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6, 4), layout="constrained")
+    prow = policy_rows(rows)
+    ms = cfg["workers"]
+    by_m = {m: _rows_for(prow, sel, cfg, m) for m in ms}
+    fig = Figure(figsize=(6.5, 4.5), layout="constrained")
     ax = fig.subplots()
-    lines = [(_label(m, d), m, d, "final_test_error") for m, d in _policies(cfg)]
-    lines.append(("recomputed statistics", "lc-asgd", None, "final_test_error_recomputed"))
-    for label, method, decay, field in lines:
-        xs, ys = [], []
-        for m in cfg["workers"]:
-            ok = [v for v in _vals(rows, method, decay, m, field) if v is not None]
-            if ok:
+    for name, text in ROW_NAMES.items():
+        xs, ys, es = [], [], []
+        for m in ms:
+            vals = [r["final_test_error"] for r in by_m[m][name] if not r["diverged"]]
+            mean, half, n = runs.mean_ci(vals)
+            if n:
                 xs.append(m)
-                ys.append(100 * float(np.mean(ok)))
-        ax.plot(xs, ys, marker="o", ls="--" if field.endswith("recomputed") else "-", label=label)
+                ys.append(100 * mean)
+                es.append(100 * half if math.isfinite(half) else 0.0)
+        ls = "--" if name == RECOMPUTED else (":" if name.endswith("default") else "-")
+        ax.errorbar(xs, ys, yerr=es, capsize=3, marker="o", ls=ls, label=text)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("workers M")
-    ax.set_ylabel("final test error %")
+    ax.set_ylabel("test error % (selected lr; 95 % CI)")
     ax.set_title(f"Batch-norm statistics under asynchrony ({cfg['model']}, {cfg['dataset']})")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
-    m_big = max(cfg["workers"])
-    series: dict[str, list] = {}
-    for r in rows:
-        if r["workers"] == m_big:
-            series.setdefault(_label(r["method"], r["decay"]), []).append(metrics_of(r) or [])
+
+    groups: dict[str, dict[str, list]] = {}
+    for m in sorted({min(ms), max(ms)}):
+        lr = sel["lr"].get(m)
+        runs_m = [r for r in rows if r["workers"] == m and r["lr"] == lr]
+        series: dict[str, list] = {}
+        for q in POLICIES:
+            for d in sorted({DEFAULT_DECAY, sel["decay"].get((q, m), DEFAULT_DECAY)}):
+                key = f"val_accuracy/{_label(q, d)}"
+                series[f"{q} (d={d:g})"] = [
+                    [{"epoch": c["epoch"], "val_accuracy": c.get(key)} for c in metrics_of(r) or []]
+                    for r in runs_m
+                ]
+        groups[f"M={m}, lr {lr}"] = series
     curves = runs.curves_figure(
-        series,
+        groups,
         x="epoch",
-        ys=("test_accuracy",),
-        title=f"Test accuracy with the server's statistics, M={m_big}",
+        ys=("val_accuracy",),
+        logy=(),
+        title="Validation accuracy with each policy's statistics (selected lr; M = 1: the "
+        "convergence check)",
     )
     return {"plot": fig, "curves": curves}
 
@@ -306,36 +722,65 @@ def make_figures(rows: list[dict], metrics_of: Callable[[dict], list], cfg: dict
 
 def parser() -> Any:
     p = runs.cli_parser(__doc__.splitlines()[0])
-    p.add_argument("--workers", default=None, help="comma-separated worker counts M")
+    p.add_argument(
+        "--workers",
+        type=runs.int_list(low=1),
+        default=None,
+        help="comma-separated worker counts M (default 1,4,8,16; --quick 1,8)",
+    )
+    add_tuning_args(p, lrs=LRS)
     p.add_argument(
         "--decays",
+        type=runs.float_list(low=0, high=1, low_open=True),
         default=None,
-        help=f"extra Async-BN decays besides d = 1 − m = {DEFAULT_DECAY} (default 0.02,0.3)",
+        help=f"the rates d of both policies, selected on validation; d = 1 − m = "
+        f"{DEFAULT_DECAY:g} is always included (default 0.02,0.1,0.3; --quick 0.1)",
     )
-    p.add_argument("--lr", type=float, default=0.1, help="learning rate")
-    p.add_argument("--momentum", type=float, default=0.0)
-    p.add_argument("--lam", type=float, default=0.1, help="LC-ASGD's λ (the same for all)")
-    p.add_argument("--epochs", type=int, default=None, help="passes over the training set")
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lam", type=runs.number(float), default=LC_LAMBDA, help="LC-ASGD's λ (fixed)")
+    p.add_argument(
+        "--momentum",
+        type=runs.number(float, low=0, high=1, high_open=True),
+        default=0.0,
+        help="SGD momentum (fixed; default 0)",
+    )
+    p.add_argument(
+        "--width",
+        type=runs.number(int, low=1),
+        default=None,
+        help=f"ResNet-20's first-stage channels (default {WIDTH}; the paper: 16)",
+    )
+    p.add_argument("--batch-size", type=runs.number(int, low=1), default=32, help="mini-batch size")
+    p.add_argument(
+        "--eval-every",
+        type=runs.number(int, low=1),
+        default=None,
+        help="updates between validation evaluations (default 40, one epoch)",
+    )
     p.add_argument("--delay", default="gamma", choices=delays.DELAY_MODELS)
-    p.add_argument("--executor", default="emulate", choices=asyncdp.EXECUTORS)
+    p.add_argument("--seed-mode", default="auto", choices=("auto", "vmap", "sequential"))
+    for action in p._actions:
+        if action.dest == "steps":
+            action.help = f"updates per run, the budget (default {UPDATES}; --quick 80)"
     return p
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Run the comparison (resuming finished cells); returns ``{"rows", "paths", "table"}``."""
+    """Run the comparison (resuming finished cells); returns ``{"rows", "paths", "table",
+    "selected"}``."""
     t0 = time.perf_counter()
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
     cfg = config_from_args(args)
+    check_config(p, {**cfg, "_models": args.model or [cfg["model"]]})
     ds = data.load(cfg["dataset"])
-    run = runs.RunFolder(EXPERIMENT, cfg, out=args.out)
+    run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__])
     rows = run.run_grouped(
-        _cells(cfg), lambda ks: _run_group(cfg, ds, ks), vary=("seed", "workers"), desc=EXPERIMENT
+        _cells(cfg), lambda ks: _run_group(cfg, ds, ks), vary=("seed",), desc=EXPERIMENT
     )
-    table = make_table(rows, cfg)
-    figs = make_figures(rows, lambda r: run.metrics({k: r[k] for k in KEY}), cfg)
+    table, sel = make_table(rows, cfg, chance(ds))
+    figs = make_figures(rows, sel, lambda r: run.metrics({k: r[k] for k in KEY}), cfg)
     paths = run.report(table, figs, num_runs=len(rows), started=t0)
-    return {"rows": rows, "paths": paths, "table": table}
+    return {"rows": rows, "paths": paths, "table": table, "selected": sel}
 
 
 if __name__ == "__main__":
