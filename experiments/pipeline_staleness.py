@@ -453,7 +453,9 @@ def make_figures(
                 ax.errorbar(xs, ys, yerr=es, capsize=3, label=method, **style)
             if xd:
                 ax.plot(xd, [0] * len(xd), "x", color=style["color"])
+        ns = sorted({r["stages"] for r in rows if r["model"] == name})
         ax.set_xscale("log", base=2)
+        ax.set_xticks(ns, [str(n) for n in ns])
         ax.set_xlabel("pipeline stages N")
         ax.set_ylabel("test accuracy % at the selected lr (x: all diverged)")
         ax.set_title(name)
