@@ -27,9 +27,11 @@ import optax
 from jaxstale import data, delays, models, runs, train
 
 __all__ = [
+    "MIN_PAIRS",
     "SMOKE",
     "Gather",
     "add_tuning_args",
+    "at_selected",
     "chance",
     "convergence",
     "fit_grid",
@@ -38,6 +40,7 @@ __all__ = [
     "make_delay",
     "open_run",
     "outcome",
+    "paired_table",
     "run_row",
     "seed_mode",
     "splits",
@@ -302,6 +305,99 @@ def tuned_tables(
         runs.markdown_table(gheads, grid),
         selected,
     )
+
+
+def at_selected(
+    rows: Sequence[dict[str, Any]],
+    selected: dict[tuple[Any, ...], Any],
+    *,
+    by: Sequence[str],
+    knob: str | Sequence[str] = "lr",
+) -> list[dict[str, Any]]:
+    """The rows run at their group's selected knob value: ``selected`` as returned by
+    :func:`tuned_tables` (or :func:`jaxstale.runs.select`) over the fields ``by``
+    (``(*index, columns)`` for :func:`tuned_tables`)."""
+    out = []
+    for r in rows:
+        g = tuple(r.get(k) for k in by)
+        if g in selected and runs.stats.knob_value(r, knob) == selected[g]:
+            out.append(r)
+    return out
+
+
+#: the fewest seeds (pairs) a paired difference must have to be called beyond noise
+MIN_PAIRS = 3
+
+
+def _fmt_diff(mean: float, half: float, n: int, seeds: int, scale: float) -> tuple[str, bool]:
+    if n == 0:
+        return "no pair", False
+    if n == 1 or not np.isfinite(half):
+        return f"{scale * mean:+.1f} (1 pair)", False
+    # two pairs can agree to the test example by chance (accuracies are quantised): an
+    # interval of width 0 from them says nothing, so "beyond noise" needs three pairs
+    beyond = abs(mean) > half and n >= MIN_PAIRS
+    text = f"{scale * mean:+.1f} ± {scale * half:.1f}"
+    text = f"**{text}** beyond noise" if beyond else text
+    return text + (f" ({n}/{seeds} pairs)" if n < seeds else ""), beyond
+
+
+def paired_table(
+    rows: Sequence[dict[str, Any]],
+    *,
+    index: Sequence[str],
+    compare: str,
+    baseline: Any,
+    columns: str,
+    col_label: Callable[[Any], str] = str,
+    value: str = "final_test_accuracy",
+    pair: str = "seed",
+    scale: float = 100.0,
+) -> tuple[str, list[dict[str, Any]]]:
+    """Paired differences ``x − baseline`` of every value ``x`` of the field ``compare`` (e.g.
+    each method against ``"vanilla"``), per ``index`` group and ``columns`` value, with a 95 %
+    t interval over the seeds (:func:`jaxstale.runs.paired_difference`; seeds where either run
+    diverged are left out), marked *beyond noise* when the interval excludes 0.
+
+    Pass the rows at each group's selected rate (:func:`at_selected`): every method is then
+    compared at its own tuned rate, seed against seed (a seed fixes the initial weights and the
+    data order).
+
+    Returns:
+        ``(markdown table, findings)``: one table row per ``(index…, "x − baseline")``, one
+        column per ``columns`` value, cells ``+1.2 ± 0.8`` (scaled by ``scale``; bold with
+        "beyond noise" when the interval excludes 0; ``(k/n pairs)`` when seeds were left out);
+        findings: one dict per cell with ``index`` (tuple), ``column``, ``a`` (``x``), ``b``
+        (``baseline``), ``mean``, ``half``, ``n`` and ``beyond``.
+    """
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((*(r.get(k) for k in index), r.get(compare), r.get(columns)), []).append(
+            r
+        )
+    idx_vals = _unique(tuple(r.get(k) for k in index) for r in rows)
+    others = [v for v in _unique(r.get(compare) for r in rows) if v != baseline]
+    cols = _unique(r.get(columns) for r in rows)
+    body, findings = [], []
+    for i in idx_vals:
+        for other in others:
+            cells = []
+            for c in cols:
+                a, b = groups.get((*i, other, c)), groups.get((*i, baseline, c))
+                if not a or not b:
+                    cells.append("–")
+                    continue
+                mean, half, n = runs.paired_difference(a, b, value=value, pair=pair)
+                seeds = len({r.get(pair) for r in a} & {r.get(pair) for r in b})
+                text, beyond = _fmt_diff(mean, half, n, seeds, scale)
+                cells.append(text)
+                findings.append(
+                    {"index": i, "column": c, "a": other, "b": baseline, "mean": mean,
+                     "half": half, "n": n, "beyond": beyond}
+                )  # fmt: skip
+            body.append([*map(str, i), f"{other} − {baseline}", *cells])
+    heads = [*index, compare, *(col_label(c) for c in cols)]
+    return runs.markdown_table(heads, body), findings
 
 
 class Gather:

@@ -3,266 +3,595 @@
 Question: in pipelined model parallelism without a flush (PipeDream's asynchronous 1F1B), stage
 ``k``'s forward pass is ``N - 1 - k`` updates stale and its backward pass sees other weights
 still. How much accuracy does that cost as the pipeline deepens, and how much do weight stashing
-(PipeDream), SpecTrain's weight prediction (v1, v2) and NAG prediction recover?
+(PipeDream), SpecTrain's weight prediction (v1, v2) and NAG prediction recover — each policy at
+its own best learning rate, and which differences are beyond seed-to-seed noise?
 
-Setting: each model is split into ``N`` parameter-balanced stages and trained by
-the pipeline emulator (:mod:`jaxstale.pipeline`) on the schedule ``one_f_one_b(N, steps)``
-with SGD + momentum. Methods (the ``method`` field of summary.json):
+Protocol (the experiments' common one, ``experiments/common.py``): standardised inputs
+(training-set statistics) and a validation split carved from the training set; every policy ×
+model × depth ``N`` runs a learning-rate grid (``--lrs``) over ``--seeds`` seeds; the rate is
+**selected on the final validation accuracy** (a diverged seed counts at chance) and the tables
+report **test accuracy at the selected rate** (mean ± 95 % CI over the seeds that trained, the
+diverged fraction in the cell, the rate after ``@``). Nothing is chosen on test data. A seed
+fixes the initial weights and the data order, the same for every policy, depth and rate, so
+policies are compared **seed against seed**: the paired-difference tables give each policy minus
+vanilla and minus sync at each one's selected rate with a 95 % t interval over the seeds
+(:func:`jaxstale.runs.paired_difference`), marked *beyond noise* when it excludes 0, and the
+text under them lists every pair of policies whose difference is beyond noise (uncorrected for
+the number of comparisons: with 15 pairs per depth about one in 20 within-noise pairs is
+marked by chance). Time to accuracy: updates until the validation accuracy first reaches
+``--target``.
 
-* ``sync`` — every pass at the sequential target (GPipe with a flush): the data-parallel /
-  sequential-SGD reference, identical for every ``N`` up to float rounding;
+Setting: each model is split into ``N`` parameter-balanced stages and trained by the pipeline
+emulator (:mod:`jaxstale.pipeline`) on ``one_f_one_b(N, steps)`` (a policy may have its own
+schedule: :data:`SCHEDULES`), with SGD + momentum 0.9 per stage (``--optimizer adam``: Adam,
+``--momentum`` is then its β1). Policies (the ``method`` field of summary.json):
+
+* ``sync`` — every pass at the sequential target (the schedule's flush counterpart: 1F1B with a
+  flush, ``N`` micro-batches): sequential SGD, identical for every ``N`` up to float rounding;
 * ``vanilla`` — no stash: forward and backward at the weights current at their tick;
 * ``stash`` — PipeDream weight stashing;
 * ``spectrain-v1`` — SpecTrain prediction in both passes towards the round-trip target (the lab's
   horizons ``⌊k/2⌋ + N - k - 1`` / ``⌊k/2⌋``);
 * ``spectrain-v2`` — one prediction per mini-batch at the forward, sequential target
-  (``s = N - k - 1``, the lab's v2 horizon), backward at the current weights (see the emulator);
-* ``nesterov`` — NAG prediction with spectrain-v1's horizons.
+  (``s = N - k - 1``, the lab's v2 horizon), backward at the current weights;
+* ``nesterov`` — NAG prediction with spectrain-v1's horizons; it decays the last update by the
+  momentum ``μ`` per step. With Adam it decays by β1 (``--momentum``), the rate at which Adam's
+  first moment forgets between gradients — NAdam's look-ahead uses the same β1; SpecTrain's
+  rule (the inner optimizer's last update times the horizon) needs no μ, so it covers Adam as is;
+* any policy added with :func:`jaxstale.pipeline.register_policy` and passed with ``--methods``
+  (its definition is recorded in the config; a policy that needs its own schedule adds a
+  factory ``(num_stages, num_batches) -> Schedule`` to :data:`SCHEDULES`).
 
-High momentum (0.9) and a large learning rate make staleness matter (ALGORITHMS.md §8: the
-largest stable learning rate shrinks as the delay grows). A NaN/inf loss ends a run: it is
-recorded ``diverged`` (with the step) and the sweep goes on.
+Budget: 1,500 mini-batches of 32 (37 epochs of the 1,295 training examples): the sync reference
+has converged, its validation curve flat from about 750 updates. Learning rates: SGD 0.001,
+0.003, 0.01, 0.03 (0.1 diverges or collapses to chance for every policy, 0.001 is below 0.003
+everywhere); Adam 1e-4 … 1e-2. A NaN/inf loss ends a run: it is recorded ``diverged`` (with the
+update) and the sweep goes on.
 
-Configurations (measured on the 2-core CPU box, shared with other jobs: CPU time is the
-figure that does not depend on the load):
+``--backward`` (how a vanilla or predicted backward runs at weights other than its forward's,
+:mod:`jaxstale.pipeline.program`): ``saved`` (the default; the library's) keeps the forward's
+activations and uses the backward weights where the weights themselves enter the gradient,
+which is what a framework does when the weights change between a micro-batch's forward and
+backward and nothing is recomputed (PipeDream without stashing); ``recompute`` reruns the stage
+forward at the backward weights (activation recomputation). Measured with the default grid and
+seeds at N = 4 and 8 (vanilla, spectrain-v1, nesterov; sync and stash do not depend on it): the
+two give the same selected rates and test accuracies within ±0.3 points (per seed and rate
+mostly identical to within one or two test examples), no difference beyond noise; ``saved`` is
+about 10 % cheaper.
 
-* default — MLP (7 hidden layers of 64: 8 blocks) at N ∈ {2, 4, 8}, CNN (LeNet-5 style, 5
-  blocks: N = 8 impossible) at N ∈ {2, 4}, ResNet-20 (width 8) at N = 4 only (its rounds compile
-  ~3x longer; ``--model resnet20`` runs N ∈ {2, 4, 8}); 3 seeds, 200 steps of batch 32, lr 0.01,
-  momentum 0.9: 230–252 s CPU, 7.3–7.5 min wall.
-* ``--quick`` — MLP and CNN at N ∈ {2, 4}, 3 seeds, 120 steps: 77–82 s CPU, 106 s wall (4 min
-  when other jobs loaded the box to ~12).
+Speed: the runs of one (model, N, policy) — every rate and seed — are lanes of one vmapped
+compiled round (``pipeline.make(..., lanes=L, hyperparams={"learning_rate": ...})``); the MLP
+(7 hidden layers of 64: 8 blocks) runs at N ∈ {2, 4, 8}. Conv models under ``vmap`` become
+grouped convolutions, slow on the CPU, so ``--model cnn`` (5 blocks: N ≤ 5) runs its lanes one
+after the other (``--seed-mode``), sharing one compiled round; it is not in the default.
+``--executor mesh`` runs one run at a time on a ``"stage"`` device axis (same results).
+Measured on the shared 2-core box (CPU time = user + sys, the figure that does not depend on the
+load): default — 1 model × 3 depths × 6 policies × 4 rates × 5 seeds = 360 runs of 1,500
+updates: CPU_DEFAULT; ``--quick`` (N ∈ {2, 4}, 2 rates, 2 seeds, 300 updates; a smoke run,
+marked so in its tables): CPU_QUICK.
 
-Compilation dominates (one compiled round per model, depth and policy group; seeds and the
-three prediction policies share it).
+Outputs (run folder): summary.json rows (method, model, stages, lr, seed, optimizer, momentum,
+target, schedule, backward, final_val_accuracy, final_test_accuracy, diverged, diverged_step,
+updates_to_target, final_train_loss, steps, batch_size, wall_s), table.md (test accuracy at the
+selected rate; updates to the target; the validation grid; paired differences against vanilla
+and sync; the pairs beyond noise), plot.png (validation curves at the deepest N at each policy's
+selected rate), accuracy_vs_stages.png (with 95 % CIs), gantt.png (the N = 4 asynchronous 1F1B
+schedule with weight versions).
 
-Outputs (run folder): summary.json rows (method, model, stages, seed, lr, momentum, target,
-final_test_accuracy, diverged, diverged_step, final_train_loss, steps, wall_s), table.md (test
-accuracy %, mean ± std over seeds, one row per model and method, one column per depth, like the
-SpecTrain port's table), plot.png (learning curves at the deepest common depth, one panel per
-model), gantt.png (the N = 4 asynchronous 1F1B schedule with weight versions).
-
-Run: ``python -m experiments.pipeline_staleness [--quick] [--out DIR]``.
+Run: ``python -m experiments.pipeline_staleness [--quick] [--out DIR] [--optimizer adam]
+[--methods a,b] [--stages 2,4,8] [--lrs ...] [--model cnn]``.
 """
 
 from __future__ import annotations
 
+import resource
+import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
+import jax
 import numpy as np
 import optax
 
 from jaxstale import data, loop, models, pipeline, runs, schedules
 
+from .common import (
+    MIN_PAIRS,
+    add_tuning_args,
+    at_selected,
+    chance,
+    open_run,
+    outcome,
+    paired_table,
+    seed_mode,
+    splits,
+    title,
+    tuned_tables,
+)
+
 EXPERIMENT = "pipeline_staleness"
 DEFAULT_METHODS = ("sync", "vanilla", "stash", "spectrain-v1", "spectrain-v2", "nesterov")
+OPTIMIZERS = ("sgd", "adam")
+#: the learning-rate grids per optimizer (half-decade steps)
+LRS: dict[str, list[float]] = {
+    "sgd": [0.001, 0.003, 0.01, 0.03],
+    "adam": [0.0001, 0.0003, 0.001, 0.003, 0.01],
+}
+QUICK_LRS: dict[str, list[float]] = {"sgd": [0.003, 0.01], "adam": [0.0003, 0.001]}
 MODEL_KW: dict[str, dict[str, Any]] = {
     "mlp": {"hidden": (64,) * 7},  # 8 blocks: splits into up to 8 stages
     "cnn": {},  # 5 blocks: at most 5 stages
-    "resnet20": {"width": 8},  # 11 blocks; narrower than 16 to fit the CPU budget
+    "resnet20": {"width": 8},  # 11 blocks
 }
+KEY = ("model", "stages", "method", "lr", "seed")  # the fields of a cell key
+
+#: policy name -> schedule factory ``(num_stages, num_batches) -> Schedule`` for a policy that
+#: needs its own schedule (e.g. a double-buffered 2BW-style one); every other policy runs
+#: :func:`jaxstale.schedules.one_f_one_b` (``sync`` its flush counterpart, by the policy's
+#: ``flush``). Add an entry next to ``register_policy``; its source joins the code fingerprint.
+SCHEDULES: dict[str, Callable[[int, int], schedules.Schedule]] = {}
+
+
+def schedule_factory(policy: str) -> Callable[[int, int], schedules.Schedule]:
+    """The schedule factory of ``policy`` (:data:`SCHEDULES`, default asynchronous 1F1B)."""
+    return SCHEDULES.get(policy, schedules.one_f_one_b)
+
+
+def _factory_name(f: Callable[..., Any]) -> str:
+    return f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', repr(f))}"
+
+
+# ----------------------------------------------------------------------------- the experiment
 
 
 def config_from_args(args: Any) -> dict[str, Any]:
     quick = bool(args.quick)
-    methods = list(DEFAULT_METHODS) if not args.methods else args.methods.split(",")
+    methods = list(args.methods or DEFAULT_METHODS)
+    names = list(args.model or ["mlp"])
     return {
+        "quick": quick,
         "dataset": args.dataset,
-        "models": args.model or (["mlp", "cnn"] if quick else ["mlp", "cnn", "resnet20"]),
-        "stages": [int(s) for s in args.stages.split(",")]
-        if args.stages
-        else ([2, 4] if quick else [2, 4, 8]),
-        # ResNet-20 compiles 3x longer than the others: the default runs it at N = 4 only, to
-        # stay within 10 minutes on 2 cores (`--model resnet20` runs every depth)
-        "stages_by_model": {"resnet20": [4]} if not (quick or args.model or args.stages) else {},
+        "models": names,
+        "model_kw": {m: dict(MODEL_KW.get(m, {})) for m in names},
+        "stages": list(args.stages or ([2, 4] if quick else [2, 4, 8])),
         "methods": methods,
-        "seeds": args.seeds or 3,
-        "steps": args.steps or (120 if quick else 200),
-        "batch_size": 32,
-        "lr": args.lr,
+        "optimizer": args.optimizer,
         "momentum": args.momentum,
-        "eval_every": 20,
+        "lrs": list(args.lrs or (QUICK_LRS if quick else LRS)[args.optimizer]),
+        "seeds": args.seeds or (2 if quick else 5),
+        "steps": args.steps or (300 if quick else 1500),
+        "batch_size": args.batch_size,
+        "eval_every": 25 if quick else 50,  # rounds (one mini-batch each in the steady state)
+        "target": args.target,
         "backward": args.backward,
         "executor": args.executor,
+        "seed_mode": args.seed_mode,
         # what each policy is (a registered one's definition decides its results)
-        "policies": {m: pipeline.POLICIES[m]._asdict() for m in methods if m in pipeline.POLICIES},
-        "model_kw": {k: dict(v) for k, v in MODEL_KW.items()},
+        "policies": {m: pipeline.get_policy(m)._asdict() for m in methods},
+        "schedules": {m: _factory_name(schedule_factory(m)) for m in methods},
     }
 
 
-class _Setup:
-    """Per (model, stages): the split template model, the schedule and the optimizer, shared by
-    every method and seed so that runs of one structure share a compiled round."""
+def make_tx(optimizer: str, lr: float, momentum: float) -> optax.GradientTransformation:
+    """The per-stage optimizer, its learning rate injected (so lanes can set their own)."""
+    if optimizer == "adam":
+        return optax.inject_hyperparams(optax.adam)(learning_rate=lr, b1=momentum)
+    return optax.inject_hyperparams(optax.sgd)(learning_rate=lr, momentum=momentum)
 
-    def __init__(self, cfg: dict[str, Any], ds: data.Dataset, model_name: str, n: int):
-        self.cfg, self.ds, self.n, self.name = cfg, ds, n, model_name
-        self.kw = cfg["model_kw"].get(model_name, {})
-        self.shape = ds.x_train.shape[1:]
-        template = models.create(
-            model_name, input_shape=self.shape, num_classes=ds.num_classes, seed=0, **self.kw
+
+class _Runner:
+    """Runs groups of cells; holds what runs of one structure share (the split template, the
+    optimizer object), so that they share a compiled round."""
+
+    def __init__(self, cfg: dict[str, Any], ds: data.Dataset) -> None:
+        self.cfg, self.ds = cfg, ds
+        self.shape = tuple(ds.x_train.shape[1:])
+        self.tx = make_tx(cfg["optimizer"], cfg["lrs"][0], cfg["momentum"])
+        self.templates: dict[tuple[str, int], list[Any]] = {}
+        self.inits: dict[tuple[str, int, int], tuple[list[Any], list[Any]]] = {}
+        self.computed = 0  # runs computed by this process
+
+    def _create(self, name: str, seed: int) -> Any:
+        kw = self.cfg["model_kw"].get(name, {})
+        return models.create(
+            name, input_shape=self.shape, num_classes=self.ds.num_classes, seed=seed, **kw
         )
-        self.stages = models.functional_stages(template, n)
-        self.sched = schedules.one_f_one_b(n, cfg["steps"])
-        self.tx = optax.sgd(cfg["lr"], momentum=cfg["momentum"] or None)
 
-    def run(self, method: str, seed: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def num_blocks(self, name: str) -> int:
+        return len(self._create(name, 0).blocks)
+
+    def template(self, name: str, n: int) -> list[Any]:
+        if (name, n) not in self.templates:
+            self.templates[(name, n)] = models.functional_stages(self._create(name, 0), n)
+        return self.templates[(name, n)]
+
+    def init(self, name: str, n: int, seed: int) -> tuple[list[Any], list[Any]]:
+        """Per-stage initial weights and batch-norm states of seed ``seed``."""
+        if (name, n, seed) not in self.inits:
+            fs = models.functional_stages(self._create(name, seed), n)
+            self.inits[(name, n, seed)] = ([f.params for f in fs], [f.state for f in fs])
+        return self.inits[(name, n, seed)]
+
+    def data(self, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """The seed's mini-batches ``(xb [steps, B, ...], yb [steps, B])``."""
+        cfg, ds = self.cfg, self.ds
+        idx = data.batch_indices(
+            len(ds.x_train), batch_size=cfg["batch_size"], num_steps=cfg["steps"], seed=seed
+        )
+        return ds.x_train[idx], ds.y_train[idx]
+
+    def group(self, keys: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict]]]:
+        """All pending cells of one (model, N, policy): every rate and seed."""
         cfg = self.cfg
+        name, n, method = keys[0]["model"], keys[0]["stages"], keys[0]["method"]
+        stages = self.template(name, n)
+        sched = schedule_factory(method)(n, cfg["steps"])
+        kw = {"backward": cfg["backward"], "momentum": cfg["momentum"]}
         t0 = time.perf_counter()
-        model = models.create(
-            self.name, input_shape=self.shape, num_classes=self.ds.num_classes, seed=seed, **self.kw
+        results: list[loop.Result] = []
+        if cfg["executor"] == "mesh":  # one run at a time, its own optimizer object
+            for k in keys:
+                xb, yb = self.data(k["seed"])
+                tx = make_tx(cfg["optimizer"], k["lr"], cfg["momentum"])
+                ex = pipeline.make("mesh", stages, sched, method, tx, xb, yb, **kw)
+                results += self._run(ex, [self.init(name, n, k["seed"])])
+        else:
+            vmap = seed_mode(name, cfg["seed_mode"])
+            for part in [keys] if vmap else [[k] for k in keys]:
+                pairs = [self.data(k["seed"]) for k in part]
+                ex = pipeline.make(
+                    "emulate",
+                    stages,
+                    sched,
+                    method,
+                    self.tx,
+                    np.stack([p[0] for p in pairs]),
+                    np.stack([p[1] for p in pairs]),
+                    lanes=len(part),
+                    hyperparams={"learning_rate": [k["lr"] for k in part]},
+                    **kw,
+                )
+                results += self._run(ex, [self.init(name, n, k["seed"]) for k in part])
+        wall = (time.perf_counter() - t0) / len(keys)
+        self.computed += len(keys)
+        policy = pipeline.get_policy(method)
+        out = []
+        for res in results:
+            row = {
+                "optimizer": cfg["optimizer"],
+                "momentum": cfg["momentum"],
+                "target": policy.target,
+                "schedule": sched.name,
+                "backward": cfg["backward"],
+                **outcome(res, cfg["target"]),
+                "steps": cfg["steps"],
+                "batch_size": cfg["batch_size"],
+                "wall_s": round(wall, 3),
+            }
+            out.append((row, res.curve))
+        return out
+
+    def _run(self, ex: loop.Executor, inits: list[tuple[list[Any], list[Any]]]) -> list[Any]:
+        if ex.vmapped:
+            stack = lambda trees: jax.tree.map(lambda *a: np.stack(a), *trees)
+            n = len(inits[0][0])
+            params = [stack([p[k] for p, _ in inits]) for k in range(n)]
+            states = [stack([s[k] for _, s in inits]) for k in range(n)]
+        else:
+            ((params, states),) = inits
+        return loop.run(
+            ex, params, states, eval_every=self.cfg["eval_every"], eval_data=splits(self.ds)
         )
-        fs = models.functional_stages(model, self.n)
-        xb, yb = data.batches(
-            self.ds.x_train,
-            self.ds.y_train,
-            batch_size=cfg["batch_size"],
-            num_steps=cfg["steps"],
-            seed=seed,
-        )
-        ex = pipeline.make(
-            cfg["executor"],
-            self.stages,
-            self.sched,
-            method,
-            self.tx,
-            xb,
-            yb,
-            backward=cfg["backward"],
-            momentum=cfg["momentum"],
-        )
-        (res,) = loop.run(
-            ex,
-            [f.params for f in fs],
-            [f.state for f in fs],
-            eval_every=cfg["eval_every"],
-            eval_data=(self.ds.x_test, self.ds.y_test),
-        )
-        row = {
-            "lr": cfg["lr"],
-            "momentum": cfg["momentum"],
-            "target": pipeline.get_policy(method).target,
-            "final_test_accuracy": res.final_test_accuracy,
-            "diverged": res.diverged,
-            "diverged_step": res.diverged_step,
-            "final_train_loss": None if res.diverged else res.curve[-1]["train_loss"],
-            "steps": cfg["steps"],
-            "wall_s": round(time.perf_counter() - t0, 2),
-        }
-        return row, res.curve
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def _cells(cfg: dict[str, Any], blocks: dict[str, int]) -> list[dict[str, Any]]:
+    keys = []
+    for name in cfg["models"]:
+        for n in cfg["stages"]:
+            if n > blocks[name]:
+                print(
+                    f"[{EXPERIMENT}] skipping {name} at N={n}: it has {blocks[name]} blocks",
+                    file=sys.stderr,
+                )
+                continue
+            for method in cfg["methods"]:
+                for lr in cfg["lrs"]:
+                    for seed in range(cfg["seeds"]):
+                        keys.append(
+                            {"model": name, "stages": n, "method": method, "lr": lr, "seed": seed}
+                        )
+    return keys
+
+
+# ----------------------------------------------------------------------------- tables and plots
+
+
+def _pairs_text(findings: list[dict[str, Any]]) -> str:
+    """Which pairs of policies differ beyond noise, per model and depth, in words."""
+    lines = []
+    for i in {f["index"]: None for f in findings}:
+        for c in {f["column"]: None for f in findings if f["index"] == i}:
+            cell = [f for f in findings if f["index"] == i and f["column"] == c]
+            beyond = []
+            for f in cell:
+                if not f["beyond"]:
+                    continue
+                a, b, m = (
+                    (f["a"], f["b"], f["mean"]) if f["mean"] > 0 else (f["b"], f["a"], -f["mean"])
+                )
+                beyond.append(f"{a} > {b} by {100 * m:.1f} ± {100 * f['half']:.1f}")
+            within = sum(not f["beyond"] and f["n"] >= MIN_PAIRS for f in cell)
+            few = sum(f["n"] < MIN_PAIRS for f in cell)
+            text = "; ".join(beyond) if beyond else "none"
+            lines.append(
+                f"- {', '.join(map(str, i))}, N={c}: beyond noise: {text}. "
+                f"{within} of {len(cell)} pairs within noise"
+                + (f"; {few} with fewer than {MIN_PAIRS} seeds trained in both" if few else "")
+                + "."
+            )
+    return "\n".join(lines)
+
+
+def make_table(
+    rows: list[dict[str, Any]], cfg: dict[str, Any], chance_acc: float
+) -> tuple[str, dict[tuple[Any, ...], Any]]:
+    """The tuned tables (test accuracy at the rate selected on validation, time to target, the
+    validation grid), the paired differences and the pairs beyond noise."""
+    col = lambda n: f"N={n}"
+    acc, ttime, grid, selected = tuned_tables(
+        rows, index=("model", "method"), columns="stages", chance_acc=chance_acc, col_label=col
+    )
+    picked = at_selected(rows, selected, by=("model", "method", "stages"))
+    opt = (
+        f"Adam (β1 {cfg['momentum']})"
+        if cfg["optimizer"] == "adam"
+        else f"SGD momentum {cfg['momentum']}"
+    )
+    head = (
+        f"{cfg['dataset']} (standardised; validation split for selection), {opt}, "
+        f"{cfg['steps']} mini-batches of {cfg['batch_size']}, asynchronous 1F1B with N stages "
+        f"(sync: 1F1B with a flush), backward={cfg['backward']}, {cfg['seeds']} seeds"
+    )
+    parts = [
+        title(
+            cfg,
+            f"**Test accuracy % at each policy's learning rate selected on validation (mean ± 95 % "
+            f"CI over seeds that trained; [diverged/seeds]; @ selected lr), {head}**",
+        ),
+        acc,
+        f"**Updates until validation accuracy ≥ {100 * cfg['target']:g} % at the selected rate "
+        f"(median over seeds; [reached/seeds])**",
+        ttime,
+        "**Validation accuracy % per learning rate (mean over seeds, diverged seeds at chance; "
+        "bold: selected)**",
+        grid,
+    ]
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    for base in ("vanilla", "sync"):
+        if base in methods and len(methods) > 1:
+            table, _ = paired_table(
+                picked,
+                index=("model",),
+                compare="method",
+                baseline=base,
+                columns="stages",
+                col_label=col,
+            )
+            parts += [
+                f"**Paired test-accuracy difference to {base} (points; per seed, each policy at "
+                f"its selected rate; mean ± 95 % t interval; beyond noise: the interval "
+                f"excludes 0)**",
+                table,
+            ]
+    findings: list[dict[str, Any]] = []
+    for j, base in enumerate(methods):
+        others = methods[j + 1 :]
+        if others:
+            sub = [r for r in picked if r["method"] in (base, *others)]
+            findings += paired_table(
+                sub, index=("model",), compare="method", baseline=base, columns="stages"
+            )[1]
+    if findings:
+        parts += [
+            "**Every pair of policies, paired test-accuracy difference at the selected rates "
+            "(95 % t interval over seeds, uncorrected for the number of pairs)**",
+            _pairs_text(findings),
+        ]
+    return "\n\n".join(parts) + "\n", selected
+
+
+def make_figures(
+    rows: list[dict[str, Any]],
+    selected: dict[tuple[Any, ...], Any],
+    metrics_of: Callable[[dict[str, Any]], list[dict[str, Any]] | None],
+    cfg: dict[str, Any],
+) -> dict[str, Any]:
+    from matplotlib.figure import Figure
+
+    figs: dict[str, Any] = {}
+    picked = at_selected(rows, selected, by=("model", "method", "stages"))
+    names = list(dict.fromkeys(r["model"] for r in rows))
+    series: dict[str, dict[str, list[Any]]] = {}
+    for name in names:
+        n = max(r["stages"] for r in rows if r["model"] == name)
+        group: dict[str, list[Any]] = {}
+        for method in cfg["methods"]:
+            pick = [
+                r for r in picked if (r["model"], r["stages"], r["method"]) == (name, n, method)
+            ]
+            if pick:
+                group[f"{method} (lr {pick[0]['lr']:g})"] = [metrics_of(r) or [] for r in pick]
+        series[f"{name}, N={n}"] = group
+    figs["plot"] = runs.curves_figure(
+        series,
+        x="step",
+        ys=("train_loss", "val_accuracy"),
+        title="Validation curves at the deepest N, each policy at its rate selected on validation",
+        methods=cfg["methods"],
+    )
+    fig = Figure(figsize=(5.5 * len(names), 4), layout="constrained")
+    axes = fig.subplots(1, len(names), squeeze=False)[0]
+    for ax, name in zip(axes, names, strict=True):
+        for method in cfg["methods"]:
+            xs, ys, es, xd = [], [], [], []
+            for n in sorted({r["stages"] for r in rows if r["model"] == name}):
+                pick = [
+                    r for r in picked if (r["model"], r["stages"], r["method"]) == (name, n, method)
+                ]
+                mean, half, k = runs.mean_ci(
+                    [r["final_test_accuracy"] for r in pick if not r["diverged"]]
+                )
+                if k:
+                    xs.append(n)
+                    ys.append(100 * mean)
+                    es.append(100 * half if np.isfinite(half) else 0.0)
+                elif pick:
+                    xd.append(n)
+            style = runs.method_style(method, cfg["methods"])
+            if xs:
+                ax.errorbar(xs, ys, yerr=es, capsize=3, label=method, **style)
+            if xd:
+                ax.plot(xd, [0] * len(xd), "x", color=style["color"])
+        ns = sorted({r["stages"] for r in rows if r["model"] == name})
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.set_xlabel("pipeline stages N")
+        ax.set_ylabel("test accuracy % at the selected lr (x: all diverged)")
+        ax.set_title(name)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="small")
+    figs["accuracy_vs_stages"] = fig
+    figs["gantt"] = schedules.render(schedules.one_f_one_b(4, 8))
+    for method in cfg["methods"]:
+        if method in SCHEDULES:
+            figs[f"gantt_{method}"] = schedules.render(schedule_factory(method)(4, 8))
+    return figs
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def parser() -> Any:
     p = runs.cli_parser(__doc__.splitlines()[0])
-    p.add_argument("--stages", default=None, help="comma-separated stage counts (default 2,4,8)")
+    p.add_argument(
+        "--stages",
+        type=runs.int_list(low=1),
+        default=None,
+        help="comma-separated stage counts N (default 2,4,8; --quick 2,4)",
+    )
     p.add_argument(
         "--methods",
+        type=runs.name_list(lambda: list(pipeline.POLICIES), "policy"),
         default=None,
-        help=f"comma-separated weight policies (registered: {', '.join(pipeline.POLICIES)})",
+        help="comma-separated weight policies (registered; default: "
+        + ",".join(DEFAULT_METHODS)
+        + ")",
     )
-    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default 0.01)")
-    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
+    p.add_argument(
+        "--optimizer",
+        default="sgd",
+        choices=OPTIMIZERS,
+        help="per-stage optimizer (default sgd; adam: its own rate grid "
+        + ",".join(f"{v:g}" for v in LRS["adam"])
+        + ")",
+    )
+    p.add_argument(
+        "--momentum",
+        type=runs.number(float, low=0, high=1, high_open=True),
+        default=0.9,
+        help="SGD momentum μ, or Adam's β1 (default 0.9); the NAG rule decays by it",
+    )
+    add_tuning_args(p, lrs=LRS["sgd"])
+    p.add_argument("--batch-size", type=runs.number(int, low=1), default=32, help="mini-batch size")
     p.add_argument(
         "--backward",
-        default="recompute",
+        default="saved",
         choices=pipeline.BACKWARD_MODES,
-        help="how a backward runs at other weights than its forward (jaxstale.pipeline.program)",
+        help="how a backward runs at other weights than its forward (default saved; see the "
+        "module docstring and jaxstale.pipeline.program)",
     )
     p.add_argument(
         "--executor",
         default="emulate",
         choices=pipeline.EXECUTORS,
-        help="emulate: one device; mesh: one device per stage on a 'stage' axis "
-        "(same program, same results). On a CPU, emulate devices with "
+        help="emulate: one device, runs as vmapped lanes; mesh: one device per stage on a "
+        "'stage' axis, one run at a time (same results). On a CPU, emulate devices with "
         "XLA_FLAGS=--xla_force_host_platform_device_count=8",
     )
+    p.add_argument(
+        "--seed-mode",
+        default="auto",
+        choices=("auto", "vmap", "sequential"),
+        help="emulator lanes: vmapped, or one after the other (auto: vmap for the MLP, "
+        "sequential for conv models on a CPU)",
+    )
+    for action in p._actions:
+        if action.dest == "steps":
+            action.help = "mini-batches per run, the budget (default 1500; --quick 300)"
+        if action.dest == "model":
+            action.help = f"model name(s) (default mlp; one of {', '.join(models.model_names())})"
+    return p
+
+
+def _check(p: Any, cfg: dict[str, Any]) -> None:
+    """Input errors argparse cannot see, as one-line usage errors (exit 2) before any work."""
+    for name in cfg["models"]:
+        if name not in models.model_names():
+            p.error(f"argument --model: unknown model {name!r}; choose from: "
+                    f"{', '.join(models.model_names())}")  # fmt: skip
+    if cfg["dataset"] not in data.dataset_names():
+        p.error(f"argument --dataset: unknown dataset {cfg['dataset']!r}; choose from: "
+                f"{', '.join(data.dataset_names())}")  # fmt: skip
+    if cfg["executor"] == "mesh" and max(cfg["stages"]) > jax.device_count():
+        p.error(
+            f"argument --executor: mesh needs one device per stage, N={max(cfg['stages'])} > "
+            f"{jax.device_count()} devices (on a CPU set "
+            "XLA_FLAGS=--xla_force_host_platform_device_count=8)"
+        )
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the sweep (resuming finished cells); returns ``{"rows", "paths", "table",
+    "selected", "path", "wall_s", "cpu_s"}``."""
+    t0 = time.perf_counter()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu0 = usage.ru_utime + usage.ru_stime
+    p = parser()
     args = p.parse_args(argv)
     cfg = config_from_args(args)
-    for m in cfg["methods"]:
-        pipeline.get_policy(m)  # raises for an unknown name, listing the registered ones
+    _check(p, cfg)
     ds = data.load(cfg["dataset"])
-    run = runs.RunFolder(EXPERIMENT, cfg, out=args.out)
-    t_start = time.perf_counter()
-    keys = []
-    for model_name in cfg["models"]:
-        nblocks = len(
-            models.create(
-                model_name,
-                input_shape=ds.x_train.shape[1:],
-                num_classes=ds.num_classes,
-                **cfg["model_kw"].get(model_name, {}),
-            ).blocks
-        )
-        for n in cfg["stages_by_model"].get(model_name, cfg["stages"]):
-            if n > nblocks:
-                print(f"[{EXPERIMENT}] skipping {model_name} at N={n}: it has {nblocks} blocks")
-                continue
-            for method in cfg["methods"]:
-                for seed in range(cfg["seeds"]):
-                    keys.append({"model": model_name, "stages": n, "method": method, "seed": seed})
-    setups: dict[tuple[str, int], _Setup] = {}
-
-    def cell(key: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        sk = (key["model"], key["stages"])
-        if sk not in setups:
-            setups.clear()  # one (model, N) at a time: free the previous compiled rounds
-            setups[sk] = _Setup(cfg, ds, *sk)
-        return setups[sk].run(key["method"], key["seed"])
-
-    rows = run.run(keys, cell)
-    table = runs.mean_std_table(rows, index=("model", "method"), columns="stages")
-    wall = time.perf_counter() - t_start
-    # learning curves at the deepest depth every model ran at
-    figs: dict[str, Any] = {}
-    deepest = max(cfg["stages"])
-    series_models = []
-    for model_name in cfg["models"]:
-        ns = [r["stages"] for r in rows if r["model"] == model_name]
-        if ns:
-            series_models.append((model_name, max(ns)))
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(5.0 * max(1, len(series_models)), 3.8), layout="constrained")
-    axes = fig.subplots(1, max(1, len(series_models)), squeeze=False)[0]
-    for ax, (model_name, n) in zip(axes, series_models, strict=False):
-        for method in cfg["methods"]:
-            curves = []
-            for seed in range(cfg["seeds"]):
-                ms = run.metrics({"model": model_name, "stages": n, "method": method, "seed": seed})
-                if ms:
-                    curves.append(ms)
-            by: dict[int, list[float]] = {}
-            for c in curves:
-                for rec in c:
-                    if rec.get("test_accuracy") is not None:
-                        by.setdefault(rec["step"], []).append(rec["test_accuracy"])
-            if by:
-                xs = sorted(by)
-                ax.plot(
-                    xs,
-                    [100 * np.mean(by[x]) for x in xs],
-                    label=method,
-                    ls="--" if method == "sync" else "-",
-                )
-        ax.set_title(f"{model_name}, N={n} stages (async 1F1B)")
-        ax.set_xlabel("step (mini-batches)")
-        ax.set_ylabel("test accuracy (%)")
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="small")
-    figs["plot"] = fig
-    figs["gantt"] = schedules.render(schedules.one_f_one_b(4, 8))
-    header = (
-        f"Test accuracy (%) on {cfg['dataset']}, mean ± std over {cfg['seeds']} seeds, "
-        f"{cfg['steps']} steps of batch {cfg['batch_size']}, SGD lr {cfg['lr']} momentum "
-        f"{cfg['momentum']}, asynchronous 1F1B with N stages (sync: GPipe flush), "
-        f"backward={cfg['backward']}. "
-        f"Wall time {wall:.0f} s (deepest N = {deepest}).\n\n"
+    runner = _Runner(cfg, ds)
+    blocks = {name: runner.num_blocks(name) for name in cfg["models"]}
+    keys = _cells(cfg, blocks)
+    if not keys:
+        p.error(f"no (model, N) to run: every N exceeds the models' blocks {blocks}")
+    # a policy's definition is in the config; a schedule factory of its own is user code
+    user = [SCHEDULES[m] for m in cfg["methods"] if m in SCHEDULES]
+    run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__], sources=user)
+    rows = run.run_grouped(keys, runner.group, vary=("seed", "lr"), desc=EXPERIMENT)
+    table, selected = make_table(rows, cfg, chance(ds))
+    figs = make_figures(rows, selected, lambda r: run.metrics({k: r[k] for k in KEY}), cfg)
+    wall = time.perf_counter() - t0
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = usage.ru_utime + usage.ru_stime - cpu0
+    table += (
+        f"\nThis invocation: {wall:.0f} s wall, {cpu:.0f} s CPU (user + sys), "
+        f"{len(rows)} runs, {runner.computed} computed now, the rest resumed.\n"
     )
-    run.finish(header + table, figs)
-    print(header + table)
-    print(f"[{EXPERIMENT}] wrote {run.path}")
-    return {"rows": rows, "table": table, "path": str(run.path), "wall_s": wall}
+    paths = run.report(table, figs, num_runs=len(rows), started=t0)
+    print(f"[{EXPERIMENT}] CPU time {cpu:.0f} s (user + sys)", file=sys.stderr)
+    return {
+        "rows": rows,
+        "paths": paths,
+        "table": table,
+        "selected": selected,
+        "path": str(run.path),
+        "wall_s": wall,
+        "cpu_s": cpu,
+    }
 
 
 if __name__ == "__main__":

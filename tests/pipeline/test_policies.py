@@ -71,7 +71,7 @@ def test_a_registered_policy_runs_in_both_executors_and_the_experiment(tmp_path)
         (res,) = loop.run(ex, *init)
         assert np.abs(res.losses - out["emulate"].losses).max() > 1e-6, other
     # the experiment runs it by name and records what the policy is in its config
-    argv = ["--model", "mlp", "--stages", "2", "--seeds", "1", "--steps", "12"]
+    argv = ["--model", "mlp", "--stages", "2", "--seeds", "1", "--steps", "12", "--lrs", "0.01"]
     argv += ["--methods", "nesterov-sequential", "--out", str(tmp_path / "run")]
     rows = pipeline_staleness.main(argv)["rows"]
     assert [r["method"] for r in rows] == ["nesterov-sequential"]
