@@ -96,6 +96,23 @@ def _pad(v: jax.Array, size: int) -> jax.Array:
     return jnp.pad(v, (0, size - v.shape[0]))
 
 
+_SLOTS = ("acts", "cots", "res")
+
+
+def _local(st: MeshState, fn: Callable[[jax.Array], jax.Array]) -> MeshState:
+    """``fn`` (drop / restore the leading device axis) on every leaf but the slot buffers, which
+    keep their axis of 1 inside ``shard_map``: filed into in place one slot at a time, where
+    squeezed buffers would be copied whole by XLA, several times per tick."""
+    return MeshState(
+        **{f: v if f in _SLOTS else jax.tree.map(fn, v) for f, v in st._asdict().items()}
+    )
+
+
+def _file(buf: jax.Array, item: jax.Array, slot: jax.Array) -> jax.Array:
+    """``buf [1, S, X]`` with ``item [X]`` written into slot ``slot`` (in place)."""
+    return jax.lax.dynamic_update_slice(buf, item[None, None].astype(buf.dtype), (0, slot, 0))
+
+
 class MeshPipeline:
     """The compiled tick of a pipeline on a ``"stage"`` mesh (shared by its executors).
 
@@ -264,14 +281,14 @@ class MeshPipeline:
     ) -> tuple[MeshState, jax.Array]:
         """One tick on one device (inside ``shard_map``): file arrivals, run the op, update."""
         n, nm, tx = self.num_stages, self.num_micro, self.tx
-        st = jax.tree.map(lambda a: a[0], st)  # this device's stage
+        st = _local(st, lambda a: a[0])  # this device's stage
         row = row.reshape(-1)
         k = jax.lax.axis_index("stage")
         op, i = row[_F["op"]], row[_F["data"]]
         ra, rc = row[_F["recv_act"]], row[_F["recv_ct"]]
         ia, ic = jnp.maximum(ra, 0), jnp.maximum(rc, 0)
-        acts = st.acts.at[ia].set(jnp.where(ra >= 0, st.inbox_f, st.acts[ia]))
-        cots = st.cots.at[ic].set(jnp.where(rc >= 0, st.inbox_b, st.cots[ic]))
+        acts = _file(st.acts, jnp.where(ra >= 0, st.inbox_f, st.acts[0, ia]), ia)
+        cots = _file(st.cots, jnp.where(rc >= 0, st.inbox_b, st.cots[0, ic]), ic)
         # the weights this pass uses: stashed (tau > 0) and/or predicted (horizon > 0)
         w = st.stash.get(row[_F["tau"]])
         if self.predict:
@@ -282,13 +299,13 @@ class MeshPipeline:
             branch,
             self._branches(),
             w,
-            acts[row[_F["in_slot"]]],
-            cots[row[_F["ct_slot"]]],
-            st.res[rs],
+            acts[0, row[_F["in_slot"]]],
+            cots[0, row[_F["ct_slot"]]],
+            st.res[0, rs],
             xs[i],
             ys[i],
         )
-        res_buf = jnp.where(op == FORWARD, st.res.at[rs].set(res), st.res)
+        res_buf = _file(st.res, jnp.where(op == FORWARD, res, st.res[0, rs]), rs)
         first = row[_F["first"]] > 0
         gacc = jnp.where(op == BACKWARD, jnp.where(first, g, st.gacc + g), st.gacc)
 
@@ -322,7 +339,7 @@ class MeshPipeline:
         # the loss stage's loss, replicated on every device (one scalar all-reduce per tick)
         is_loss = (k == n - 1) & (op == BACKWARD)
         loss = jax.lax.psum(jnp.where(is_loss, loss, 0.0), "stage")
-        return jax.tree.map(lambda a: a[None], new), loss
+        return _local(new, lambda a: a[None]), loss
 
     def _sharded(self) -> Callable[..., Any]:
         stage, rep = PartitionSpec("stage"), PartitionSpec()
