@@ -351,6 +351,19 @@ class MeshPipeline:
             check_vma=False,
         )
 
+    def memory_analysis(self, state: MeshState, xs: Any, ys: Any) -> Any:
+        """XLA's compiled memory analysis of one tick, per device (``.argument_size_in_bytes``,
+        ``.temp_size_in_bytes`` etc.). ``state`` may be abstract (``jax.eval_shape(self.init)``:
+        nothing is allocated); ``xs`` / ``ys`` are the micro-batch stacks ``[nb·M, mb, ...]``
+        (arrays or ``jax.ShapeDtypeStruct``), replicated on every device."""
+        stage = NamedSharding(self.mesh, PartitionSpec("stage"))
+        rep = NamedSharding(self.mesh, PartitionSpec())
+        spec = lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh)
+        state = jax.tree.map(lambda a: spec(a, stage), state)
+        row = jax.ShapeDtypeStruct((self.num_stages, len(FIELDS)), jnp.int32, sharding=stage)
+        lowered = self._tick.lower(state, row, spec(xs, rep), spec(ys, rep))
+        return lowered.compile().memory_analysis()
+
     def stage_params(self, state: MeshState) -> list[Any]:
         """The weights held in ``state``, gathered to the host, one pytree per stage."""
         flat = to_host(state.params)
