@@ -12,7 +12,9 @@ program names; a ``"saved"`` backward (and ``stash``) rebuilds the forward's lin
 its residuals, kept flattened and padded to ``R_max``. Memory per device: weights, optimizer
 state and gradient accumulator of ``P_max``, a stash of ``C × P_max`` (``C`` the most versions
 any stage keeps), slots ``S × A_max`` and ``S × R_max``. One compiled tick serves every program
-of the same sizes. Batch-norm state is not carried on the mesh (use ``mlp`` or ``cnn``).
+of the same sizes. Batch-norm state is not carried on the mesh (use ``mlp`` or ``cnn``). On CPU
+devices each tick completes before the next is dispatched (``MeshPipeline.block_ticks``: XLA:CPU's
+in-process collectives can otherwise deadlock between consecutive ticks).
 
 References:
     Huang et al., "GPipe", NeurIPS 2019, arXiv:1811.06965. Narayanan et al., "PipeDream", SOSP
@@ -176,6 +178,10 @@ class MeshPipeline:
         self.slots = max(*program.in_cap, *program.ct_cap, *program.res_cap, 1)
         self.capacity = max(program.stash_capacity)
         self._tick = jax.jit(self._sharded(), donate_argnums=(0,))
+        # XLA:CPU runs the devices' collectives on a bounded thread pool: a tick dispatched
+        # while the previous one is still waiting in a collective can take the threads that
+        # one needs, and both hang. Emulated CPU devices therefore finish each tick first.
+        self.block_ticks = all(d.platform == "cpu" for d in self.mesh.devices.flat)
 
     def _linearise(self, k: int, p: Any, x: jax.Array) -> tuple[Any, Any, list]:
         y, vjp_fn = jax.vjp(self.fns[k], p, x)
@@ -448,6 +454,8 @@ def executor(
         loss_sum = jnp.zeros((), jnp.float32)
         for t in range(r * program.period, (r + 1) * program.period):
             state, loss = core._tick(state, rows[t], xs_d, ys_d)
+            if core.block_ticks:
+                jax.block_until_ready(state)
             loss_sum = loss_sum + loss
         count = int(loss_ticks[r].sum()) // nm
         loss_v = np.asarray(loss_sum, np.float32)
