@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 export XLA_PYTHON_CLIENT_PREALLOCATE ?= false
 
-.PHONY: demo test test-slow lint docs bench clean-venv
+.PHONY: demo test test-slow lint docs bench claims clean-venv
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -33,6 +33,12 @@ lint: $(STAMP)
 # API reference from the docstrings, offline; warnings are errors. Output: docs/_build/html/.
 docs: $(STAMP)
 	$(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
+
+# Every claims-report configuration (resuming finished cells), then docs/claims.md and its
+# figures (docs/claims/). Hours on 2 CPU cores; `python -m experiments.claims` alone re-writes the
+# report from the run folders in results/claims/.
+claims: $(STAMP)
+	$(BIN)/python -m experiments.claims --run
 
 bench: $(STAMP)
 	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done

@@ -13,6 +13,10 @@ if "xla_force_host_platform_device_count" not in _flags:
     os.environ["XLA_FLAGS"] = (_flags + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import importlib.abc  # noqa: E402
+import importlib.util  # noqa: E402
+import sys  # noqa: E402
+
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -23,6 +27,29 @@ jax.config.update(
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
+class _CheckoutExperiments(importlib.abc.MetaPathFinder):
+    """``jaxstale.experiments`` is this checkout's ``experiments/`` folder, as in the wheel.
+
+    An editable install of this checkout maps it so too, but the tests may run in a virtualenv
+    installed from another checkout (which maps it to that one's folder, or not at all); the
+    tests, like ``jaxstale`` itself (``pythonpath = ["."]``), use this checkout's files.
+    """
+
+    FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "experiments")
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "jaxstale.experiments":
+            return None
+        return importlib.util.spec_from_file_location(
+            fullname,
+            os.path.join(self.FOLDER, "__init__.py"),
+            submodule_search_locations=[self.FOLDER],
+        )
+
+
+sys.meta_path.insert(0, _CheckoutExperiments())
+
+
 @pytest.fixture(autouse=True)
 def _stable_print_options(request: pytest.FixtureRequest):
     """Doctests print with numpy's default options, whatever an earlier test changed."""
@@ -31,3 +58,15 @@ def _stable_print_options(request: pytest.FixtureRequest):
             yield
     else:
         yield
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail any test that tries to open a network connection (TFDS paths use mock data)."""
+    import socket
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("test tried to use the network")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)

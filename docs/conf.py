@@ -75,7 +75,9 @@ AREAS: list[tuple[str, list[str]]] = [
         "training",
         ["jaxstale.data", "jaxstale.models", "jaxstale.losses", "jaxstale.train", "jaxstale.runs"],
     ),
-    ("experiments", ["experiments"]),
+    # The command and the scripts it runs. The scripts are documented once, as experiments.*
+    # (the folder on disk); the wheel ships the same files as jaxstale.experiments.*.
+    ("experiments", ["jaxstale.cli", "experiments", "jaxstale.experiments"]),
 ]
 
 
@@ -88,7 +90,7 @@ def _modules() -> list[str]:
     names = [
         m.name
         for m in pkgutil.walk_packages(jaxstale.__path__, prefix="jaxstale.")
-        if _public(m.name)
+        if _public(m.name) and not m.name.startswith("jaxstale.experiments")  # as experiments.*
     ]
     names += [
         f"experiments.{m.name}"

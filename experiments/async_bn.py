@@ -40,10 +40,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from experiments.common import lanes_for, make_delay, run_row, seed_mode
 from jaxstale import asyncdp, data, delays, loop, runs
 from jaxstale.asyncdp.methods import LC_BN_MOMENTUM as BN_MOMENTUM
 from jaxstale.asyncdp.methods import build_lc_asgd, build_lc_asgd_async_bn
+
+from .common import lanes_for, make_delay, run_row, seed_mode
 
 EXPERIMENT = "async_bn"
 KEY = ("method", "decay", "workers", "seed")

@@ -1,49 +1,72 @@
-"""Async workers: how test error degrades with the number of asynchronous workers, per method.
+"""Async workers: how accuracy degrades with the number of asynchronous workers, per method.
 
 Question: with M workers pushing gradients to a parameter server, each gradient is about M − 1
-updates stale (gamma-timed workers, ALGORITHMS.md §1). How much does plain ASGD lose as M grows,
-and how much do the mitigations recover — SSGD (synchronous, no staleness), the staleness-aware
-learning rate, DC-ASGD (constant and adaptive λ), Gap-Aware, DANA and DANA-DC?
+updates stale (ALGORITHMS.md §1). How much does plain ASGD lose as M grows, and how much do the
+mitigations recover — SSGD (synchronous, no staleness), the staleness-aware learning rate,
+DC-ASGD (constant and adaptive λ), Gap-Aware, DANA, DANA-DC and LC-ASGD — each at its own best
+learning rate?
+
+Protocol (the experiments' common one, ``experiments/common.py``): standardised inputs
+(training-set statistics) and a validation split carved from the training set; every method ×
+M runs a learning-rate grid (``--lrs``) over ``--seeds`` seeds; the rate is **selected on
+validation accuracy** (a diverged seed counts at chance) and the table reports **test
+accuracy at the selected rate** (mean ± 95 % CI over the seeds that trained, diverged fraction
+in the cell, the rate after ``@``). LC-ASGD's λ is tuned the same way, its sign included
+(``--lc-lambdas``). Time to accuracy: updates until the validation accuracy first reaches
+``--target``.
 
 Setting: :func:`jaxstale.asyncdp.run` (exact emulation, or the mesh executor), digits + MLP by
-default, batch 32, SGD with momentum 0.9 and without momentum, 3 seeds. **Budget = samples**:
-every method sees the same number of mini-batches (``epochs`` passes over the training set);
-ASGD-type methods apply one update per mini-batch, SSGD applies one update per M mini-batches
-(``1/M`` as many updates, effective batch ``M·B``), as in the DC-ASGD paper's per-epoch
-comparison. A seed fixes the initial weights, the data order and the worker timing, so all
-methods and worker counts see
-the same data stream. ``sgd`` is the 1-worker reference; at M = 1 every other method reduces to
-it (except DANA, which then is Nesterov-like momentum). Methods (``method`` in summary.json):
-sgd, ssgd, asgd, sa-asgd, dc-asgd-c, dc-asgd-a, gap-aware, dana, dana-dc, plus any name added
-with :func:`jaxstale.asyncdp.register_method` and passed with ``--methods``.
+default, batch 32, SGD with momentum 0.9, gamma-timed workers (``--delay``). **Budget =
+samples**: every method sees ``--updates`` mini-batches (1,500 = 37 epochs of the 1,295
+training examples: the synchronous reference has converged, its validation curve flat from
+~750 updates); ASGD-type methods apply one update per mini-batch, SSGD one per M mini-batches
+(effective batch ``M·B``), as in the DC-ASGD paper's per-epoch comparison. A seed fixes the
+initial weights, the data order and the worker timing, so all methods, worker counts and rates
+see the same data stream. ``sgd`` is the 1-worker reference (M = 1 only; every method but DANA
+reduces to it at M = 1, which the tests check). Methods: sgd, ssgd, asgd, sa-asgd, dc-asgd-c,
+dc-asgd-a, gap-aware, dana, dana-dc, lc-asgd, plus any name added with
+:func:`jaxstale.asyncdp.register_method` and passed with ``--methods``.
 
-Speed: one executable per (method, momentum) serves every worker count and seed (the
-emulator's traced hyper-parameters and fixed snapshot capacity), lanes run vmapped (MLP) or
-sequentially (conv models on the CPU); SSGD compiles once per M.
+Speed: one executable per (method, momentum, λ) serves every worker count, learning rate and
+seed (traced hyper-parameters, a fixed snapshot capacity): lanes run vmapped (MLP) or
+sequentially (conv models on the CPU); SSGD compiles once per M. Default: ~1,100 runs of 1,500
+updates in about 10 minutes on 2 cores; ``--quick`` is a smoke run (one minute).
 
-Outputs (run folder): summary.json rows (method, workers, momentum, seed, lr, delay,
-final_test_accuracy, final_test_error, diverged, diverged_step, mean_staleness, max_staleness,
-staleness_counts, updates, epochs, ...), table.md (rows = methods, columns = M, cells = test
-error % mean ± std and, in brackets, the change vs 1-worker SGD; "diverged" when every seed
-diverged — the DC-ASGD / LC-ASGD papers' layout), plot.png (learning curves),
-error_vs_workers.png, staleness_hist.png, staleness.json (staleness counts per M).
-The learning curves are drawn at M = 16 (or the largest M run), momentum 0.9 (the largest).
+Outputs (run folder): summary.json rows (method, workers, momentum, lr, lam, seed,
+final_val_accuracy, final_test_accuracy, diverged, diverged_step, updates_to_target,
+mean_staleness, staleness_counts, ...), table.md (test accuracy at the selected rate; updates
+to the target; the validation grid), plot.png (validation curves at M = 16 at each method's
+selected rate), accuracy_vs_workers.png (with 95 % CIs), staleness_hist.png, staleness.json.
 
 Run: ``python -m experiments.async_workers [--quick] [--out DIR] [--methods a,b] [--delay D]``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-import math
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from experiments.common import lanes_for, make_delay, run_row, seed_mode
 from jaxstale import asyncdp, data, delays, runs
+
+from .common import (
+    add_tuning_args,
+    chance,
+    lanes_for,
+    load_data,
+    make_delay,
+    open_run,
+    run_row,
+    seed_mode,
+    splits,
+    title,
+    tuned_tables,
+)
 
 EXPERIMENT = "async_workers"
 DEFAULT_METHODS = (
@@ -57,10 +80,81 @@ DEFAULT_METHODS = (
     "dana",
     "dana-dc",
     "lc-asgd",
-    "lc-asgd-async-bn",
 )
 ONE_WORKER = ("sgd",)  # methods that only run with M = 1
-KEY = ("method", "workers", "momentum", "seed")  # the fields of a cell key
+LAMBDA_METHODS = ("lc-asgd", "lc-asgd-async-bn")  # λ tuned with the rate
+KEY = ("method", "workers", "momentum", "lr", "lam", "seed")  # the fields of a cell key
+#: paper-scale configurations (``--preset``) for users with a GPU and prepared TFDS data: the
+#: papers' set-ups as far as the emulator goes, and the papers' own test errors (%) printed
+#: beside ours. Differences from the papers are named in ``"differs"``.
+PRESETS: dict[str, dict[str, Any]] = {
+    "dc-asgd-cifar10": {
+        "source": "Zheng et al., ICML 2017, Table 1 (CIFAR-10, ResNet-20, 160 epochs)",
+        "config": {
+            "dataset": "cifar10",
+            "standardize": "channel",
+            "model": "resnet20",
+            "methods": ["sgd", "ssgd", "asgd", "dc-asgd-c", "dc-asgd-a"],
+            "workers": [4, 8],
+            "momentum": [0.9],
+            "lrs": [0.05, 0.1, 0.2, 0.5],
+            "batch_size": 128,
+            "updates": 160 * 50_000 // 128,  # 160 epochs of 50,000 images, equal samples
+            "seeds": 5,
+        },
+        "differs": "no step decay of the rate (the paper divides it by 10 at epochs 80 and "
+        "120); no data augmentation; the rate is selected on our validation split",
+        "paper_error": {
+            ("sgd", 1): 8.65,
+            ("asgd", 4): 9.27,
+            ("ssgd", 4): 9.17,
+            ("dc-asgd-c", 4): 8.67,
+            ("dc-asgd-a", 4): 8.19,
+            ("asgd", 8): 10.26,
+            ("ssgd", 8): 10.10,
+            ("dc-asgd-c", 8): 9.27,
+            ("dc-asgd-a", 8): 8.57,
+        },
+    },
+    "lc-asgd-cifar10": {
+        "source": "Li et al., ICPP 2020 (CIFAR-10, ResNet-18; LC-ASGD with BN / Async-BN)",
+        "config": {
+            "dataset": "cifar10",
+            "standardize": "channel",
+            "model": "resnet20",
+            "methods": ["sgd", "ssgd", "asgd", "dc-asgd-a", "lc-asgd", "lc-asgd-async-bn"],
+            "workers": [4, 8, 16],
+            "momentum": [0.9],
+            "lrs": [0.05, 0.1, 0.2],
+            "batch_size": 128,
+            "updates": 160 * 50_000 // 128,
+            "seeds": 5,
+        },
+        "differs": "ResNet-20 instead of ResNet-18 (the zoo's CIFAR ResNet); no step decay, no "
+        "augmentation; the rate and λ are selected on our validation split",
+        "paper_error": {
+            ("sgd", 1): 5.15,
+            ("ssgd", 4): 5.67,
+            ("asgd", 4): 5.73,
+            ("dc-asgd-a", 4): 5.33,
+            ("lc-asgd", 4): 4.98,
+            ("lc-asgd-async-bn", 4): 4.87,
+            ("ssgd", 8): 6.19,
+            ("asgd", 8): 6.38,
+            ("dc-asgd-a", 8): 5.72,
+            ("lc-asgd", 8): 5.11,
+            ("lc-asgd-async-bn", 8): 4.96,
+            ("ssgd", 16): 6.41,
+            ("asgd", 16): 6.59,
+            ("dc-asgd-a", 16): 6.05,
+            ("lc-asgd", 16): 5.76,
+            ("lc-asgd-async-bn", 16): 5.52,
+        },
+    },
+}
+
+#: the learning-rate grid per momentum (×10 without momentum: the same effective step η/(1−μ))
+LRS = {0.9: [0.001, 0.003, 0.01, 0.03, 0.1], 0.0: [0.01, 0.03, 0.1, 0.3, 1.0]}
 
 
 # ----------------------------------------------------------------------------- the experiment
@@ -68,26 +162,35 @@ KEY = ("method", "workers", "momentum", "seed")  # the fields of a cell key
 
 def config_from_args(args: Any) -> dict[str, Any]:
     quick = bool(args.quick)
-    methods = args.methods.split(",") if args.methods else list(DEFAULT_METHODS)
-    unknown = [m for m in methods if m not in asyncdp.METHODS]
-    if unknown:
-        raise SystemExit(
-            f"unknown method(s) {unknown}; registered: {', '.join(asyncdp.method_names())}"
-        )
-    workers = [int(w) for w in args.workers.split(",")] if args.workers else None
-    momenta = [float(m) for m in args.momentum.split(",")] if args.momentum else None
+    pre = PRESETS[args.preset]["config"] if args.preset else {}
+    momenta = args.momentum or pre.get("momentum") or [0.9]
+    grid = args.lrs or pre.get("lrs")
+    lrs = {
+        str(mu): list(grid)
+        if grid
+        else ([0.003, 0.03] if quick else LRS.get(mu, LRS[0.9] if mu else LRS[0.0]))
+        for mu in momenta
+    }
     return {
-        "dataset": args.dataset,
-        "model": (args.model or ["mlp"])[0],
+        "quick": quick,
+        "preset": args.preset,
+        # a preset's dataset and standardisation unless the flags differ from their defaults
+        "dataset": pre.get("dataset", "digits") if args.dataset == "digits" else args.dataset,
+        "standardize": pre.get("standardize", "feature")
+        if args.standardize == "feature"
+        else args.standardize,
+        "model": (args.model or [pre.get("model", "mlp")])[0],
         "model_kw": {},
-        "methods": methods,
-        "workers": workers or ([1, 4, 16] if quick else [1, 4, 8, 16, 32]),
-        "momentum": momenta or ([0.9] if quick else [0.0, 0.9]),
-        "lr": {"0.9": args.lr, "other": args.lr_no_momentum},
-        "seeds": args.seeds or 3,
-        "batch_size": args.batch_size,
-        "epochs": args.epochs or (8 if quick else 12),
-        "steps": args.steps,
+        "methods": list(args.methods or pre.get("methods") or DEFAULT_METHODS),
+        "workers": args.workers or pre.get("workers") or ([4, 16] if quick else [4, 8, 16, 32]),
+        "momentum": momenta,
+        "lrs": lrs,
+        "lc_lambdas": args.lc_lambdas or ([0.1] if quick else [-0.1, 0.1]),
+        "seeds": args.seeds or pre.get("seeds") or (2 if quick else 5),
+        "batch_size": args.batch_size or pre.get("batch_size") or 32,
+        "updates": args.steps or (300 if quick else pre.get("updates", 1500)),
+        "eval_every": 50,
+        "target": args.target,
         "delay": args.delay,
         "straggler_fraction": args.straggler_fraction,
         "straggler_slowdown": args.straggler_slowdown,
@@ -97,30 +200,41 @@ def config_from_args(args: Any) -> dict[str, Any]:
     }
 
 
-def lr_for(cfg: dict[str, Any], momentum: float) -> float:
-    return float(cfg["lr"]["0.9"] if momentum > 0 else cfg["lr"]["other"])
-
-
 def _cells(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     keys = []
     for mu in cfg["momentum"]:
         for method in cfg["methods"]:
-            for m in cfg["workers"]:
-                if method in ONE_WORKER and m != 1:
-                    continue
-                for seed in range(cfg["seeds"]):
-                    keys.append({"method": method, "workers": m, "momentum": mu, "seed": seed})
+            lams = cfg["lc_lambdas"] if method in LAMBDA_METHODS else [None]
+            for m in [1] if method in ONE_WORKER else cfg["workers"]:
+                for lr in cfg["lrs"][str(mu)]:
+                    for lam in lams:
+                        for seed in range(cfg["seeds"]):
+                            keys.append(
+                                {"method": method, "workers": m, "momentum": mu, "lr": lr,
+                                 "lam": lam, "seed": seed}
+                            )  # fmt: skip
     return keys
 
 
+def _builder(method: str, lam: float | None) -> asyncdp.Method:
+    """The method as the executors take it: its name, or LC-ASGD's builder at λ = ``lam``."""
+    if lam is None:
+        return method
+    build = (
+        asyncdp.methods.build_lc_asgd
+        if method == "lc-asgd"
+        else asyncdp.methods.build_lc_asgd_async_bn
+    )
+    return functools.partial(build, lam=lam)
+
+
 def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[tuple[dict, list]]:
-    """All pending cells of one (method, momentum): one emulate_async call (per M for SSGD)."""
-    method, mu = keys[0]["method"], keys[0]["momentum"]
+    """All pending cells of one (method, momentum, λ): one asyncdp.run (per M for SSGD)."""
+    method, mu, lam = keys[0]["method"], keys[0]["momentum"], keys[0]["lam"]
     b = cfg["batch_size"]
     spe = len(ds.x_train) // b
-    updates = cfg["steps"] or cfg["epochs"] * spe
-    lr = lr_for(cfg, mu)
-    is_sync = _mode(method, lr, mu) == "sync"
+    updates = cfg["updates"]
+    is_sync = _mode(method, mu) == "sync"
     parts = (
         [[k for k in keys if k["workers"] == m] for m in sorted({k["workers"] for k in keys})]
         if is_sync
@@ -150,26 +264,24 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
         )
         res = asyncdp.run(
             apply,
-            method,
+            _builder(method, lam),
             ps,
             ss,
             scheds,
             xs,
             ys,
-            learning_rate=lr,
+            learning_rate=[k["lr"] for k in part],
             momentum=mu,
             warmup_steps=cfg["warmup_epochs"] * spe,
-            x_test=ds.x_test,
-            y_test=ds.y_test,
-            eval_every=spe,
+            eval_data=splits(ds),
+            eval_every=cfg["eval_every"],
             vmap=seed_mode(cfg["model"], cfg["seed_mode"]),
             executor=cfg["executor"],
         )
         wall = (time.perf_counter() - t0) / len(part)
         for k, r in zip(part, res, strict=True):
             extra = {
-                "lr": lr,
-                "delay": cfg["delay"],
+                "delay": "sync" if is_sync else cfg["delay"],
                 "batch_size": b,
                 "epochs": updates / spe,
                 "model": cfg["model"],
@@ -177,106 +289,161 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
                 "warmup_epochs": cfg["warmup_epochs"],
                 "wall_s": wall,
             }
-            if is_sync:
-                extra["delay"] = "sync"
-            out[id(k)] = run_row(r, spe, extra)
+            out[id(k)] = run_row(r, spe, extra, cfg["target"])
     return [out[id(k)] for k in keys]
 
 
-def _mode(method: str, lr: float, mu: float) -> str:
-    return asyncdp.build_method(method, asyncdp.HParams(lr, mu, 1)).mode
+def _mode(method: str, mu: float) -> str:
+    return asyncdp.build_method(method, asyncdp.HParams(0.1, mu, 1)).mode
 
 
-# ----------------------------------------------------------------------------- table and plots
+# ----------------------------------------------------------------------------- tables and plots
 
 
-def _errors(rows: list[dict], method: str, m: int, mu: float) -> list[Any]:
+def _fmt_knob(v: Any) -> str:
+    lr, lam = v
+    return f"{lr:g}" if lam is None else f"{lr:g} (λ {lam:+g})"
+
+
+def make_table(rows: list[dict], cfg: dict[str, Any], ds_chance: float) -> tuple[str, dict]:
+    """Test accuracy at the rate selected on validation, time to target, the validation grid."""
+    parts, selected = [], {}
+    budget = f"{cfg['updates']} mini-batches ({cfg['updates'] * cfg['batch_size']} samples)"
+    for mu in cfg["momentum"]:
+        sub = [r for r in rows if r["momentum"] == mu]
+        acc, ttime, grid, sel = tuned_tables(
+            sub,
+            index=("method",),
+            columns="workers",
+            chance_acc=ds_chance,
+            knob=("lr", "lam"),
+            col_label=lambda m: f"M={m}",
+            fmt_knob=_fmt_knob,
+        )
+        selected.update({(*k, mu): v for k, v in sel.items()})
+        head = (
+            f"momentum {mu}, {cfg['delay']} delays, {cfg['model']} on {cfg['dataset']} "
+            f"(standardize={cfg['standardize']}; validation split for selection), equal samples: "
+            f"{budget}; "
+            f"{cfg['seeds']} seeds"
+        )
+        parts += [
+            title(
+                cfg,
+                f"**Test accuracy % at each method's learning rate selected on validation "
+                f"(mean ± 95 % CI over seeds that trained; [diverged/seeds]; @ selected lr), "
+                f"{head}**",
+            ),
+            acc,
+            f"**Updates until validation accuracy ≥ {100 * cfg['target']:g} % at the selected "
+            f"rate (median over seeds; [reached/seeds]; SSGD: its own updates, M mini-batches "
+            f"each), momentum {mu}**",
+            ttime,
+            f"**Validation accuracy % per learning rate (mean over seeds, diverged seeds at "
+            f"chance; bold: selected), momentum {mu}**",
+            grid,
+        ]
+    if cfg.get("preset"):
+        parts.append(paper_table(rows, selected, cfg))
+    return "\n\n".join(parts) + "\n", selected
+
+
+def paper_table(rows: list[dict], selected: dict, cfg: dict[str, Any]) -> str:
+    """Our test error % at the selected rate beside the paper's, for a ``--preset`` run."""
+    pre = PRESETS[cfg["preset"]]
+    mu = max(cfg["momentum"])
+    body = []
+    for method in cfg["methods"]:
+        cells = []
+        for m in [1, *cfg["workers"]]:
+            if (method in ONE_WORKER) != (m == 1):
+                cells.append("–")
+                continue
+            pick = _selected_rows(rows, selected, method, m, mu)
+            errs = [r["final_test_error"] for r in pick]
+            ours = runs.format_ci(errs, diverged=[r["diverged"] for r in pick]) if pick else "–"
+            paper = pre["paper_error"].get((method, m))
+            cells.append(f"{ours} (paper {paper:.2f})" if paper is not None else ours)
+        body.append([method, *cells])
+    heads = ["method", *(f"M={m}" for m in [1, *cfg["workers"]])]
+    return (
+        f"**Test error % beside the paper's — preset {cfg['preset']}: {pre['source']}. Differs "
+        f"from the paper: {pre['differs']}.**\n\n" + runs.markdown_table(heads, body)
+    )
+
+
+def _selected_rows(rows: list[dict], selected: dict, method: str, m: int, mu: float) -> list[dict]:
+    pick = selected.get((method, m, mu))
     return [
-        r["final_test_error"]
+        r
         for r in rows
-        if r["method"] == method and r["workers"] == m and r["momentum"] == mu
+        if r["method"] == method
+        and r["workers"] == m
+        and r["momentum"] == mu
+        and (r["lr"], r["lam"]) == pick
     ]
 
 
-def make_table(rows: list[dict], cfg: dict[str, Any]) -> str:
-    """Test error % (mean ± std over seeds) per method and M, with the change vs 1-worker SGD."""
-    parts = []
-    budget = f"{cfg['steps']} batches" if cfg["steps"] else f"{cfg['epochs']} epochs"
-    for mu in cfg["momentum"]:
-        ref_vals = [v for v in _errors(rows, "sgd", 1, mu) if v is not None]
-        ref = float(np.mean(ref_vals)) if ref_vals else None
-        body = []
-        for method in cfg["methods"]:
-            cells = []
-            for m in cfg["workers"]:
-                vals = _errors(rows, method, m, mu)
-                if not vals:
-                    cells.append("–")
-                    continue
-                text = runs.format_mean_std(vals, scale=100.0, digits=1)
-                ok = [v for v in vals if v is not None and math.isfinite(v)]
-                if ok and ref is not None and not (method == "sgd" and m == 1):
-                    text += f" ({100 * (np.mean(ok) - ref):+.1f})"
-                cells.append(text)
-            body.append([method, *cells])
-        title = (
-            f"**Test error % (mean ± std over {cfg['seeds']} seeds; in brackets: change vs "
-            f"1-worker SGD), momentum {mu}, lr {lr_for(cfg, mu)}, {cfg['delay']} delays, "
-            f"{cfg['model']} on {cfg['dataset']}, equal samples ({budget})**"
-        )
-        parts.append(
-            title
-            + "\n\n"
-            + runs.markdown_table(["method", *(f"M={m}" for m in cfg["workers"])], body)
-        )
-    return "\n\n".join(parts) + "\n"
-
-
-def make_figures(rows: list[dict], metrics_of: Callable[[dict], list], cfg: dict) -> dict:
+def make_figures(
+    rows: list[dict], selected: dict, metrics_of: Callable[[dict], list], cfg: dict
+) -> dict:
     from matplotlib.figure import Figure
 
     figs: dict[str, Any] = {}
     mu_main = max(cfg["momentum"])
-    m_big = 16 if 16 in cfg["workers"] else max(cfg["workers"])  # where methods differ most
-    series: dict[str, list] = {}
-    for r in rows:
-        if r["momentum"] != mu_main:
-            continue
-        if r["workers"] == m_big or (r["method"] in ONE_WORKER and r["workers"] == 1):
-            label = r["method"] if r["method"] in ONE_WORKER else f"{r['method']} (M={m_big})"
-            series.setdefault(label, []).append(metrics_of(r) or [])
+    # one row of panels per M, each method at its own selected rate (sgd: the M = 1 reference,
+    # drawn in every row)
+    grid: dict[str, dict[str, list]] = {}
+    for m in cfg["workers"]:
+        series: dict[str, list] = {}
+        for method in cfg["methods"]:
+            pick = _selected_rows(rows, selected, method, 1 if method in ONE_WORKER else m, mu_main)
+            if pick:
+                label = f"{method} (M=1, lr {pick[0]['lr']:g})" if method in ONE_WORKER else (
+                    f"{method} (lr {pick[0]['lr']:g})"
+                )  # fmt: skip
+                series[label] = [metrics_of(r) or [] for r in pick]
+        grid[f"M={m}"] = series
     figs["plot"] = runs.curves_figure(
-        series,
+        grid,
         x="epoch",
-        ys=("train_loss", "test_accuracy"),
-        title=f"Learning curves, momentum {mu_main}, {cfg['delay']} delays",
+        ys=("train_loss", "val_accuracy"),
+        methods=cfg["methods"],
+        title=f"Curves at each method's rate selected on validation, momentum {mu_main}, "
+        f"{cfg['delay']} delays",
+        footer=_footer(cfg),
     )
 
     fig = Figure(figsize=(5.5 * len(cfg["momentum"]), 4), layout="constrained")
     axes = fig.subplots(1, len(cfg["momentum"]), squeeze=False)[0]
     for ax, mu in zip(axes, cfg["momentum"], strict=True):
         for method in cfg["methods"]:
-            xs, ys, xd = [], [], []
-            for m in cfg["workers"]:
-                vals = [v for v in _errors(rows, method, m, mu) if v is not None]
-                if vals:
+            xs, ys, es, xd = [], [], [], []
+            for m in [1] if method in ONE_WORKER else cfg["workers"]:
+                pick = _selected_rows(rows, selected, method, m, mu)
+                vals = [r["final_test_accuracy"] for r in pick if not r["diverged"]]
+                mean, half, n = runs.mean_ci(vals)
+                if n:
                     xs.append(m)
-                    ys.append(100 * float(np.mean(vals)))
-                elif _errors(rows, method, m, mu):
+                    ys.append(100 * mean)
+                    es.append(100 * half if np.isfinite(half) else 0.0)
+                elif pick:
                     xd.append(m)
             if method in ONE_WORKER and ys:
                 ax.axhline(ys[0], color="k", ls="--", lw=1, label=f"{method} (1 worker)")
                 continue
-            (line,) = ax.plot(xs, ys, marker="o", label=method)
+            style = runs.method_style(method, cfg["methods"])
+            ax.errorbar(xs, ys, yerr=es, capsize=3, label=method, **style)
             if xd:
-                ax.plot(xd, [100] * len(xd), "x", color=line.get_color())
+                ax.plot(xd, [0] * len(xd), "x", color=style["color"])
         ax.set_xscale("log", base=2)
         ax.set_xlabel("workers M")
-        ax.set_ylabel("final test error % (x: diverged)")
+        ax.set_ylabel("test accuracy % at the selected lr (x: all diverged)")
         ax.set_title(f"momentum {mu}")
         ax.grid(alpha=0.3)
     axes[-1].legend(fontsize="small")
-    figs["error_vs_workers"] = fig
+    fig.text(0.01, 0.0, _footer(cfg), fontsize="x-small", va="bottom", wrap=True)
+    figs["accuracy_vs_workers"] = fig
 
     fig = Figure(figsize=(6, 4), layout="constrained")
     ax = fig.subplots()
@@ -292,11 +459,22 @@ def make_figures(rows: list[dict], metrics_of: Callable[[dict], list], cfg: dict
     return figs
 
 
+def _footer(cfg: dict[str, Any]) -> str:
+    return (
+        f"{cfg['model']} on {cfg['dataset']} (standardize={cfg['standardize']}), batch "
+        f"{cfg['batch_size']}, {cfg['updates']} mini-batches, {cfg['seeds']} seeds, lr grid "
+        f"{cfg['lrs']}, {cfg['delay']} delays" + (" — SMOKE RUN (--quick)" if cfg["quick"] else "")
+    )
+
+
 def staleness_counts(rows: list[dict], m: int) -> np.ndarray | None:
-    """Staleness histogram of all asynchronous runs with M workers (summed over seeds)."""
+    """Staleness histogram of one method's asynchronous runs with M workers (summed over seeds
+    at one learning rate: the schedule does not depend on the rate)."""
+    ref = rows_async_ref(rows)
+    lr0 = next((r["lr"] for r in rows if r["method"] == ref), None)
     total: np.ndarray | None = None
     for r in rows:
-        if r["workers"] != m or r.get("delay") == "sync" or r["method"] != rows_async_ref(rows):
+        if r["workers"] != m or r["method"] != ref or r["lr"] != lr0 or r.get("delay") == "sync":
             continue
         c = np.asarray(r["staleness_counts"])
         if total is None:
@@ -310,7 +488,7 @@ def staleness_counts(rows: list[dict], m: int) -> np.ndarray | None:
 def rows_async_ref(rows: list[dict]) -> str:
     """The method whose schedules the histogram shows (asgd if present)."""
     names = {r["method"] for r in rows if r.get("delay") != "sync"}
-    return "asgd" if "asgd" in names else sorted(names)[0]
+    return "asgd" if "asgd" in names or not names else sorted(names)[0]
 
 
 # ----------------------------------------------------------------------------- main
@@ -318,19 +496,52 @@ def rows_async_ref(rows: list[dict]) -> str:
 
 def parser() -> Any:
     p = runs.cli_parser(__doc__.splitlines()[0])
-    p.add_argument("--methods", default=None, help="comma-separated method names (registered)")
-    p.add_argument("--workers", default=None, help="comma-separated worker counts M")
-    p.add_argument("--momentum", default=None, help="comma-separated momenta (default 0,0.9)")
-    p.add_argument("--lr", type=float, default=0.01, help="learning rate with momentum")
     p.add_argument(
-        "--lr-no-momentum", type=float, default=0.1, help="learning rate without momentum"
+        "--methods",
+        type=runs.name_list(asyncdp.method_names, "method"),
+        default=None,
+        help="comma-separated method names (registered; default: "
+        + ",".join(DEFAULT_METHODS)
+        + ")",
     )
-    p.add_argument("--epochs", type=int, default=None, help="passes over the training set")
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument(
+        "--workers",
+        type=runs.int_list(low=1),
+        default=None,
+        help="comma-separated worker counts M (default 4,8,16,32; sgd runs at M = 1)",
+    )
+    p.add_argument(
+        "--momentum",
+        type=runs.float_list(low=0, high=1, high_open=True),
+        default=None,
+        help="comma-separated momenta (default 0.9)",
+    )
+    add_tuning_args(p, lrs=LRS[0.9])
+    p.add_argument(
+        "--lc-lambdas",
+        type=runs.float_list(),
+        default=None,
+        help="LC-ASGD's λ grid, tuned with the rate, sign included (default -0.1,0.1)",
+    )
+    p.add_argument(
+        "--batch-size", type=runs.number(int, low=1), default=None, help="mini-batch size (32)"
+    )
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default=None,
+        help="a paper-scale configuration (CIFAR-10, ResNet-20; needs prepared TFDS data and a "
+        "GPU), with the paper's numbers beside ours; other flags override it",
+    )
     p.add_argument("--delay", default="gamma", choices=delays.DELAY_MODELS)
-    p.add_argument("--straggler-fraction", type=float, default=0.0)
-    p.add_argument("--straggler-slowdown", type=float, default=1.0)
-    p.add_argument("--warmup-epochs", type=int, default=0, help="lr warm-up from lr/M (DANA: 5)")
+    p.add_argument("--straggler-fraction", type=runs.number(float, low=0, high=1), default=0.0)
+    p.add_argument("--straggler-slowdown", type=runs.number(float, low=1), default=1.0)
+    p.add_argument(
+        "--warmup-epochs",
+        type=runs.number(int, low=0),
+        default=0,
+        help="lr warm-up from lr/M (DANA: 5)",
+    )
     p.add_argument("--seed-mode", default="auto", choices=("auto", "vmap", "sequential"))
     p.add_argument(
         "--executor",
@@ -340,6 +551,9 @@ def parser() -> Any:
         "(same results). On a CPU, emulate devices with "
         "XLA_FLAGS=--xla_force_host_platform_device_count=8",
     )
+    for action in p._actions:
+        if action.dest == "steps":
+            action.help = "mini-batches per run, the budget (default 1500; --quick 300)"
     return p
 
 
@@ -348,20 +562,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     args = parser().parse_args(argv)
     cfg = config_from_args(args)
-    ds = data.load(cfg["dataset"])
-    run = runs.RunFolder(EXPERIMENT, cfg, out=args.out)
+    ds = load_data(cfg, args)
+    user = [asyncdp.METHODS[m] for m in cfg["methods"] if m not in asyncdp.methods.BUILTIN]
+    run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__], sources=user)
     keys = _cells(cfg)
     rows = run.run_grouped(
-        keys, lambda ks: _run_group(cfg, ds, ks), vary=("seed", "workers"), desc=EXPERIMENT
+        keys,
+        lambda ks: _run_group(cfg, ds, ks),
+        vary=("seed", "workers", "lr"),
+        desc=EXPERIMENT,
     )
-    table = make_table(rows, cfg)
-    figs = make_figures(rows, lambda r: run.metrics({k: r[k] for k in KEY}), cfg)
+    table, selected = make_table(rows, cfg, chance(ds))
+    figs = make_figures(rows, selected, lambda r: run.metrics({k: r[k] for k in KEY}), cfg)
     counts = {
         str(m): c.tolist() for m in cfg["workers"] if (c := staleness_counts(rows, m)) is not None
     }
     runs.atomic_write_text(run.path / "staleness.json", json.dumps(counts) + "\n")
     paths = run.report(table, figs, num_runs=len(rows), started=t0)
-    return {"rows": rows, "paths": paths, "table": table}
+    return {"rows": rows, "paths": paths, "table": table, "selected": selected}
 
 
 if __name__ == "__main__":

@@ -1,4 +1,17 @@
-"""Helpers the experiments share: data streams, delay schedules, result rows, lane batching.
+"""Helpers the experiments share: data streams, delay schedules, result rows, lane batching,
+and the protocol every experiment follows (issue 13):
+
+* **data**: the loader's default — training-set standardisation, a validation split carved
+  from the training set (:func:`splits`); curves record validation *and* test accuracy;
+* **tuning**: each method × setting runs a learning-rate grid; the rate is selected on the
+  final validation accuracy (diverged seeds count at chance, :func:`jaxstale.runs.select`), and
+  tables report test accuracy at the selected rate with the rate shown
+  (:func:`tuned_tables`);
+* **statistics**: ≥ 5 seeds by default; cells are mean ± 95 % CI over the seeds that trained
+  with the diverged fraction written in the cell; time to accuracy (updates until the
+  validation accuracy first reaches ``--target``) next to final accuracy;
+* **runs**: :func:`open_run` (the code fingerprint includes user-registered methods; stale
+  results are refused), ``--quick`` marked as a smoke run in every table (:func:`title`).
 
 Experiments do not import each other; what two of them need lives here.
 """
@@ -11,9 +24,225 @@ from typing import Any
 import numpy as np
 import optax
 
-from jaxstale import data, delays, models, train
+from jaxstale import data, delays, models, runs, train
 
-__all__ = ["Gather", "fit_grid", "lanes_for", "make_delay", "run_row", "seed_mode"]
+__all__ = [
+    "SMOKE",
+    "Gather",
+    "add_tuning_args",
+    "chance",
+    "fit_grid",
+    "lanes_for",
+    "load_data",
+    "make_delay",
+    "open_run",
+    "outcome",
+    "run_row",
+    "seed_mode",
+    "splits",
+    "title",
+    "tuned_tables",
+]
+
+SMOKE = (
+    "**Smoke run (--quick): a wiring check on a tiny budget, not a result; run without --quick "
+    "for the numbers.**"
+)
+
+
+def add_tuning_args(p: Any, *, lrs: Sequence[float], target: float = 0.95, seeds: int = 5) -> None:
+    """The tuning flags: ``--lrs`` (the grid), ``--target`` (time-to-accuracy threshold on the
+    validation split); ``--seeds`` (from :func:`jaxstale.runs.cli_parser`) gets its default in
+    the help text."""
+    p.add_argument(
+        "--lrs",
+        type=runs.float_list(low=0, low_open=True),
+        default=None,
+        help=f"learning-rate grid, comma-separated; each method and setting uses the rate with "
+        f"the best validation accuracy (default {','.join(f'{v:g}' for v in lrs)})",
+    )
+    p.add_argument(
+        "--target",
+        type=runs.number(float, low=0, high=1, low_open=True),
+        default=target,
+        help=f"validation accuracy whose first crossing is the time to accuracy (default {target})",
+    )
+    for action in p._actions:
+        if action.dest == "seeds":
+            action.help = f"number of seeds (default {seeds}; --quick: fewer)"
+
+
+def load_data(cfg: dict[str, Any], args: Any = None) -> data.Dataset:
+    """The experiment's dataset: ``cfg["dataset"]`` standardised as ``cfg["standardize"]``
+    (default ``"feature"``), from ``args.data_dir`` (not part of the run id)."""
+    return data.load(
+        cfg["dataset"],
+        standardize=cfg.get("standardize", "feature"),
+        data_dir=getattr(args, "data_dir", None),
+    )
+
+
+def splits(ds: data.Dataset) -> dict[str, tuple[Any, Any]]:
+    """The evaluation splits of a run: ``{"val": ..., "test": ...}`` (``val`` only when the
+    dataset has a validation split)."""
+    out: dict[str, tuple[Any, Any]] = {}
+    if ds.x_val is not None and len(ds.x_val):
+        out["val"] = (ds.x_val, ds.y_val)
+    out["test"] = (ds.x_test, ds.y_test)
+    return out
+
+
+def chance(ds: data.Dataset) -> float:
+    """Chance accuracy ``1 / classes``: the selection score of a diverged seed."""
+    return 1.0 / int(ds.num_classes)
+
+
+def outcome(res: Any, target: float) -> dict[str, Any]:
+    """The result fields every experiment records for a run (a ``loop.Result``-like object):
+    final validation and test accuracy, divergence, final training loss, and
+    ``updates_to_target`` (updates until the validation accuracy first reached ``target``)."""
+    acc = dict(getattr(res, "final_accuracy", {}) or {})
+    return {
+        "final_val_accuracy": acc.get("val"),
+        "final_test_accuracy": res.final_test_accuracy,
+        "final_test_error": None
+        if res.final_test_accuracy is None
+        else 1.0 - res.final_test_accuracy,
+        "diverged": bool(res.diverged),
+        "diverged_step": res.diverged_step,
+        "final_train_loss": None if res.diverged or not res.curve else res.curve[-1]["train_loss"],
+        "updates_to_target": runs.time_to_accuracy(res.curve, target),
+    }
+
+
+def title(cfg: dict[str, Any], text: str) -> str:
+    """A table title, with the smoke-run warning under ``--quick``."""
+    return f"{SMOKE}\n\n{text}" if cfg.get("quick") else text
+
+
+def open_run(
+    experiment: str, cfg: dict[str, Any], args: Any, module: Any, sources: Sequence[Any] = ()
+) -> runs.RunFolder:
+    """The run folder: named by ``cfg``, fingerprinted by jaxstale, ``module`` and this file,
+    plus ``sources`` (user-registered builders); refuses results of other code."""
+    import sys
+
+    return runs.RunFolder.from_args(
+        experiment, cfg, args, modules=(module, sys.modules[__name__]), sources=sources
+    )
+
+
+def _fmt_lr(v: Any) -> str:
+    if isinstance(v, list | tuple):
+        return ", ".join(_fmt_lr(x) for x in v)
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _fmt_rest(knob: Any, rest: tuple[Any, ...]) -> str:
+    """The secondary fields of a joint knob in a grid row (empty where they do not apply)."""
+    return ", ".join(
+        f"{k} {_fmt_lr(v)}" for k, v in zip(knob[1:], rest, strict=True) if v is not None
+    )
+
+
+def _unique(values: Any) -> list[Any]:
+    out: list[Any] = []
+    for v in values:
+        if v not in out:
+            out.append(v)
+    return out
+
+
+def tuned_tables(
+    rows: Sequence[dict[str, Any]],
+    *,
+    index: Sequence[str],
+    columns: str | None,
+    chance_acc: float,
+    knob: str | Sequence[str] = "lr",
+    col_label: Callable[[Any], str] = str,
+    fmt_knob: Callable[[Any], str] | None = None,
+    value: str = "final_test_accuracy",
+) -> tuple[str, str, str, dict[tuple[Any, ...], Any]]:
+    """The three tables of a tuned sweep and the knob selected per (index…, column).
+
+    Returns:
+        ``(accuracy, time, grid, selected)``: ``value`` in % (mean ± 95 % CI, diverged
+        fraction, ``@ <knob>``) at the knob selected on validation; updates to the target
+        validation accuracy at that knob (median over seeds, ``[reached/seeds]``); the grid's
+        mean final validation accuracy % per knob value (diverged seeds at chance), which shows
+        how sharp each optimum is; ``{(index…, column): knob}``.
+    """
+    by = (*index, columns) if columns is not None else tuple(index)
+    selected = runs.select(rows, by=by, knob=knob, chance=chance_acc)
+    groups: dict[tuple[Any, ...], dict[Any, list[dict[str, Any]]]] = {}
+    for r in rows:
+        kv = runs.stats.knob_value(r, knob)
+        groups.setdefault(tuple(r.get(k) for k in by), {}).setdefault(kv, []).append(r)
+    fk = fmt_knob or _fmt_lr
+    idx_vals = _unique(tuple(r.get(k) for k in index) for r in rows)
+    cols = _unique(r.get(columns) for r in rows) if columns is not None else [None]
+    knobs = _unique(runs.stats.knob_value(r, knob) for r in rows)
+    many = len(knobs) > 1
+    joint = not isinstance(knob, str)
+    first_field = knob if isinstance(knob, str) else knob[0]
+    firsts = _unique(r.get(first_field) for r in rows)
+
+    def _rest(kv: Any) -> tuple[Any, ...]:
+        return tuple(kv[1:]) if joint else ()
+
+    def group(i: tuple[Any, ...], c: Any) -> tuple[Any, ...]:
+        return (*i, c) if columns is not None else i
+
+    acc, time_, grid = [], [], []
+    for i in idx_vals:
+        a_cells, t_cells = [], []
+        for c in cols:
+            g = group(i, c)
+            if g not in selected:
+                a_cells.append("–")
+                t_cells.append("–")
+                continue
+            pick = groups[g][selected[g]]
+            text = runs.format_ci(
+                [r.get(value) for r in pick], diverged=[bool(r.get("diverged")) for r in pick]
+            )
+            a_cells.append(text + (f" @ {fk(selected[g])}" if many else ""))
+            t_cells.append(runs.format_steps([r.get("updates_to_target") for r in pick]))
+            # grid rows: one per value of the knob's secondary fields (e.g. LC-ASGD's λ),
+            # columns: the first field's values (the learning rates)
+            for rest in _unique(_rest(kv) for kv in groups[g]):
+                g_cells = []
+                for first in firsts:
+                    kv = first if not joint else (first, *rest)
+                    per = groups[g].get(kv)
+                    if not per:
+                        g_cells.append("–")
+                        continue
+                    sc = 100 * runs.stats.score(per, "final_val_accuracy", chance_acc)
+                    div = sum(bool(r.get("diverged")) for r in per)
+                    mark = "**" if kv == selected[g] and many else ""
+                    g_cells.append(
+                        f"{mark}{sc:.1f}{mark}" + (f" [{div}/{len(per)} div.]" if div else "")
+                    )
+                label = [col_label(c)] if columns is not None else []
+                extra = [_fmt_rest(knob, rest)] if joint else []
+                grid.append([*map(str, i), *label, *extra, *g_cells])
+        acc.append([*map(str, i), *a_cells])
+        time_.append([*map(str, i), *t_cells])
+    heads = [*index, *(col_label(c) for c in cols)] if columns is not None else [*index, "value"]
+    gheads = [
+        *index,
+        *(["setting"] if columns is not None else []),
+        *([", ".join(knob[1:])] if joint else []),
+        *(f"{first_field} {_fmt_lr(k)}" for k in firsts),
+    ]
+    return (
+        runs.markdown_table(heads, acc),
+        runs.markdown_table(heads, time_),
+        runs.markdown_table(gheads, grid),
+        selected,
+    )
 
 
 class Gather:
@@ -93,17 +322,15 @@ def lanes_for(
     return apply, ps, ss, xs, ys
 
 
-def run_row(res: Any, epoch_batches: int, extra: dict[str, Any]) -> tuple[dict, list[dict]]:
-    """A summary row and the metric records of one asynchronous run's result."""
+def run_row(
+    res: Any, epoch_batches: int, extra: dict[str, Any], target: float = 0.95
+) -> tuple[dict, list[dict]]:
+    """A summary row (:func:`outcome`, staleness statistics, ``extra``) and the metric records
+    of one asynchronous run's result."""
     tau = np.asarray(res.staleness)
-    acc = res.final_test_accuracy
     row = {
         **extra,
-        "final_test_accuracy": acc,
-        "final_test_error": None if acc is None else 1.0 - acc,
-        "diverged": bool(res.diverged),
-        "diverged_step": res.diverged_step,
-        "final_train_loss": None if res.diverged else res.curve[-1]["train_loss"],
+        **outcome(res, target),
         "updates": len(res.losses),
         "mean_staleness": float(tau.mean()),
         "max_staleness": int(tau.max()),

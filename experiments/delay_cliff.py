@@ -30,8 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from experiments.common import lanes_for, make_delay, run_row, seed_mode
 from jaxstale import asyncdp, data, runs
+
+from .common import lanes_for, make_delay, run_row, seed_mode
 
 EXPERIMENT = "delay_cliff"
 DEFAULT_METHODS = ("asgd", "sa-asgd", "dc-asgd-a", "gap-aware")

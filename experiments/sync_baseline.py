@@ -21,9 +21,10 @@ from collections.abc import Sequence
 
 import optax
 
-from experiments.common import fit_grid
 from jaxstale import data
 from jaxstale.runs import RunFolder, cli_parser, curves_figure, mean_std_table
+
+from .common import fit_grid
 
 EXPERIMENT = "sync_baseline"
 DEFAULTS = {

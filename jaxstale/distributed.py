@@ -9,6 +9,25 @@ unconditionally); :func:`is_main_process` and :func:`process_allgather_to_host` 
 program needs to write its results once. No runtime of our own: coordination, heartbeats and
 collectives (gloo on the CPU) are JAX's.
 
+**What multi-process use of the mesh executors requires** (:mod:`jaxstale.asyncdp.mesh`,
+:mod:`jaxstale.pipeline.mesh`; the experiments' ``--executor mesh`` under the launcher):
+
+* every process runs the same program with the same arguments and the same host data
+  (datasets, seeds, delay schedules, initial weights): each places *its* copy of a value on
+  its own devices of the mesh (:func:`jaxstale.mesh.to_mesh`), nothing checks that the copies
+  agree, and every process must make the same JAX calls in the same order (a collective one
+  process skips waits forever);
+* the mesh is built after :func:`initialize` from ``jax.devices()`` (the global list) and holds
+  a device of every process: :func:`jaxstale.mesh.make_mesh` takes devices from each, the
+  executors refuse a mesh that leaves a process out;
+* results come back to every process (replicated losses read from its own devices, weights
+  gathered with :func:`jaxstale.mesh.to_host`), and are written once, by process 0:
+  :class:`jaxstale.runs.RunFolder` and :func:`jaxstale.runs.atomic_write_text` write nothing
+  on the other processes;
+* resuming a run folder needs every process to see the same files: one machine, or a shared
+  filesystem on a cluster (a ``RunFolder`` compares what each process finds and stops them all
+  with an error if it differs); without one, do not resume (use a new ``--out``).
+
 On a cluster, do not use this launcher: start the program with the cluster's own launcher and
 call ``jax.distributed.initialize()`` with no arguments at the top of the program (before any
 JAX computation); JAX reads the coordinator, the number of processes and the process id from
@@ -41,7 +60,13 @@ import numpy as np
 
 from jaxstale.mesh import to_host
 
-__all__ = ["initialize", "is_main_process", "process_allgather_to_host"]
+__all__ = [
+    "allgather_bytes",
+    "initialize",
+    "is_main_process",
+    "process_allgather_to_host",
+    "process_count",
+]
 
 ENV_COORDINATOR = "JAXSTALE_COORDINATOR"
 ENV_NUM_PROCESSES = "JAXSTALE_NUM_PROCESSES"
@@ -140,6 +165,36 @@ def is_main_process() -> bool:
         True
     """
     return jax.process_index() == 0
+
+
+def process_count() -> int:
+    """The number of processes in the group: ``jax.process_count()`` once JAX's distributed
+    runtime is initialized, else 1 — without starting a JAX backend in that case (so a
+    single-process program may call it before configuring JAX).
+
+    Example:
+        >>> from jaxstale.distributed import process_count
+        >>> process_count()
+        1
+    """
+    return jax.process_count() if jax.distributed.is_initialized() else 1
+
+
+def allgather_bytes(data: bytes) -> list[bytes]:
+    """Every process's ``data``, in process order, on every process (a collective: every
+    process must call it, with ``data`` of the same length). ``[data]`` in one process.
+
+    Example:
+        >>> from jaxstale.distributed import allgather_bytes
+        >>> allgather_bytes(b"ok")
+        [b'ok']
+    """
+    if process_count() == 1:
+        return [bytes(data)]
+    from jax.experimental import multihost_utils
+
+    rows = multihost_utils.process_allgather(np.frombuffer(data, np.uint8), tiled=False)
+    return [np.asarray(r, np.uint8).tobytes() for r in rows]
 
 
 def process_allgather_to_host(tree: Any) -> Any:

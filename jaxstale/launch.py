@@ -16,7 +16,8 @@ Command line::
 
 The target after ``--`` is ``-m MODULE [args]`` (run like ``python -m``), a ``.py`` script
 (run like ``python script.py``), or a bare experiment name ``NAME`` (the module
-``experiments.NAME`` of this repository). Options:
+``experiments.NAME`` of this checkout; ``jaxstale.experiments.NAME`` from an installed wheel).
+Options:
 
 * ``--processes P`` (``-n``): the number of processes;
 * ``--devices-per-process D`` (``-d``): emulated CPU devices per process
@@ -117,10 +118,14 @@ def _resolve_target(target_argv: Sequence[str]) -> tuple[str, str, list[str]]:
     if head.endswith(".py") or os.sep in head or Path(head).is_file():
         return "path", head, rest
     if _NAME.fullmatch(head):
-        return "module", f"experiments.{head}", rest
+        # a checkout's experiments/ folder beside jaxstale/, else the wheel's copy
+        checkout = Path(__file__).resolve().parent.parent / "experiments"
+        package = "experiments" if (checkout / "__init__.py").is_file() else "jaxstale.experiments"
+        return "module", f"{package}.{head}", rest
     raise ValueError(
         f"launch: cannot tell what to run from {head!r}: give -m MODULE, a path to a .py "
-        "script, or a bare experiment name NAME (the module experiments.NAME)"
+        "script, or a bare experiment name NAME (the module experiments.NAME, or "
+        "jaxstale.experiments.NAME when installed)"
     )
 
 

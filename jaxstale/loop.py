@@ -23,7 +23,13 @@ per lane (vmapped runs — seeds, learning rates, worker counts — are lanes of
 .. code-block:: text
 
     {"step": updates done, ["batches": mini-batches consumed,] "train_loss": mean over the
-     interval's updates, "test_accuracy": accuracy on eval_data (None after divergence)}
+     interval's updates, "<split>_accuracy": accuracy on each evaluation split (None after
+     divergence)}
+
+``eval_data`` is ``(x, y)`` (recorded as ``"test_accuracy"``) or a mapping of split names to
+``(x, y)``, e.g. ``{"val": (x_val, y_val), "test": (x_test, y_test)}`` (recorded as
+``"val_accuracy"`` and ``"test_accuracy"``): experiments choose on the validation curve and
+report the test one.
 
 Divergence: a lane whose training loss becomes NaN or ±inf is *diverged at the first update whose
 loss is non-finite* (1-based, over the lane's updates); it is not evaluated any more and its
@@ -49,14 +55,14 @@ Example:
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Executor", "Result", "Stats", "accuracy", "advance", "run"]
+__all__ = ["Executor", "Result", "Stats", "accuracy", "advance", "eval_splits", "run"]
 
 State = Any
 Params = Any
@@ -123,7 +129,10 @@ class Result(NamedTuple):
         curve: evaluation records (see the module docstring).
         diverged: whether the loss (or the final weights) became non-finite.
         diverged_step: the 1-based update whose loss was first non-finite (None if none).
-        final_test_accuracy: the last recorded accuracy (None if diverged or not evaluated).
+        final_test_accuracy: the last recorded ``"test"`` accuracy (None if diverged or not
+            evaluated on a ``"test"`` split).
+        final_accuracy: the last recorded accuracy of every evaluation split, by name (values
+            None if diverged).
     """
 
     params: Any
@@ -133,6 +142,27 @@ class Result(NamedTuple):
     diverged: bool
     diverged_step: int | None
     final_test_accuracy: float | None
+    final_accuracy: dict[str, float | None] = {}  # noqa: RUF012 (never mutated; built per run)
+
+
+EvalData = tuple[Any, Any] | Mapping[str, tuple[Any, Any]]
+
+
+def eval_splits(eval_data: EvalData | None) -> dict[str, tuple[Any, Any]]:
+    """``eval_data`` as ``{split name: (x, y)}``: ``(x, y)`` is the ``"test"`` split.
+
+    Raises:
+        ValueError: a split that is not an ``(x, y)`` pair, or an empty name.
+    """
+    if eval_data is None:
+        return {}
+    splits = dict(eval_data) if isinstance(eval_data, Mapping) else {"test": eval_data}
+    for name, pair in splits.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"eval_data: split names must be non-empty strings, got {name!r}")
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise ValueError(f"eval_data[{name!r}] must be an (x, y) pair")
+    return splits
 
 
 def advance(ex: Executor, state: State, start: int, stop: int) -> tuple[State, Stats]:
@@ -244,7 +274,7 @@ def run(
     model_state: Any,
     *,
     eval_every: int | None = None,
-    eval_data: tuple[Any, Any] | None = None,
+    eval_data: EvalData | None = None,
     eval_batch_size: int = 512,
     callback: Callable[[int, list[dict[str, Any]]], None] | None = None,
 ) -> list[Result]:
@@ -255,8 +285,8 @@ def run(
         params: initial weights (stacked over lanes when ``ex.vmapped``).
         model_state: initial model state (same layout).
         eval_every: rounds per evaluation interval (default: one interval, the whole run).
-        eval_data: ``(x, y)`` to measure accuracy on at the end of each interval (the
-            validation or test set); None records ``test_accuracy: None``.
+        eval_data: ``(x, y)`` (the ``"test"`` split) or ``{name: (x, y)}`` to measure accuracy
+            on at the end of each interval; None records ``test_accuracy: None``.
         eval_batch_size: batch size of the evaluation (see :func:`accuracy`).
         callback: optional ``callback(rounds_done, records)`` after each interval (one record
             per lane), e.g. for progress.
@@ -265,8 +295,10 @@ def run(
         One :class:`Result` per lane.
 
     Raises:
-        ValueError: ``eval_every < 1``.
+        ValueError: ``eval_every < 1``, or malformed ``eval_data``.
     """
+    splits = eval_splits(eval_data)
+    names = list(splits) or ["test"]
     if eval_every is not None and (not isinstance(eval_every, int) or eval_every < 1):
         raise ValueError(f"eval_every must be a positive int, got {eval_every!r}")
     lanes = ex.lanes
@@ -300,18 +332,21 @@ def run(
                 dead[j] = True
                 diverged_step[j] = first + int(bad[0]) + 1
             seg.append(per)
-        acc = None
-        if eval_data is not None and not dead.all():
+        accs: dict[str, Any] = {}
+        if splits and not dead.all():
             p, ms = ex.params(state)
-            acc = accuracy(ex.apply, p, ms, *eval_data, vmap=ex.vmapped, batch_size=eval_batch_size)
-            acc = np.broadcast_to(acc, (lanes,))
+            for name, (xe, ye) in splits.items():
+                got = accuracy(ex.apply, p, ms, xe, ye, vmap=ex.vmapped, batch_size=eval_batch_size)
+                accs[name] = np.broadcast_to(got, (lanes,))
         records = []
         for j in range(lanes):
             rec: dict[str, Any] = {"step": int(done[j])}
             if ex.batches_per_update is not None:
                 rec["batches"] = int(done[j]) * ex.batches_per_update
             rec["train_loss"] = float(np.mean(seg[j]))
-            rec["test_accuracy"] = None if dead[j] or acc is None else float(acc[j])
+            for name in names:
+                have = accs.get(name)
+                rec[f"{name}_accuracy"] = None if dead[j] or have is None else float(have[j])
             curves[j].append(rec)
             records.append(rec)
         if callback is not None:
@@ -326,7 +361,8 @@ def run(
             dead[j] = True
             diverged_step[j] = int(done[j])
         div = bool(dead[j])
-        last = curves[j][-1]["test_accuracy"] if curves[j] else None
+        last = curves[j][-1] if curves[j] else {}
+        fin = {n: None if div else last.get(f"{n}_accuracy") for n in names}
         results.append(
             Result(
                 params=p,
@@ -335,7 +371,8 @@ def run(
                 curve=curves[j],
                 diverged=div,
                 diverged_step=diverged_step[j],
-                final_test_accuracy=None if div or last is None else float(last),
+                final_test_accuracy=fin.get("test"),
+                final_accuracy=fin,
             )
         )
     return results

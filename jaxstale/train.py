@@ -423,7 +423,7 @@ def fit(
     order (``data.batches(..., seed=s)``), so a seed is reproducible bit for bit on the CPU, and
     the same seed gives the same run under any ``loop`` / ``seed_mode`` up to float rounding.
     Every ``eval_every`` steps (and at the end) the mean training loss of the interval and the
-    test accuracy are recorded.
+    validation and test accuracies are recorded.
 
     Args:
       model: a name in ``jaxstale.models.MODELS`` or a function ``seed -> nnx.Module``.
@@ -446,10 +446,12 @@ def fit(
 
     Returns:
       One dict per seed, in the order of ``seeds``: ``seed``, ``curve`` (list of ``{"step",
-      "train_loss", "test_accuracy"}``, up to divergence), ``final_test_accuracy`` (float, None
-      if diverged), ``final_train_loss``, ``diverged`` (bool), ``diverged_step`` (1-based step
-      whose loss was first non-finite, or None), ``steps``, ``batch_size``, ``loop``,
-      ``seed_mode``, ``wall_s`` (the whole call), and ``params``/``state`` if requested.
+      "train_loss", "val_accuracy", "test_accuracy"}``; ``val_accuracy`` on the dataset's
+      validation split, only when it has one), ``final_val_accuracy`` and
+      ``final_test_accuracy`` (floats, None if diverged), ``final_train_loss``, ``diverged``
+      (bool), ``diverged_step`` (1-based step whose loss was first non-finite, or None),
+      ``steps``, ``batch_size``, ``loop``, ``seed_mode``, ``wall_s`` (the whole call), and
+      ``params``/``state`` if requested.
 
     Raises:
       ValueError: on an unknown ``loop``/``seed_mode``, non-positive ``steps``, ``batch_size``,
@@ -507,6 +509,9 @@ def fit(
         for s in seeds
     ]
     vmap = seed_mode == "vmap"
+    splits = {"test": (ds.x_test, ds.y_test)}
+    if getattr(ds, "x_val", None) is not None and len(ds.x_val):
+        splits = {"val": (ds.x_val, ds.y_val), **splits}
     n = len(seeds)
     results: list[Any] = [None] * n
     for group in [list(range(n))] if vmap else [[i] for i in range(n)]:
@@ -531,7 +536,7 @@ def fit(
             params,
             state,
             eval_every=eval_every,
-            eval_data=(ds.x_test, ds.y_test),
+            eval_data=splits,
             eval_batch_size=eval_batch_size,
         )
         for i, r in zip(group, out, strict=True):
@@ -542,6 +547,7 @@ def fit(
         row: dict[str, Any] = {
             "seed": seed,
             "curve": r.curve,
+            "final_val_accuracy": r.final_accuracy.get("val"),
             "final_test_accuracy": r.final_test_accuracy,
             "final_train_loss": None if r.diverged or not r.curve else r.curve[-1]["train_loss"],
             "diverged": r.diverged,

@@ -2,7 +2,6 @@
 registered datasets, and seeded batching."""
 
 import hashlib
-import socket
 import sys
 import time
 
@@ -194,15 +193,6 @@ def test_bad_standardize(standardize):
 
 
 # --- TFDS (never reaches the network) --------------------------------------------------------
-
-
-@pytest.fixture
-def no_network(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("test tried to use the network")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
 
 
 @pytest.mark.parametrize(

@@ -100,3 +100,18 @@ def test_bad_eval_every():
     ex, _ = _toy([1.0])
     with pytest.raises(ValueError, match="eval_every"):
         loop.run(ex, None, None, eval_every=0)
+
+
+def test_named_eval_splits_are_recorded_and_final_per_split():
+    w = jnp.array([[1.0, 0.0], [0.0, 1.0]])
+    ex, _ = _toy([[1.0, 1.0], [1.0, np.nan]], lanes=2, vmapped=True, params=jnp.stack([w, w]))
+    x = np.eye(2, dtype=np.float32)
+    splits = {"val": (x, np.array([0, 1])), "test": (x, np.array([1, 1]))}
+    res = loop.run(ex, None, None, eval_every=1, eval_data=splits)
+    assert res[0].curve[-1] == {"step": 2, "train_loss": 1.0, "val_accuracy": 1.0,
+                                "test_accuracy": 0.5}  # fmt: skip
+    assert res[0].final_accuracy == {"val": 1.0, "test": 0.5}
+    assert res[0].final_test_accuracy == 0.5
+    assert res[1].final_accuracy == {"val": None, "test": None} and res[1].diverged
+    with pytest.raises(ValueError, match="pair"):
+        loop.run(ex, None, None, eval_data={"val": x})

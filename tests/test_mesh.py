@@ -46,3 +46,37 @@ def test_to_host_reads_sharded_arrays():
     mesh = make_mesh(4, "stage")
     x = jax.device_put(np.arange(8.0).reshape(4, 2), NamedSharding(mesh, PartitionSpec("stage")))
     np.testing.assert_array_equal(to_host(x), np.arange(8.0).reshape(4, 2))
+
+
+def test_to_mesh_is_device_put_in_one_process():
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from jaxstale.mesh import fetch_global, to_mesh
+
+    mesh = make_mesh(4, "data")
+    data, rep = NamedSharding(mesh, PartitionSpec("data")), NamedSharding(mesh, PartitionSpec())
+    x = np.arange(8.0, dtype=np.float32).reshape(4, 2)
+    tree = to_mesh({"a": x, "b": np.int32(3)}, {"a": data, "b": rep})
+    assert tree["a"].sharding == data and tree["b"].sharding == rep
+    np.testing.assert_array_equal(np.asarray(tree["a"]), x)
+    one = to_mesh((x, x), data)
+    assert all(a.sharding == data for a in one)
+    assert fetch_global(tree) is not tree and fetch_global(tree)["a"] is tree["a"]
+
+
+def test_make_mesh_takes_devices_from_every_process():
+    """With several processes, a mesh smaller than the device list holds devices of each."""
+    from types import SimpleNamespace
+
+    from jaxstale.mesh import _every_process
+
+    devs = [SimpleNamespace(id=i, process_index=i // 4) for i in range(8)]  # 2 x 4
+    assert [d.id for d in _every_process(devs, 4, "data")] == [0, 1, 4, 5]
+    assert [d.id for d in _every_process(devs, 3, "data")] == [0, 1, 4]
+    assert [d.id for d in _every_process(devs, 2, "data")] == [0, 4]
+    uneven = [*devs[:2], *devs[4:]]  # process 0 has 2 devices, process 1 has 4
+    assert [d.id for d in _every_process(uneven, 5, "data")] == [0, 1, 4, 5, 6]
+    with pytest.raises(ValueError, match="each of the 2 processes"):
+        _every_process(devs, 1, "stage")
+    one = [SimpleNamespace(id=i, process_index=0) for i in range(8)]
+    assert _every_process(one, 3, "data") is one  # one process: the first devices

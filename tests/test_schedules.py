@@ -29,11 +29,19 @@ stage 0 | F0.0 F0.1 .    B0.0 F0.2 B0.1 .    B0.2 F1.0 F1.1 .    B1.0 F1.2 B1.1 
 stage 1 | .    F0.0 B0.0 F0.1 B0.1 F0.2 B0.2 .    .    F1.0 B1.0 F1.1 B1.1 F1.2 B1.2 ."""
 
 
+# 2BW: the N = 2, M = 2 timeline with the version each pass uses (hand-drawn from the rule: every
+# pass of b at max(b − 1, 0); stage 0 runs F2.1 after update 2 landed, reading v1 one back)
+TWO_BW_N2_M2 = """\
+stage 0 | F0.0v0 F0.1v0 .      B0.0v0 F1.0v0 B0.1v0 F1.1v0 B1.0v0 F2.0v1 B1.1v0 F2.1v1 B2.0v1 .      B2.1v1
+stage 1 | .      F0.0v0 B0.0v0 F0.1v0 B0.1v0 F1.0v0 B1.0v0 F1.1v0 B1.1v0 F2.0v1 B2.0v1 F2.1v1 B2.1v1 ."""  # noqa: E501
+
+
 def test_hand_drawn_timelines():
     assert S.render_text(S.one_f_one_b(2, 4)) == ONE_F_ONE_B_N2
     assert S.render_text(S.one_f_one_b(4, 6)) == ONE_F_ONE_B_N4
     assert S.render_text(S.gpipe(2, 2, 2)) == GPIPE_N2_M2
     assert S.render_text(S.one_f_one_b_flush(2, 2, 3)) == FLUSH_N2_M3
+    assert S.render_text(S.pipedream_2bw(2, 3, 2), versions=True) == TWO_BW_N2_M2
 
 
 def test_exact_tick_arrays_n4():
@@ -63,8 +71,12 @@ def test_exact_tick_arrays_n4():
         S.one_f_one_b_flush(4, 3, 4),
         S.one_f_one_b_flush(4, 2, 2),
         S.one_f_one_b_flush(3, 2, 6),
+        S.pipedream_2bw(1, 3, 2),
+        S.pipedream_2bw(4, 4, 3),
+        S.pipedream_2bw(4, 3, 6),
+        S.pipedream_2bw(3, 3, 3, delay=0),
     ],
-    ids=lambda s: f"{s.name}-N{s.num_stages}-M{s.num_micro}",
+    ids=lambda s: f"{s.name}-N{s.num_stages}-M{s.num_micro}-{s.options.get('delay', '')}",
 )
 def test_dependencies_and_tables(sched):
     s = sched
@@ -84,11 +96,18 @@ def test_dependencies_and_tables(sched):
     assert count == 2 * n * nb * nm
     # one update per mini-batch per stage, in order
     assert (np.diff(s.update_tick, axis=0) > 0).all()
-    # versions: the number of updates applied strictly before the pass's tick
+    # versions: the number of updates applied strictly before the pass's tick (2BW: minus lag)
     for b in range(nb):
         for k in range(n):
-            assert s.fwd_version[b, k] == np.sum(s.update_tick[:, k] < s.fwd_tick[b, k])
-            assert s.bwd_version[b, k] == np.sum(s.update_tick[:, k] < s.bwd_tick[b, k])
+            for m in range(nm):
+                cur_f = np.sum(s.update_tick[:, k] < f[b, m, k])
+                cur_b = np.sum(s.update_tick[:, k] < bw[b, m, k])
+                assert s.fwd_version[b, k] + s.fwd_lag[b, m, k] == cur_f
+                assert s.bwd_version[b, k] + s.bwd_lag[b, m, k] == cur_b
+    if s.name != "2bw" or not s.options["delay"]:
+        assert (s.fwd_lag == 0).all() and (s.bwd_lag == 0).all()
+    # the kind rebuilds from its options
+    assert (S.get(s.name, num_batches=nb, **s.options).table == s.table).all()
     assert (s.fwd_staleness >= 0).all() and (s.bwd_staleness >= 0).all()
     assert s.target_version.tolist() == [[b] * n for b in range(nb)]
 
@@ -138,6 +157,35 @@ def test_lab_table_n4():
     s = S.one_f_one_b(4, 10)
     f, b = s.horizons("roundtrip")
     assert list(zip(f[5].tolist(), b[5].tolist(), strict=True)) == [(3, 0), (2, 0), (2, 1), (1, 1)]
+
+
+@pytest.mark.parametrize("n, m", [(1, 1), (2, 2), (3, 2), (4, 4), (4, 7), (8, 7)])
+def test_2bw_versions_are_the_papers_rule(n, m):
+    """Every pass of b at every stage uses max(b − 1, 0): one update stale, two versions kept,
+    the older one read at most one push back; the update of b lands at its last backward."""
+    nb = 6
+    s = S.pipedream_2bw(n, nb, m)
+    rule = np.maximum(np.arange(nb) - 1, 0)[:, None]
+    assert (s.fwd_version == rule).all() and (s.bwd_version == rule).all()
+    assert s.fwd_staleness.tolist() == s.bwd_staleness.tolist() == [[0] * n] + [[1] * n] * 5
+    assert set(np.unique(s.fwd_lag)) <= {0, 1} and (s.bwd_lag[1:] == 1).all()
+    assert s.max_versions.tolist() == [2] * n
+    assert (s.update_tick == s.micro_bwd_tick.max(axis=1)).all()
+    # no flush: after the warm-up every stage is busy at every tick until the cool-down
+    k0 = s.table[:, 0]
+    first_b, last_f = np.argmax(k0 == S.BACKWARD), np.flatnonzero(k0 == S.FORWARD)[-1]
+    assert (k0[first_b:last_f] != S.IDLE).all()
+
+
+def test_2bw_delay_zero_is_the_flush_and_bad_arguments():
+    s, f = S.pipedream_2bw(4, 3, 5, delay=0), S.one_f_one_b_flush(4, 3, 5)
+    for name in ("table", "table_batch", "table_micro", "fwd_version", "bwd_version"):
+        assert (getattr(s, name) == getattr(f, name)).all()
+    assert S.get("2bw", num_stages=2, num_batches=2).num_micro == 2  # default M = N
+    with pytest.raises(ValueError, match="num_micro >= num_stages - 1"):
+        S.pipedream_2bw(4, 3, 2)
+    with pytest.raises(ValueError, match="delay"):
+        S.pipedream_2bw(2, 3, 2, delay=2)
 
 
 def test_get_and_errors():

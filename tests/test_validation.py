@@ -6,8 +6,8 @@ The call raises at once where the value is concrete; a traced value (inside ``ja
 injected by ``optax.inject_hyperparams`` in a jitted step) is reported through
 ``jax.experimental.checkify`` (``checked`` below), whose error is a ``ValueError`` too.
 
-The command-line cases (the experiments' argument parsing) will be added to this same table
-later.
+The command-line cases (``CLI`` below): every experiment's bad flag is argparse's usage line
+plus one ``error:`` line naming the flag, exit status 2, and nothing written.
 """
 
 import re
@@ -408,3 +408,44 @@ def test_good_inputs_pass_the_same_checks():
     update(staleness_aware(), staleness=0)
     schedule(pulled=np.array([0, 1, 2])).validate()
     checked(lambda s: predict_weights(W, predictor_state(), s), jnp.int32(3))
+
+
+# ---------------------------------------------------------------------------------------------
+# the command line: (experiment, argv, the flag named, words of the message)
+# ---------------------------------------------------------------------------------------------
+
+CLI = [
+    ("async_workers", ["--workers", "0,4"], "--workers", "expected an int in [1, inf), got 0"),
+    ("async_workers", ["--workers", "4,x"], "--workers", "got 'x'"),
+    ("async_workers", ["--lrs", "-0.1"], "--lrs", "in (0, inf)"),
+    ("async_workers", ["--lrs", "0.1,,0.2"], "--lrs", "comma-separated list"),
+    ("async_workers", ["--lrs", "nan"], "--lrs", "got nan"),
+    ("async_workers", ["--momentum", "1.0"], "--momentum", "in [0, 1)"),
+    ("async_workers", ["--methods", "sgd,asdg"], "--methods", "unknown method 'asdg'"),
+    ("async_workers", ["--seeds", "0"], "--seeds", "expected an int in [1, inf)"),
+    ("async_workers", ["--steps", "-5"], "--steps", "expected an int in [1, inf)"),
+    ("async_workers", ["--target", "1.5"], "--target", "in (0, 1]"),
+    ("async_workers", ["--delay", "poisson"], "--delay", "invalid choice"),
+    ("async_workers", ["--dataset", "imagenet"], "--dataset", "unknown dataset 'imagenet'"),
+    ("async_workers", ["--standardize", "zca"], "--standardize", "invalid choice"),
+    ("async_workers", ["--preset", "nope"], "--preset", "invalid choice"),
+    ("async_workers", ["--straggler-fraction", "2"], "--straggler-fraction", "in [0, 1]"),
+    ("claims", ["--only", "nope"], "--only", "unknown configuration 'nope'"),
+]
+
+
+@pytest.mark.parametrize(("experiment", "argv", "flag", "words"), CLI)
+def test_bad_command_line_is_one_error_line_and_writes_nothing(
+    experiment, argv, flag, words, tmp_path, capsys
+):
+    import importlib
+
+    module = importlib.import_module(f"experiments.{experiment}")
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        module.main([*argv, "--out", str(out)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"{err[-1].split(':')[0]}: error: argument {flag}"), err[-1]
+    assert words in err[-1], err[-1]
+    assert not out.exists()

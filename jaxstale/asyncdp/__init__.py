@@ -23,7 +23,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, cast
 
 import jax
@@ -71,6 +71,7 @@ class EmulationResult(NamedTuple):
     diverged: bool
     diverged_step: int | None
     final_test_accuracy: float | None
+    final_accuracy: dict[str, float | None]
     staleness: np.ndarray
 
 
@@ -214,14 +215,16 @@ def run(
     executor: str = "emulate",
     x_test: np.ndarray | None = None,
     y_test: np.ndarray | None = None,
+    eval_data: Mapping[str, tuple[Any, Any]] | None = None,
     eval_every: int | None = None,
     **kwargs: Any,
 ) -> EmulationResult | list[EmulationResult]:
     """Train one run, or several at once (lists, as for :func:`make`), with asynchronous workers
     (or SSGD / DANA): :func:`make` with ``**kwargs``, then :func:`jaxstale.loop.run` from
-    ``(params, model_state)`` (lists for several runs), evaluating on ``(x_test, y_test)``
-    every ``eval_every`` mini-batches (default: once, at the end). Returns one
-    :class:`EmulationResult` per run (a single one for a single run).
+    ``(params, model_state)`` (lists for several runs), evaluating every ``eval_every``
+    mini-batches (default: once, at the end) on ``eval_data`` (``{split: (x, y)}``, e.g.
+    ``{"val": ..., "test": ...}``) or on ``(x_test, y_test)`` (the ``"test"`` split). Returns
+    one :class:`EmulationResult` per run (a single one for a single run).
     """
     many = not isinstance(schedule, DelaySchedule)
     n = len(schedule) if many else 1
@@ -229,15 +232,15 @@ def run(
     scheds: list[DelaySchedule] = list(schedule) if many else [schedule]  # type: ignore[arg-type,list-item]
     stack = lambda trees: jax.tree.map(lambda *a: np.stack([np.asarray(x) for x in a]), *trees)
     results: list[Any] = [None] * n
-    evaluate = x_test is not None and y_test is not None
+    splits = dict(eval_data or {})
+    if x_test is not None and y_test is not None:
+        splits.setdefault("test", (x_test, y_test))
     for ex, group in make(executor, apply, method, schedule, x_batches, y_batches, **kwargs):
         per = ex.batches_per_update or 1
         every = max(1, (eval_every or scheds[0].num_updates) // per)
         p0 = stack([ps[i] for i in group]) if ex.vmapped else ps[group[0]]
         s0 = stack([mss[i] for i in group]) if ex.vmapped else mss[group[0]]
-        out = _loop.run(
-            ex, p0, s0, eval_every=every, eval_data=(x_test, y_test) if evaluate else None
-        )
+        out = _loop.run(ex, p0, s0, eval_every=every, eval_data=splits or None)
         for i, r in zip(group, out, strict=True):
             stale = np.zeros(ex.num_updates, np.int32) if per > 1 else scheds[i].staleness
             results[i] = EmulationResult(*r, staleness=stale)

@@ -99,7 +99,9 @@ class AsyncEmulator:
 
     def spec(self, hparams: dict[str, Any]) -> MethodSpec:
         """Build the method for one run's hyper-parameters (inside the trace)."""
-        return server.build_spec(self.build, hparams, self.momentum, self.warmup_steps)
+        return server.build_spec(
+            self.build, hparams, self.momentum, self.warmup_steps, self.num_workers
+        )
 
     def _compiled(self, name: str, fn: Callable, **kw: Any) -> Callable:
         if name not in self._jit:

@@ -11,8 +11,19 @@ emulator's very server, so every method behaves as in :mod:`jaxstale.asyncdp.emu
 A round (:func:`async_rounds`) is the longest run of consecutive updates in which no worker
 appears twice: each of its gradients is taken at a snapshot no update of the round changes.
 Round-robin and constant delay give rounds of ``M`` updates; gamma-timed workers end a round
-where a fast worker finishes twice; evaluation points cut rounds too. SSGD (``D`` dividing
-``M``): each device computes its ``M / D`` gradients at the common weights, the server averages.
+where a fast worker finishes twice; evaluation points cut rounds too. SSGD: each device
+computes its ``C / D`` gradients at the common weights (when ``D`` does not divide ``M``, the
+last ``C − M`` on zero padding mini-batches, then dropped), the server averages the ``M``.
+
+**Several processes** (:mod:`jaxstale.distributed`): the mesh may span the devices of several
+processes, each running the same program on the same host data (delay schedule, mini-batches,
+initial weights). Every process must hold a device of the mesh (:func:`default_data_mesh` and
+:func:`jaxstale.mesh.make_mesh` take devices from every process); host values go onto the mesh
+with :func:`jaxstale.mesh.to_mesh` (each process fills its own devices' shards), the round's
+losses and the server's weights are replicated, so every process reads them from its own
+devices (``executor(...).params`` returns them as numpy there); results are written by process
+0 (:class:`jaxstale.runs.RunFolder` does so). In one process this is the same code path as
+before: ``jax.device_put`` and device arrays.
 
 References:
     JAX documentation, "Manual parallelism with shard_map"
@@ -34,7 +45,7 @@ from jaxstale.asyncdp.methods import Method, MethodSpec, lr_warmup, resolve
 from jaxstale.asyncdp.server import AsyncState
 from jaxstale.delays import DelaySchedule
 from jaxstale.loop import Executor, Stats
-from jaxstale.mesh import check_mesh, make_mesh
+from jaxstale.mesh import check_mesh, check_processes, fetch_global, make_mesh, to_mesh
 
 __all__ = ["AsyncMesh", "async_rounds", "default_data_mesh", "executor"]
 
@@ -70,8 +81,14 @@ def async_rounds(schedule: DelaySchedule, *, cuts: Sequence[int] = ()) -> list[t
 
 
 def default_data_mesh(num_workers: int) -> jax.sharding.Mesh:
-    """A ``"data"`` mesh of the largest ``D ≤ jax.device_count()`` that divides ``M``."""
-    d = max(k for k in range(1, min(num_workers, jax.device_count()) + 1) if num_workers % k == 0)
+    """A ``"data"`` mesh of the largest ``D ≤ jax.device_count()`` that divides ``M``.
+
+    With several processes ``D`` is at least the number of processes ``P`` (each must hold a
+    device): the largest divisor of ``M`` in ``[P, device_count]``, else ``max(P, min(M,
+    device_count))`` (padding workers then fill ``C``)."""
+    m, count, procs = num_workers, jax.device_count(), jax.process_count()
+    fits = [k for k in range(procs, min(m, count) + 1) if m % k == 0]
+    d = max(fits) if fits else max(procs, min(m, count))
     return make_mesh(d, "data")
 
 
@@ -82,8 +99,8 @@ class AsyncMesh:
         apply: ``apply(params, model_state, x, train) -> (logits, new_model_state)``.
         method: a registered name, a builder, an optax transformation or a ``MethodSpec``.
         num_workers: ``M``.
-        mesh: a mesh with a ``"data"`` axis of ``D`` devices (default :func:`default_data_mesh`;
-            SSGD needs ``D`` to divide ``M``).
+        mesh: a mesh with a ``"data"`` axis of ``D`` devices (default :func:`default_data_mesh`),
+            holding a device of every process.
         momentum: ``μ`` for builders.
         warmup_steps: learning-rate warm-up (updates), as in the emulator.
         loss_fn: ``loss_fn(logits, labels)``; default mean cross-entropy.
@@ -106,16 +123,13 @@ class AsyncMesh:
         mesh = default_data_mesh(m) if mesh is None else mesh
         if "data" not in dict(getattr(mesh, "shape", {})):
             check_mesh(mesh, "data", m)  # raises with a clear message
+        check_processes(mesh)
         lr_warmup(0.1, 1, warmup_steps)  # validates warmup_steps
         self.mesh, self.apply, self.loss_fn, self.build = mesh, apply, loss_fn, resolve(method)
         self.num_workers, self.momentum, self.warmup_steps = m, float(momentum), int(warmup_steps)
         d = int(dict(mesh.shape)["data"])
         self.capacity = -(-m // d) * d
         self.mode = self.spec({"learning_rate": 0.1, "num_workers": m}).mode
-        if self.mode == "sync" and m % d:
-            raise ValueError(
-                f"sync mode (SSGD) needs a 'data' axis whose size divides M={m}, got {d}"
-            )
         self._rep = NamedSharding(mesh, PartitionSpec())
         self._data = NamedSharding(mesh, PartitionSpec("data"))
         self._init = jax.jit(
@@ -125,7 +139,9 @@ class AsyncMesh:
 
     def spec(self, hparams: dict[str, Any]) -> MethodSpec:
         """Build the method for one run's hyper-parameters (inside the trace)."""
-        return server.build_spec(self.build, hparams, self.momentum, self.warmup_steps)
+        return server.build_spec(
+            self.build, hparams, self.momentum, self.warmup_steps, self.capacity
+        )
 
     def init(self, params: Any, model_state: Any, *, learning_rate: Any = 0.0) -> AsyncState:
         """The initial cluster on the mesh, snapshots sharded ``P('data')``."""
@@ -142,14 +158,15 @@ class AsyncMesh:
             self._round = jax.jit(
                 self._round_fn, donate_argnums=(0,), out_shardings=(shardings, self._rep)
             )
-        return jax.device_put(state, shardings)
+        return to_mesh(state, shardings)
 
     def _round_fn(
         self, state: AsyncState, xs: Any, ys: Any, order: Any, extra: dict[str, Any]
     ) -> tuple[AsyncState, jax.Array]:
         """Gradients of a round on the workers' devices, then the server's updates in order.
 
-        ``xs``/``ys``: ``[C, B, ...]`` each worker's mini-batch (``[M, B, ...]`` for SSGD);
+        ``xs``/``ys``: ``[C, B, ...]`` each worker's mini-batch (SSGD: the ``M`` mini-batches,
+        then ``C − M`` of zero padding);
         ``order``: ``[C, 3]`` the updates as ``(worker, staleness, valid)``; ``extra``: name ->
         ``[C]`` aligned with ``order``.
         """
@@ -159,7 +176,7 @@ class AsyncMesh:
             return server.worker_gradient(self.apply, self.loss_fn, w, wms, xx, yy)
 
         def local_grad(workers, worker_ms, params, ms, x, y):
-            if sync:  # this device's M / D mini-batches, all at the server's weights
+            if sync:  # this device's C / D mini-batches, all at the server's weights
                 return jax.vmap(one, in_axes=(None, None, 0, 0))(params, ms, x, y)
             return jax.vmap(one)(workers, worker_ms, x, y)  # this device's C / D workers
 
@@ -173,7 +190,10 @@ class AsyncMesh:
             check_vma=False,
         )(workers, worker_ms, state.params, state.model_state, xs, ys)
         if sync:
-            return server.sync_update(self.spec(state.hparams), state, (loss, new_ms, g))
+            grads = (loss, new_ms, g)
+            if self.capacity > self.num_workers:  # drop the padding mini-batches' gradients
+                grads = jax.tree.map(lambda a: a[: self.num_workers], grads)
+            return server.sync_update(self.spec(state.hparams), state, grads)
 
         def body(s: AsyncState, ev: Any) -> tuple[AsyncState, jax.Array]:
             (worker, stale, valid), ex = ev
@@ -204,16 +224,20 @@ class AsyncMesh:
         extra: dict[str, np.ndarray] | None = None,
     ) -> tuple[AsyncState, np.ndarray]:
         """Apply updates ``start … stop − 1`` of ``schedule`` (``state`` donated; SSGD: update
-        ``r`` uses mini-batches ``r·M … r·M + M − 1``). Returns ``(state, losses)``."""
+        ``r`` uses mini-batches ``r·M … r·M + M − 1``). Returns ``(state, losses)``: host
+        values, the same on every process."""
         if self._round is None:
             raise ValueError("call init(...) before run")
         c, losses = self.capacity, []
         if self.mode == "sync":
             m = self.num_workers
-            order = jax.device_put(np.zeros((c, 3), np.int32), self._rep)
+            order = to_mesh(np.zeros((c, 3), np.int32), self._rep)
             for r in range(start, stop):
                 idx = np.arange(r * m, (r + 1) * m)
-                xs, ys = jax.device_put((x_batches[idx], y_batches[idx]), self._data)
+                xs, ys = x_batches[idx], y_batches[idx]
+                if c > m:  # zero mini-batches on the padding devices, dropped in the round
+                    xs, ys = (np.concatenate([a, np.zeros_like(a[: c - m])]) for a in (xs, ys))
+                xs, ys = to_mesh((xs, ys), self._data)
                 state, loss = self._round(state, xs, ys, order, {})
                 losses.append(np.asarray(loss).reshape(1))
         for a, z in [] if self.mode == "sync" else async_rounds(schedule, cuts=(start, stop)):
@@ -233,9 +257,9 @@ class AsyncMesh:
             for k, v in (extra or {}).items():
                 col = np.zeros((c, *v.shape[1:]), v.dtype)
                 col[: len(ev)] = v[ev]
-                ex[k] = jax.device_put(col, self._rep)
-            xs, ys = jax.device_put((xs, np.asarray(y_batches[bidx])), self._data)
-            state, loss = self._round(state, xs, ys, jax.device_put(order, self._rep), ex)
+                ex[k] = to_mesh(col, self._rep)
+            xs, ys = to_mesh((xs, np.asarray(y_batches[bidx])), self._data)
+            state, loss = self._round(state, xs, ys, to_mesh(order, self._rep), ex)
             losses.append(np.asarray(loss)[: len(ev)])
         return state, np.concatenate(losses) if losses else np.zeros(0, np.float32)
 
@@ -249,7 +273,11 @@ def executor(
     learning_rate: float,
     extra: dict[str, np.ndarray],
 ) -> Executor:
-    """An :class:`~jaxstale.loop.Executor` of one run on the mesh (a round = one update)."""
+    """An :class:`~jaxstale.loop.Executor` of one run on the mesh (a round = one update).
+
+    ``params(state)`` gives the server's weights and model state: its device arrays in one
+    process, their (replicated) values as numpy on each process of a mesh spanning several
+    (so that evaluation runs on each process's own devices)."""
     per = core.num_workers if core.mode == "sync" else 1
     steps = schedule.num_updates // per
 
@@ -261,7 +289,7 @@ def executor(
     return Executor(
         init=lambda p, ms: core.init(p, ms, learning_rate=learning_rate),
         step=lambda state, r: advance(state, r, r + 1),
-        params=lambda state: (state.params, state.model_state),
+        params=lambda state: fetch_global((state.params, state.model_state)),
         apply=core.apply,
         num_rounds=steps,
         num_updates=steps,

@@ -16,17 +16,26 @@ ssgd              sync     ``opt`` on the average of M fresh gradients
 sa-asgd           async    ``chain(staleness_aware(), opt)``: ``g / max(τ, 1)`` (Zhang et al.)
 dc-asgd-c         async    ``chain(dc_asgd(0.04), opt)`` (Zheng et al., constant λ)
 dc-asgd-a         async    ``chain(dc_asgd(2.0, adaptive=True), opt)`` (adaptive λ, m = 0.95)
-gap-aware         async    ``chain(gap_aware(η, momentum=μ), opt)`` (Barkai et al.)
+dc-asgd-a-pw      async    the same with one ``MS`` per worker (Microsoft's server code)
+gap-aware         async    ``chain(gap_aware(η, momentum=μ), opt)`` (Barkai et al.; the
+                           statistic of the authors' lab code, a trace of penalised updates)
+gap-aware-raw     async    the same with ``statistic="raw"`` (jaxstale 0.1.0's reading: a
+                           trace of the raw gradients; kept for comparison)
 dana              dana     DANA's per-worker momentum and look-ahead (Hakimi et al.)
 dana-dc           dana     ``dc_asgd(2.0, adaptive=True)`` against the look-ahead, then DANA
                            (ALGORITHMS' "DC with λ = 2", read as adaptive λ0 = 2 **[ours]**)
+ga-dana           dana     ``at_lookahead(gap_aware(η, momentum=μ))``, then DANA (Barkai et al.'s
+                           pairing; :func:`build_ga_dana`)
 lc-asgd           async    ``chain(lc_asgd(λ), opt)``, ordinary batch norm (Li et al.)
 lc-asgd-async-bn  async    the same chain; the server merges batch statistics by Async-BN
 ================  =======  ====================================================================
 
 **Adding a method** = its transform module plus one line, ``register_method("my-asgd", build)``;
-combinations too, e.g. ``register_method("ga-dana", lambda hp: MethodSpec(
-gap_aware(hp.learning_rate), "dana", hp.learning_rate, hp.momentum))``.
+combinations too: ``ga-dana`` is the line ``lambda hp: MethodSpec(at_lookahead(gap_aware(
+hp.learning_rate, momentum=hp.momentum)), "dana", hp.learning_rate, hp.momentum)``. In
+``"dana"`` mode the server passes a transform the master ``θ`` as ``params``, the look-ahead the
+worker computed at as ``stale_params`` and the look-ahead a worker pulling now would get as the
+``lookahead`` extra argument; :func:`at_lookahead` makes the latter the transform's ``params``.
 
 **LC-ASGD's λ** (``LC_LAMBDA = 0.1``): in our reading (:mod:`jaxstale.lc_asgd`) the compensation
 scales a gradient by ``1 + λ·∂ℓ_delay/∂ℓ_m``, so ``λ > 0`` (the seed's sign as we read it)
@@ -37,8 +46,8 @@ References:
     Zheng et al. "Asynchronous Stochastic Gradient Descent with Delay Compensation", ICML 2017,
     arXiv 1609.08326. Zhang et al. "Staleness-aware Async-SGD for Distributed Deep Learning",
     IJCAI 2016, arXiv 1511.05950. Hakimi et al. "Taming Momentum in a Distributed Asynchronous
-    Environment", arXiv 1907.11612. Barkai et al. "Gap-Aware Mitigation of Gradient Staleness",
-    ICLR 2020, arXiv 1909.10802. Li, He, Ren, Mao. "Developing a Loss Prediction-based
+    Environment", arXiv 1907.11612. Barkai, Hakimi, Schuster. "Gap-Aware Mitigation of Gradient
+    Staleness", ICLR 2020, arXiv 1909.10802. Li, He, Ren, Mao. "Developing a Loss Prediction-based
     Asynchronous Stochastic Gradient Descent Algorithm for Distributed Training of Deep Neural
     Networks", ICPP 2020.
 """
@@ -67,6 +76,8 @@ __all__ = [
     "HParams",
     "MethodSpec",
     "as_spec",
+    "at_lookahead",
+    "build_ga_dana",
     "build_lc_asgd",
     "build_lc_asgd_async_bn",
     "build_method",
@@ -95,11 +106,14 @@ class HParams(NamedTuple):
             (the executors' warm-up, :func:`lr_warmup`, arrives here as a schedule).
         momentum: ``μ`` (0.0 = plain SGD), a Python float.
         num_workers: ``M`` of this run (an int or a traced int32 scalar).
+        capacity: the executor's static worker capacity ``C ≥ M`` (a Python int; None outside
+            an executor): the size of per-worker state, e.g. one DC-ASGD ``MS`` per worker.
     """
 
     learning_rate: LearningRate | jax.Array
     momentum: float
     num_workers: int | jax.Array
+    capacity: int | None = None
 
 
 class MethodSpec(NamedTuple):
@@ -129,6 +143,16 @@ Method: TypeAlias = "str | MethodBuilder | optax.GradientTransformation | Method
 
 def _sgd(hp: HParams) -> optax.GradientTransformation:
     return optax.sgd(hp.learning_rate, momentum=hp.momentum or None)
+
+
+def _capacity(hp: HParams, name: str) -> int:
+    """The static size of a method's per-worker state: the executor's capacity, else a concrete
+    ``M``."""
+    if hp.capacity is not None:
+        return int(hp.capacity)
+    if isinstance(hp.num_workers, int | np.integer):
+        return int(hp.num_workers)
+    raise ValueError(f"{name} keeps per-worker state: build it with HParams(capacity=C)")
 
 
 def build_lc_asgd(hp: HParams, *, lam: float = LC_LAMBDA) -> optax.GradientTransformation:
@@ -172,6 +196,73 @@ def build_lc_asgd_async_bn(
     return MethodSpec(build_lc_asgd(hp, lam=lam), merge_model_state=merge)
 
 
+def at_lookahead(tx: optax.GradientTransformation) -> optax.GradientTransformationExtraArgs:
+    """``tx`` with the ``lookahead`` extra argument as its ``params`` (``"dana"`` mode).
+
+    The DANA server passes the look-ahead a worker pulling now would get, ``θ_t − η·μ·Σ_t``;
+    with it as ``params`` and the worker's look-ahead as ``stale_params`` a transform measures
+    its gap between look-ahead points, which is exactly zero with one worker.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from jaxstale import gap_aware
+        >>> from jaxstale.asyncdp.methods import at_lookahead
+        >>> tx = at_lookahead(gap_aware(0.1))
+        >>> w = jnp.ones(2)
+        >>> out, _ = tx.update(jnp.ones(2), tx.init(w), w + 5, stale_params=w, lookahead=w)
+        >>> out.tolist()   # no gap between the look-aheads: the gradient passes unchanged
+        [1.0, 1.0]
+    """
+    inner = optax.with_extra_args_support(tx)
+
+    def update_fn(updates: Any, state: Any, params: Any = None, **extra: Any) -> Any:
+        if "lookahead" not in extra:
+            raise TypeError("at_lookahead: update needs the lookahead=... extra argument")
+        return inner.update(updates, state, extra.pop("lookahead"), **extra)
+
+    return optax.GradientTransformationExtraArgs(inner.init, update_fn)
+
+
+def build_ga_dana(hp: HParams) -> MethodSpec:
+    r"""The ``ga-dana`` method: Gap-Aware on the gradient, then DANA's per-worker momentum.
+
+    A worker ``i`` computes ``g`` at the look-ahead ``θ̂_i`` it was sent; the server divides it,
+    per coordinate, by Gap-Aware's ``G = 1 + |θ̂ − θ̂_i| / C`` (:func:`jaxstale.gap_aware`, lab
+    statistic: ``C = η_max·(sqrt(v̂) + ε)`` from the trace ``m ← μ·m + g̃`` of its outputs), where
+    ``θ̂ = θ_t − η·μ·Σ_t`` is the look-ahead a worker pulling now would get; then DANA:
+
+    .. math::
+
+        v^i \leftarrow \mu v^i + g / G, \quad \Sigma \leftarrow \Sigma + \Delta v^i, \quad
+        \theta \leftarrow \theta - \eta v^i, \quad \hat\theta_i \leftarrow \theta - \eta\mu\Sigma.
+
+    Confirmed: the pairing (the Gap-Aware paper's abstract: GA "especially when combined with
+    DANA"); DANA's update and look-ahead, and that the authors' lab measures its DC gap
+    against the look-ahead the worker used (the lab's DANA-DC simulator). **Our reading**
+    (no reachable text states it): the GA division before the momentum, as the authors' FTPipe
+    code does; the gap's other end, the *current look-ahead* ``θ̂`` rather than the master
+    ``θ`` — with ``θ`` a single worker would be penalised by ``|η·μ·v|`` at every step, while
+    with ``θ̂`` the gap is exactly zero at ``M = 1``; and GA's step statistic from one trace of
+    its outputs (at ``M = 1`` exactly DANA's momentum; the lab may use worker ``i``'s ``v^i``).
+
+    Staleness semantics: with one worker ``G = 1`` exactly and the method is DANA, i.e.
+    Nesterov's momentum (Sutskever form): the look-aheads ``θ̂`` are the iterates of
+    ``optax.sgd(η, μ, nesterov=True)`` and ``θ = θ̂ + η·μ·v``.
+
+    Example:
+        >>> from jaxstale.asyncdp.methods import HParams, build_ga_dana
+        >>> build_ga_dana(HParams(0.1, 0.9, 4)).mode
+        'dana'
+
+    References:
+        Barkai, Hakimi, Schuster, "Gap-Aware Mitigation of Gradient Staleness", ICLR 2020,
+        arXiv:1909.10802. Hakimi, Barkai, Gabel, Schuster, "Taming Momentum in a Distributed
+        Asynchronous Environment", arXiv:1907.11612.
+    """
+    ga = gap_aware(hp.learning_rate, momentum=hp.momentum)
+    return MethodSpec(at_lookahead(ga), "dana", hp.learning_rate, hp.momentum)
+
+
 #: name -> builder: the built-in methods (one line each); ``register_method`` adds yours.
 METHODS: dict[str, MethodBuilder] = {
     "sgd": _sgd,
@@ -180,17 +271,24 @@ METHODS: dict[str, MethodBuilder] = {
     "sa-asgd": lambda hp: optax.chain(staleness_aware(), _sgd(hp)),
     "dc-asgd-c": lambda hp: optax.chain(dc_asgd(0.04), _sgd(hp)),
     "dc-asgd-a": lambda hp: optax.chain(dc_asgd(2.0, adaptive=True), _sgd(hp)),
+    "dc-asgd-a-pw": lambda hp: optax.chain(
+        dc_asgd(2.0, adaptive=True, num_workers=_capacity(hp, "dc-asgd-a-pw")), _sgd(hp)
+    ),
     "gap-aware": lambda hp: optax.chain(
         gap_aware(hp.learning_rate, momentum=hp.momentum), _sgd(hp)
+    ),
+    "gap-aware-raw": lambda hp: optax.chain(
+        gap_aware(hp.learning_rate, momentum=hp.momentum, statistic="raw"), _sgd(hp)
     ),
     "dana": lambda hp: MethodSpec(optax.identity(), "dana", hp.learning_rate, hp.momentum),
     "dana-dc": lambda hp: MethodSpec(
         dc_asgd(2.0, adaptive=True), "dana", hp.learning_rate, hp.momentum
     ),
+    "ga-dana": build_ga_dana,
     "lc-asgd": build_lc_asgd,
     "lc-asgd-async-bn": build_lc_asgd_async_bn,
 }
-_BUILTIN = frozenset(METHODS)
+BUILTIN = frozenset(METHODS)  # the names register_method cannot replace
 
 
 def register_method(name: str, build: MethodBuilder, *, overwrite: bool = False) -> None:
@@ -208,7 +306,7 @@ def register_method(name: str, build: MethodBuilder, *, overwrite: bool = False)
         raise TypeError(f"method name must be a non-empty str, got {name!r}")
     if not callable(build):
         raise TypeError(f"build must be callable(HParams) -> transformation, got {build!r}")
-    if name in _BUILTIN or (name in METHODS and not overwrite):
+    if name in BUILTIN or (name in METHODS and not overwrite):
         raise ValueError(f"method {name!r} is already registered (pass overwrite=True for yours)")
     METHODS[name] = build
 

@@ -9,6 +9,11 @@ state and, per worker ``i``, the weights it last pulled and the model state it p
     w_t+1 = w_t + u;   w_i ← w_t+1                       ("async" mode)
     v^i ← μ v^i + u;   Σ ← Σ + Δv^i;   w ← w − η v^i;   w_i ← w − η μ Σ     ("dana" mode)
 
+In ``"dana"`` mode ``tx.update`` also gets ``lookahead`` = ``w_t − η μ Σ_t``, the look-ahead a
+worker pulling now would get (what the last update sent; ``w_i`` is the one worker ``i`` used),
+so that a transform can measure a gap between look-ahead points
+(:func:`jaxstale.asyncdp.methods.at_lookahead`).
+
 and :func:`sync_update` is SSGD (the M gradients at ``w_t`` averaged, applied once). A worker's
 forward pass advances the batch-norm statistics it pulled; the server keeps what arrives (last
 writer wins) unless the method's ``merge_model_state`` says otherwise (Async-BN,
@@ -72,12 +77,17 @@ class AsyncState(NamedTuple):
 
 
 def build_spec(
-    build: MethodBuilder, hparams: dict[str, Any], momentum: float, warmup_steps: int
+    build: MethodBuilder,
+    hparams: dict[str, Any],
+    momentum: float,
+    warmup_steps: int,
+    capacity: int | None = None,
 ) -> MethodSpec:
-    """The method for one run's (possibly traced) ``η`` and ``M``, warm-up from ``η/M`` included."""
+    """The method for one run's (possibly traced) ``η`` and ``M``, warm-up from ``η/M`` included;
+    ``capacity`` is the executor's static worker capacity (per-worker state sizes)."""
     m = hparams["num_workers"]
     lr = lr_warmup(hparams["learning_rate"], m, warmup_steps)
-    return as_spec(build(HParams(lr, momentum, m)))
+    return as_spec(build(HParams(lr, momentum, m, capacity)))
 
 
 def init_state(
@@ -131,6 +141,17 @@ def worker_gradient(
     return value, new_state, g
 
 
+def _lr(spec: MethodSpec, step: jax.Array) -> Any:
+    lr: Any = spec.learning_rate
+    return lr(jnp.maximum(step, 0)) if callable(lr) else lr
+
+
+def _lookahead(spec: MethodSpec, params: Any, vsum: Any, step: jax.Array) -> Any:
+    """DANA's look-ahead ``θ − η_step·μ·Σ`` (``η`` of update ``step``, the last one applied)."""
+    lr, mu = _lr(spec, step), spec.momentum
+    return jax.tree.map(lambda w, t: (w - lr * mu * t).astype(w.dtype), params, vsum)
+
+
 def async_update(
     spec: MethodSpec,
     s: AsyncState,
@@ -158,6 +179,8 @@ def async_update(
     w_i, ms_i = pulled
     if spec.merge_model_state is not None:
         new_ms = spec.merge_model_state(s.model_state, ms_i, new_ms)
+    if spec.mode == "dana":  # the look-ahead a worker pulling now would get (sent last update)
+        extra = {**extra, "lookahead": _lookahead(spec, s.params, s.velocity_sum, s.step - 1)}
     u, opt_state = spec.tx.update(
         g,
         s.opt_state,
@@ -172,14 +195,13 @@ def async_update(
         params = optax.apply_updates(s.params, u)
         new = s._replace(workers=_set(s.workers, params, worker))
     else:  # dana
-        lr: Any = spec.learning_rate
-        lr = lr(s.step) if callable(lr) else lr
         mu = spec.momentum
         v_old = index(s.velocity, worker)
         v_new = jax.tree.map(lambda v, gi: mu * v + gi, v_old, u)
         vsum = jax.tree.map(lambda t, a, b: t + (a - b), s.velocity_sum, v_new, v_old)
+        lr = _lr(spec, s.step)
         params = jax.tree.map(lambda w, v: (w - lr * v).astype(w.dtype), s.params, v_new)
-        look = jax.tree.map(lambda w, t: (w - lr * mu * t).astype(w.dtype), params, vsum)
+        look = _lookahead(spec, params, vsum, s.step)
         new = s._replace(
             workers=_set(s.workers, look, worker),
             velocity=_set(s.velocity, v_new, worker),

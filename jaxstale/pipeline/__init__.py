@@ -20,7 +20,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -34,6 +34,7 @@ from jaxstale.pipeline.emulator import compose as compose
 from jaxstale.pipeline.policies import POLICIES as POLICIES
 from jaxstale.pipeline.policies import Policy as Policy
 from jaxstale.pipeline.policies import get_policy as get_policy
+from jaxstale.pipeline.policies import pipemare_lr_scale as pipemare_lr_scale
 from jaxstale.pipeline.policies import register_policy as register_policy
 from jaxstale.pipeline.program import BACKWARD_MODES as BACKWARD_MODES
 from jaxstale.pipeline.program import Program as Program
@@ -57,6 +58,8 @@ def make(
     momentum: float | None = None,
     loss_fn: Callable[[jax.Array, jax.Array], jax.Array] = cross_entropy,
     mesh: jax.sharding.Mesh | None = None,
+    lanes: int | None = None,
+    hyperparams: Mapping[str, Sequence[float]] | None = None,
 ) -> Executor:
     """The executor (``"emulate"``: one device; ``"mesh"``: a stage per device of a ``"stage"``
     axis) of ``schedule`` — compiled with ``policy`` (``backward``, ``target``), or a ready
@@ -67,6 +70,8 @@ def make(
     executor's ``init`` arguments. Pass the same stage objects, ``tx`` and ``loss_fn`` for every
     seed of a sweep: runs of one structure then share a compiled round. ``momentum`` is ``μ`` of
     the Nesterov prediction rule; ``mesh`` a mesh with a ``"stage"`` axis of ``N`` devices.
+    ``lanes`` / ``hyperparams`` (emulator only): ``L`` runs at once, e.g. seeds and a
+    learning-rate grid (see :func:`jaxstale.pipeline.emulator.executor`).
     """
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; choose one of {EXECUTORS}")
@@ -80,5 +85,9 @@ def make(
         program = compile(schedule, policy, backward=backward, target=target)
     kw: dict[str, Any] = {"momentum": momentum, "loss_fn": loss_fn}
     if executor == "mesh":
+        if lanes is not None or hyperparams:
+            raise ValueError("the mesh executor runs one run at a time: lanes are emulator-only")
         return _mesh.executor(stages, program, tx, xb, yb, mesh=mesh, **kw)
-    return _emulator.executor(stages, program, tx, xb, yb, **kw)
+    return _emulator.executor(
+        stages, program, tx, xb, yb, lanes=lanes, hyperparams=hyperparams, **kw
+    )

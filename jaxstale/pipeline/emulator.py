@@ -7,7 +7,8 @@ rounds run in order, each a jitted function with donated buffers and its ticks u
 stage's current ones, a stashed version or a prediction (:func:`pass_weights`); gradients are
 vector-Jacobian products per stage,
 ``(W̄_k, x̄_k) = vjp((W, x) ↦ s_k(W, x))|_(W^B_k, x_k)(ȳ_k)``, with ``x_k`` the stage input kept
-since the forward (made with the forward weights) and ``W^B_k`` the backward weights. Where they
+since the forward (made with the forward weights) and ``W^B_k`` the backward weights. The stage
+optimizer (:func:`stage_optimizer`) scales each update by the program's ``lr_scale``. Where they
 differ (vanilla, prediction) the program's ``backward`` mode decides: ``"saved"`` keeps the
 forward's residuals and puts ``W^B_k`` only where the weights themselves are residuals
 (``x̄ = ȳ W_Bᵀ``; within 1.3x of a plain step); ``"recompute"`` recomputes the stage forward at
@@ -36,7 +37,7 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -57,7 +58,9 @@ __all__ = [
     "executor",
     "for_program",
     "pass_weights",
+    "set_hyperparams",
     "split_residuals",
+    "stage_optimizer",
     "with_prediction",
 ]
 
@@ -104,12 +107,52 @@ def with_prediction(tx: optax.GradientTransformation) -> optax.GradientTransform
         return weight_prediction(tx)
 
 
+def _rescaled(tx: optax.GradientTransformation) -> optax.GradientTransformationExtraArgs:
+    """``tx`` with its updates multiplied by the ``lr_scale`` extra argument (default 1)."""
+    inner = optax.with_extra_args_support(tx)
+
+    def update_fn(updates: Any, state: Any, params: Any = None, **extra: Any) -> Any:
+        scale = extra.pop("lr_scale", 1.0)
+        upd, state = inner.update(updates, state, params, **extra)
+        return jax.tree.map(lambda u: (u * scale).astype(u.dtype), upd), state
+
+    return optax.GradientTransformationExtraArgs(inner.init, update_fn)
+
+
+def stage_optimizer(
+    tx: optax.GradientTransformation, program: Program
+) -> optax.GradientTransformationExtraArgs:
+    """The per-stage optimizer ``program`` runs: ``tx``, its updates scaled by the ``lr_scale``
+    extra argument where the policy reschedules the learning rate, and — where passes predict —
+    remembering the update applied (scaled), with PipeMare's average ``δ`` for its rule.
+
+    Both executors call ``update(g, state, w, lr_scale=program's lr_scale)``; without
+    rescheduling ``lr_scale`` is ignored and the updates are ``tx``'s bit for bit.
+    """
+    pol = program.policy
+    if pol.predict is None:
+        return _rescaled(tx) if program.rescales else optax.with_extra_args_support(tx)
+    if not program.rescales and pol.predict != "pipemare":
+        return with_prediction(optax.with_extra_args_support(tx))
+    if with_prediction(tx) is tx:
+        raise ValueError(
+            f"policy {pol.name!r} wraps the optimizer itself: pass tx without weight_prediction"
+        )
+    decay = pol.decay if pol.predict == "pipemare" else None
+    return weight_prediction(_rescaled(tx), velocity_decay=decay)
+
+
 def pass_weights(cur: Any, opt_state: Any, horizon: Any, rule: Any, momentum: float) -> Any:
-    """A pass's predicted weights: SpecTrain's (``rule`` 0) or NAG's (1) extrapolation of
-    ``horizon`` updates from the optimizer's last update (``horizon`` 0: ``cur``)."""
+    """A pass's predicted weights: SpecTrain's (``rule`` 0), NAG's (1) extrapolation of
+    ``horizon`` updates from the optimizer's last update, or PipeMare's (2) ``horizon`` updates
+    back along the update average where the optimizer keeps it (``horizon`` 0: ``cur``)."""
     w_s = predict_weights(cur, opt_state, horizon, rule="spectrain")
     w_n = predict_weights(cur, opt_state, horizon, rule="nesterov", momentum=momentum)
-    return _tree_where(rule == 1, w_n, w_s)
+    out = _tree_where(rule == 1, w_n, w_s)
+    if find_weight_prediction_state(opt_state).velocity is not None:
+        w_p = predict_weights(cur, opt_state, horizon, rule="pipemare")
+        out = _tree_where(rule == 2, w_p, out)
+    return out
 
 
 def split_residuals(vjp_fn: Any, w: Any, x: Any) -> tuple[Any, list, list]:
@@ -150,8 +193,8 @@ class PipelineEmulator:
     Args:
         stages: the stages in functional form (their ``apply``; weights come at :meth:`init`).
         program: the program (its structure: template, capacities, stash, prediction).
-        tx: the per-stage optimizer (wrapped in :func:`jaxstale.weight_prediction` for
-            predicting policies; that does not change its updates).
+        tx: the per-stage optimizer (wrapped by :func:`stage_optimizer`: for predicting
+            policies that does not change its updates).
         momentum: ``μ`` of the Nesterov prediction rule.
         loss_fn: ``loss_fn(logits, labels) -> scalar``.
     """
@@ -170,10 +213,11 @@ class PipelineEmulator:
                 f"{len(stages)} stages given for a schedule of {program.schedule.num_stages} stages"
             )
         self.stages, self.prog, self.num_stages = list(stages), program, len(stages)
-        self.stash, self.predict = program.policy.stash, program.policy.predict is not None
-        self.tx = with_prediction(tx) if self.predict else tx
+        self.stash, self.predict = program.stashes, program.policy.predict is not None
+        self.tx = stage_optimizer(tx, program)
         self.momentum, self.loss_fn = float(momentum), loss_fn
         self.step = jax.jit(self._round, donate_argnums=(0,))
+        self.lane_fns: tuple[Callable[..., Any], Callable[..., Any]] | None = None  # lanes
 
     def init(
         self,
@@ -240,17 +284,15 @@ class PipelineEmulator:
                 k, m = o.stage, o.micro
                 valid, b = tables["valid"][r_idx, j], tables["batch"][r_idx, j]
                 h, tau, rule = (tables[f][r_idx, j] for f in ("horizon", "tau", "rule"))
+                scale = tables["lr_scale"][r_idx, j]
                 j += 1
                 bc = jnp.clip(b, 0, xb.shape[0] - 1)
                 st = self.stages[k]
                 cur = self.current(carry, k)
-                w = (
-                    pass_weights(cur, carry["opt"][k], h, rule, self.momentum)
-                    if self.predict
-                    else cur
-                )
-                if o.kind == S.BACKWARD and self.stash:
-                    w = carry["weights"][k].get(tau)
+                # the version the pass reads (stashed tau back), then its prediction
+                w = carry["weights"][k].get(tau) if self.stash else cur
+                if self.predict:
+                    w = pass_weights(w, carry["opt"][k], h, rule, self.momentum)
 
                 def micro(a, bc=bc, m=m):
                     xa = jax.lax.dynamic_index_in_dim(a, bc, 0, keepdims=False)
@@ -328,10 +370,10 @@ class PipelineEmulator:
                         continue
                     gw = jax.tree.map(lambda a: a / nm, acc)
                 if o.update:
-                    pending.append((k, valid, gw))
-            for k, valid, gw in pending:  # updates land at the end of the tick
+                    pending.append((k, valid, gw, scale))
+            for k, valid, gw, scale in pending:  # updates land at the end of the tick
                 cur = self.current(carry, k)
-                upd, new_opt = self.tx.update(gw, carry["opt"][k], cur)
+                upd, new_opt = self.tx.update(gw, carry["opt"][k], cur, lr_scale=scale)
                 new_w = _tree_where(valid, optax.apply_updates(cur, upd), cur)
                 carry["opt"][k] = _tree_where(valid, new_opt, carry["opt"][k])
                 carry["weights"][k] = carry["weights"][k].push(new_w) if self.stash else new_w
@@ -368,13 +410,41 @@ def for_program(
         float(momentum),
         id(loss_fn),
         (s.name, s.num_stages, s.num_micro, program.ticks, program.in_cap, program.ct_cap),
-        (program.res_cap, program.stash_capacity, pol.stash, pol.predict is not None),
-        program.saves_residuals,
+        (program.res_cap, program.stash_capacity, program.stashes, pol.predict is not None),
+        (program.saves_residuals, program.rescales),
+        pol.decay if pol.predict == "pipemare" else None,
     )
     if key not in _CORES:
         core = PipelineEmulator(stages, program, tx, momentum=momentum, loss_fn=loss_fn)
         _CORES[key] = (core, (stages, tx, loss_fn))  # keep the keyed objects alive
     return _CORES[key][0]
+
+
+def _lane_fns(core: PipelineEmulator) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The vmapped round (lanes share the program, each has its carry and data) and weights
+    read-out of ``core``, compiled once per core."""
+    if core.lane_fns is None:
+        vround = jax.vmap(core._round, in_axes=(0, None, None, 0, 0))
+        read = lambda c: ([core.current(c, k) for k in range(core.num_stages)], list(c["bn"]))
+        core.lane_fns = (jax.jit(vround, donate_argnums=(0,)), jax.jit(jax.vmap(read)))
+    return core.lane_fns
+
+
+def set_hyperparams(opt_state: Any, values: Mapping[str, Any]) -> Any:
+    """``opt_state`` with the named hyper-parameters of an ``optax.inject_hyperparams`` optimizer
+    replaced (float32 scalars, wherever they sit in the state).
+
+    Raises:
+        ValueError: a name the state does not hold.
+    """
+    for name, v in values.items():
+        if not optax.tree_utils.tree_get_all_with_path(opt_state, name):
+            raise ValueError(
+                f"hyperparams: the optimizer state has no hyper-parameter {name!r}; build tx "
+                "with optax.inject_hyperparams(...) to vary it per lane"
+            )
+        opt_state = optax.tree_utils.tree_set(opt_state, **{name: jnp.asarray(v, jnp.float32)})
+    return opt_state
 
 
 def executor(
@@ -386,33 +456,87 @@ def executor(
     *,
     momentum: float | None = None,
     loss_fn: Callable[[jax.Array, jax.Array], jax.Array] = cross_entropy,
+    lanes: int | None = None,
+    hyperparams: Mapping[str, Sequence[float]] | None = None,
 ) -> Executor:
     """An :class:`~jaxstale.loop.Executor` of ``program`` on ``(xb [nb, B, ...], yb [nb, B])``.
 
     A round is one period of the schedule; ``init`` takes per-stage weights and batch-norm
     statistics, ``params`` returns them. ``tx`` is the per-stage optimizer (e.g.
     ``optax.sgd(η, μ)``); ``momentum`` is required by Nesterov-rule policies.
+
+    ``lanes = L`` runs ``L`` runs of the program at once (``jax.vmap``; seeds, learning rates):
+    ``xb``/``yb`` then carry a leading lane axis (``[L, nb, B, ...]``), ``init`` takes weights
+    stacked over lanes, and ``hyperparams`` (``{name: [L] values}``) sets hyper-parameters of
+    a ``tx`` built with ``optax.inject_hyperparams`` per lane (e.g. ``{"learning_rate": ...}``),
+    so one compiled round serves a learning-rate grid.
     """
     s = program.schedule
     if program.policy.predict == "nesterov" and momentum is None:
         raise ValueError(f"policy {program.policy.name!r} needs momentum=μ (the optimizer's μ)")
-    if int(np.shape(xb)[0]) != s.num_batches:
-        raise ValueError(f"xb has {np.shape(xb)[0]} mini-batches, the schedule {s.num_batches}")
+    if lanes is not None and (not isinstance(lanes, int) or lanes < 1):
+        raise ValueError(f"lanes must be a positive int, got {lanes!r}")
+    if hyperparams and lanes is None:
+        raise ValueError("hyperparams are per lane: pass lanes=L with them")
+    hp = {k: list(v) for k, v in (hyperparams or {}).items()}
+    for k, v in hp.items():
+        if len(v) != lanes:
+            raise ValueError(f"hyperparams[{k!r}] has {len(v)} values for {lanes} lanes")
+    lead = (lanes,) if lanes is not None else ()
+    for name, a in (("xb", xb), ("yb", yb)):
+        shp = tuple(np.shape(a))
+        if shp[: len(lead)] != lead or len(shp) <= len(lead):
+            raise ValueError(f"{name} has shape {shp}, expected a leading lane axis of {lanes}")
+    if int(np.shape(xb)[len(lead)]) != s.num_batches:
+        raise ValueError(
+            f"xb has {np.shape(xb)[len(lead)]} mini-batches, the schedule {s.num_batches}"
+        )
     core = for_program(stages, program, tx, momentum=momentum or 0.0, loss_fn=loss_fn)
     tables = {k: jnp.asarray(v) for k, v in program.tables.items()}
-    x0, nm = np.asarray(xb[0]), s.num_micro
+    x0, nm = np.asarray(xb[(0,) * (len(lead) + 1)]), s.num_micro
     xb, yb = jnp.asarray(xb), jnp.asarray(yb)
+    apply = compose(stages)
+    if lanes is None:
 
-    def step(carry: dict[str, Any], r: int) -> tuple[dict[str, Any], Stats]:
-        carry, (ls, lc) = core.step(carry, jnp.int32(r), tables, xb, yb)
+        def step(carry: dict[str, Any], r: int) -> tuple[dict[str, Any], Stats]:
+            carry, (ls, lc) = core.step(carry, jnp.int32(r), tables, xb, yb)
+            loss = np.asarray(ls, np.float32) / np.float32(nm) if nm > 1 else np.asarray(ls)
+            return carry, Stats(loss.reshape(1, 1), np.asarray([[int(lc) // nm]], np.int32))
+
+        return Executor(
+            init=lambda params, states: core.init(x0, params, states),
+            step=step,
+            params=lambda c: ([core.current(c, k) for k in range(core.num_stages)], list(c["bn"])),
+            apply=apply,
+            num_rounds=program.num_rounds,
+            num_updates=s.num_batches,
+        )
+    vstep, vread = _lane_fns(core)
+    n_lanes = lanes
+
+    def init(params: Sequence[Any], states: Sequence[Any]) -> dict[str, Any]:
+        carries = []
+        for j in range(n_lanes):
+            pick = lambda t, j=j: jax.tree.map(lambda a: a[j], t)
+            c = core.init(x0, [pick(p) for p in params], [pick(q) for q in states])
+            vals = {k: v[j] for k, v in hp.items()}
+            c["opt"] = [set_hyperparams(o, vals) for o in c["opt"]] if vals else c["opt"]
+            carries.append(c)
+        return jax.tree.map(lambda *a: jnp.stack(a), *carries)
+
+    def vstep_(carry: dict[str, Any], r: int) -> tuple[dict[str, Any], Stats]:
+        carry, (ls, lc) = vstep(carry, jnp.int32(r), tables, xb, yb)
         loss = np.asarray(ls, np.float32) / np.float32(nm) if nm > 1 else np.asarray(ls)
-        return carry, Stats(loss.reshape(1, 1), np.asarray([[int(lc) // nm]], np.int32))
+        count = np.asarray(lc).astype(np.int32) // nm
+        return carry, Stats(loss.reshape(n_lanes, 1), count.reshape(n_lanes, 1))
 
     return Executor(
-        init=lambda params, states: core.init(x0, params, states),
-        step=step,
-        params=lambda c: ([core.current(c, k) for k in range(core.num_stages)], list(c["bn"])),
-        apply=compose(stages),
+        init=init,
+        step=vstep_,
+        params=vread,
+        apply=apply,
         num_rounds=program.num_rounds,
         num_updates=s.num_batches,
+        lanes=n_lanes,
+        vmapped=True,
     )

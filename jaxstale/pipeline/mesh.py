@@ -16,6 +16,19 @@ of the same sizes. Batch-norm state is not carried on the mesh (use ``mlp`` or `
 devices each tick completes before the next is dispatched (``MeshPipeline.block_ticks``: XLA:CPU's
 in-process collectives can otherwise deadlock between consecutive ticks).
 
+**Several processes** (:mod:`jaxstale.distributed`): the ``"stage"`` axis may span the devices
+of several processes, each running the same program on the same host data (mini-batches,
+initial weights, program). Every process must hold a stage (:func:`jaxstale.mesh.make_mesh`
+takes devices from every process; :func:`jaxstale.mesh.check_mesh` checks a given mesh); the
+program's rows, the data and the initial state go onto the mesh with
+:func:`jaxstale.mesh.to_mesh` (each process fills its own devices' shards), activations and
+cotangents cross processes in ``lax.ppermute``, each tick's loss is replicated (read from this
+process's devices), and the weights (:meth:`MeshPipeline.stage_params`, the executor's
+``params``) and :meth:`MeshPipeline.busy` are gathered to every process with
+:func:`jaxstale.mesh.to_host` (a collective: every process calls them at the same points, as
+:func:`jaxstale.loop.run` does). Results are written by process 0. In one process this is the
+same code path as before: ``jax.device_put`` and device arrays.
+
 References:
     Huang et al., "GPipe", NeurIPS 2019, arXiv:1811.06965. Narayanan et al., "PipeDream", SOSP
     2019. JAX documentation, "Manual parallelism with shard_map"
@@ -37,13 +50,13 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxstale.loop import Executor, Stats
 from jaxstale.losses import cross_entropy
-from jaxstale.mesh import check_mesh, make_mesh, to_host
+from jaxstale.mesh import check_mesh, make_mesh, to_host, to_mesh
 from jaxstale.pipeline.emulator import (
     compose,
     pass_weights,
     rebuild,
     split_residuals,
-    with_prediction,
+    stage_optimizer,
 )
 from jaxstale.pipeline.program import Program
 from jaxstale.schedules import BACKWARD, FORWARD
@@ -51,9 +64,10 @@ from jaxstale.versions import VersionBuffer
 
 __all__ = ["MeshPipeline", "MeshState", "executor"]
 
+# the program's per-tick fields, one int32 row per tick and stage (lr_scale: its float32 bits)
 FIELDS: tuple[str, ...] = (
     "op", "data", "micro", "in_slot", "ct_slot", "res_slot", "recv_act", "recv_ct",
-    "tau", "horizon", "rule", "update", "first",
+    "tau", "horizon", "rule", "update", "first", "lr_scale",
 )  # fmt: skip
 _F = {name: i for i, name in enumerate(FIELDS)}
 
@@ -63,7 +77,8 @@ class MeshState(NamedTuple):
     ``params``, their ``opt_state``, a ``stash`` (:class:`jaxstale.VersionBuffer` per stage),
     slots of in-flight stage inputs ``acts``, cotangents ``cots`` and residuals ``res``, what
     arrived over ``ppermute`` at the last tick (``inbox_f``, ``inbox_b``), the accumulated
-    gradient ``gacc`` and ``busy`` (ticks each device spent on F or B)."""
+    gradient ``gacc`` and ``busy`` (ticks each device spent on F or B). Sharded over the mesh:
+    read a leaf with :func:`jaxstale.mesh.to_host` (several processes: a collective)."""
 
     params: jax.Array
     opt_state: Any
@@ -147,7 +162,7 @@ class MeshPipeline:
         self.mesh = make_mesh(n, "stage") if mesh is None else check_mesh(mesh, "stage", n)
         self.program, self.loss_fn, self.momentum = program, loss_fn, float(momentum)
         self.predict = program.policy.predict is not None
-        self.tx = with_prediction(tx) if self.predict else tx
+        self.tx = stage_optimizer(tx, program)
         self.saved = program.saves_residuals
         self.num_micro = program.schedule.num_micro
         fns, params = zip(*[_as_stage(s) for s in stages], strict=True)
@@ -280,7 +295,7 @@ class MeshPipeline:
             gacc=jnp.zeros((n, self.p_max), dt),
             busy=jnp.zeros((n,), jnp.int32),
         )
-        return jax.device_put(state, NamedSharding(self.mesh, PartitionSpec("stage")))
+        return to_mesh(state, NamedSharding(self.mesh, PartitionSpec("stage")))
 
     def _tick_local(
         self, st: MeshState, row: jax.Array, xs: jax.Array, ys: jax.Array
@@ -318,7 +333,8 @@ class MeshPipeline:
         def update(args):
             params, opt_state, stash, acc = args
             grad = acc / nm if nm > 1 else acc
-            upd, opt_state = tx.update(grad, opt_state, params)
+            scale = jax.lax.bitcast_convert_type(row[_F["lr_scale"]], jnp.float32)
+            upd, opt_state = tx.update(grad, opt_state, params, lr_scale=scale)
             params = optax.apply_updates(params, upd)
             return params, opt_state, stash.push(params), acc
 
@@ -371,11 +387,17 @@ class MeshPipeline:
         return lowered.compile().memory_analysis()
 
     def stage_params(self, state: MeshState) -> list[Any]:
-        """The weights held in ``state``, gathered to the host, one pytree per stage."""
+        """The weights held in ``state``, gathered to the host (of every process), one pytree
+        per stage."""
         flat = to_host(state.params)
         return [
             self.unravels[k](jnp.asarray(flat[k, : self.sizes[k]])) for k in range(self.num_stages)
         ]
+
+    def busy(self, state: MeshState) -> np.ndarray:
+        """``[N]`` ticks each stage's device spent on a forward or backward, on the host (of
+        every process)."""
+        return to_host(state.busy)
 
 
 _CORES: dict[tuple, tuple[MeshPipeline, Any]] = {}
@@ -401,6 +423,8 @@ def _core(
         program.schedule.num_stages,
         program.schedule.num_micro,
         program.policy.predict is not None,
+        program.policy.decay if program.policy.predict == "pipemare" else None,
+        program.rescales,
         program.saves_residuals,
         max(*program.in_cap, *program.ct_cap, *program.res_cap, 1),
         max(program.stash_capacity),
@@ -440,9 +464,9 @@ def executor(
     ys = yb.reshape(nb * nm, yb.shape[1] // nm, *yb.shape[2:])
     core = _core(stages, program, tx, xs[0], mesh, momentum or 0.0, loss_fn)
     rep = NamedSharding(core.mesh, PartitionSpec())
-    xs_d, ys_d = jax.device_put(xs, rep), jax.device_put(ys, rep)
+    xs_d, ys_d = to_mesh(xs, rep), to_mesh(ys, rep)
     table = program.tick_table()
-    rows_np = np.stack([table[f] for f in FIELDS], axis=-1)  # [T, N, F]
+    rows_np = np.stack([table[f].view(np.int32) for f in FIELDS], axis=-1)  # [T, N, F] int32
     last = s.num_stages - 1
     loss_ticks = (table["op"][:, last] == BACKWARD).reshape(program.num_rounds, program.period)
     sharding = NamedSharding(core.mesh, PartitionSpec("stage"))
@@ -450,12 +474,14 @@ def executor(
 
     def step(state: MeshState, r: int) -> tuple[MeshState, Stats]:
         if not rows:
-            rows.extend(jax.device_put(row, sharding) for row in rows_np)
+            rows.extend(to_mesh(row, sharding) for row in rows_np)
         loss_sum = jnp.zeros((), jnp.float32)
         for t in range(r * program.period, (r + 1) * program.period):
             state, loss = core._tick(state, rows[t], xs_d, ys_d)
             if core.block_ticks:
                 jax.block_until_ready(state)
+            if not loss.is_fully_addressable:  # replicated: this process's copy, no collective
+                loss = loss.addressable_data(0)
             loss_sum = loss_sum + loss
         count = int(loss_ticks[r].sum()) // nm
         loss_v = np.asarray(loss_sum, np.float32)

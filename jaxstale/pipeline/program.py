@@ -4,12 +4,16 @@ Both pipeline executors run the same :class:`Program`. It cuts the schedule's ti
 **rounds** of the steady-state period (``period`` ticks; one mini-batch per round in the steady
 state): every round runs the same *template* of ops — stage, F or B, mini-batch offset ``d``
 (round ``r`` runs mini-batch ``r − d``), micro-batch, whether it applies or starts an update —
-with the ops of absent mini-batches masked. The padded program has the schedule's length,
-per-stage op order and weight versions; the compiler replays it and checks every order,
-dependency and version. Per round and template op it holds ``[rounds, ops]`` tables (``valid``,
-``batch``, the stash look-back ``tau``, the prediction ``horizon`` and ``rule``);
+with the ops of absent mini-batches masked. The padded program has the schedule's length (2BW
+with ``M ≥ N``: plus idle ticks that end its last round), per-stage op order and weight
+versions; the compiler replays it and checks every order, dependency and version. Per round
+and template op it holds ``[rounds, ops]`` tables (``valid``, ``batch``, the stash look-back
+``tau``, the prediction ``horizon`` and ``rule``, the update factor ``lr_scale``);
 :meth:`Program.tick_table` is the same program per tick and stage, with the slots of in-flight
 inputs, cotangents and residuals (``(b·M + m) mod capacity``, capacities from a long replay).
+A pass reads its stage's stash ``tau`` pushes back (the version the schedule gives it, or with
+``stash`` its forward's), predicts ``horizon`` updates with ``rule`` (0 SpecTrain, 1 NAG, 2
+PipeMare), and an update is scaled by ``lr_scale`` (PipeMare's rescheduling; 1 otherwise).
 
 Example:
     >>> from jaxstale import schedules
@@ -21,16 +25,18 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from jaxstale import schedules as S
-from jaxstale.pipeline.policies import Policy, get_policy
+from jaxstale.pipeline.policies import Policy, get_policy, pipemare_lr_scale
 
-__all__ = ["BACKWARD_MODES", "Op", "Program", "compile"]
+__all__ = ["BACKWARD_MODES", "RULES", "Op", "Program", "compile"]
 
 BACKWARD_MODES: tuple[str, ...] = ("saved", "recompute")
+#: the ``rule`` codes of the program: predictor name -> int
+RULES: dict[str | None, int] = {None: 0, "spectrain": 0, "nesterov": 1, "pipemare": 2}
 
 
 class Op(NamedTuple):
@@ -56,11 +62,8 @@ def _stage_orders(s: S.Schedule) -> list[list[tuple[int, int, int]]]:
 
 def _template(s: S.Schedule) -> tuple[list[list[Op]], int, int]:
     """The steady-state round of ``s``'s kind: ticks of one period, batches as offsets."""
-    n, nm = s.num_stages, s.num_micro
-    kw: dict[str, Any] = {"num_stages": n, "num_batches": 3 * n + 6}
-    if s.name != "1f1b":
-        kw["num_micro"] = nm
-    ref = S.get(s.name, **kw)
+    n = s.num_stages
+    ref = S.get(s.name, num_batches=3 * n + 6, **s.options)
     bs = n + 1
     t0, t1 = int(ref.micro_fwd_tick[bs, 0, 0]), int(ref.micro_fwd_tick[bs + 1, 0, 0])
     period = t1 - t0
@@ -107,7 +110,7 @@ def _capacity(intervals: list[tuple[int, int]], items: list[int]) -> int:
 
 
 class _Replay:
-    """Host replay of the masked round program: slots, stash taus, and the checks."""
+    """Host replay of the masked round program: slots, stash look-backs, and the checks."""
 
     def __init__(self, s: S.Schedule, ticks: list[list[Op]], dmin: int, dmax: int):
         n, nb, nm = s.num_stages, s.num_batches, s.num_micro
@@ -121,13 +124,15 @@ class _Replay:
                     got[k].append((op, b, m))
         if got != _stage_orders(s):  # pragma: no cover - guarded by construction
             raise ValueError(f"round program does not reproduce schedule {s.name!r}")
-        # 2. dependencies (strictly earlier tick), versions (updates land at the tick's end),
-        #    stash taus (pushes include the masked updates, which push unchanged weights)
+        # 2. dependencies (strictly earlier tick), current versions (updates land at the tick's
+        #    end), stash look-backs: pushes since the last push of the version a pass reads
+        #    (pushes include the masked updates, which push unchanged weights)
         fdone: dict[tuple[int, int, int], int] = {}
         bdone: dict[tuple[int, int, int], int] = {}
         nupd, npush = [0] * n, [0] * n
-        push_at_f: dict[tuple[int, int, int], int] = {}
-        self.tau: dict[tuple[int, int, int], int] = {}
+        last_push: list[dict[int, int]] = [{0: 0} for _ in range(n)]
+        #: (kind, b, m, k) -> (look-back to the schedule's version, to the forward's version)
+        self.look: dict[tuple[int, int, int, int], tuple[int, int]] = {}
         for tick, row in enumerate(events):
             landing = []
             for op, k, b, m, valid, upd in row:
@@ -135,27 +140,32 @@ class _Replay:
                 if op == S.FORWARD:
                     if valid and k > 0 and not fdone.get((b, m, k - 1), tick) < tick:
                         raise ValueError("round program violates a forward dependency")
-                    if valid and nupd[k] != s.fwd_version[b, k]:  # pragma: no cover
-                        raise ValueError("round program forward version mismatch")
                     fdone[key] = tick
-                    push_at_f[key] = npush[k]
                 else:
                     dep = bdone.get((b, m, k + 1), tick) if k < n - 1 else fdone.get(key, tick)
                     if valid and not dep < tick:  # pragma: no cover
                         raise ValueError("round program violates a backward dependency")
-                    if valid and nupd[k] != s.bwd_version[b, k]:  # pragma: no cover
-                        raise ValueError("round program backward version mismatch")
                     bdone[key] = tick
-                    self.tau[key] = npush[k] - push_at_f.get(key, npush[k])
                     if upd:
                         landing.append((k, int(valid)))
+                if not valid:
+                    self.look[(op, *key)] = (0, 0)
+                    continue
+                fwd = op == S.FORWARD
+                ver = int((s.fwd_version if fwd else s.bwd_version)[b, k])
+                lag = int((s.fwd_lag if fwd else s.bwd_lag)[b, m, k])
+                if nupd[k] != ver + lag:  # pragma: no cover
+                    raise ValueError(f"round program {'forward' if fwd else 'backward'} version")
+                at, vf = last_push[k], int(s.fwd_version[b, k])
+                self.look[(op, *key)] = (npush[k] - at[ver], npush[k] - at[vf])
+                # the mesh pushes valid updates only: the same look-backs there, because masked
+                # updates precede a stage's first valid one
+                if self.look[(op, *key)] != (nupd[k] - ver, nupd[k] - vf):  # pragma: no cover
+                    raise ValueError("round program: a masked update between valid ones")
             for k, v in landing:
                 nupd[k] += v
                 npush[k] += 1
-        self.stash_capacity = tuple(
-            1 + max([t for (b, m, kk), t in self.tau.items() if kk == k and 0 <= b < nb] or [0])
-            for k in range(n)
-        )
+                last_push[k][nupd[k]] = npush[k]
         # 3. slot capacities, from a long run of the same round program (steady state included)
         nb_long = max(nb, 2 * (dmax - dmin) + 4)
         ev = _events(ticks, list(range(dmin, nb_long + dmax)), nb_long)
@@ -201,7 +211,7 @@ class Program(NamedTuple):
         in_cap: per stage, slots of in-flight stage inputs.
         ct_cap: per stage, slots of received cotangents.
         res_cap: per stage, slots of saved forward residuals.
-        stash_capacity: per stage, weight versions kept (``stash``; 1 otherwise).
+        stash_capacity: per stage, weight versions kept (1: no stash).
     """
 
     schedule: S.Schedule
@@ -230,18 +240,29 @@ class Program(NamedTuple):
         """Whether forwards keep their residuals for the backward (``stash`` or ``saved``)."""
         return self.policy.stash or self.backward == "saved"
 
+    @property
+    def stashes(self) -> bool:
+        """Whether passes read a stash of versions (``stash``, or a schedule such as ``2bw``)."""
+        return self.policy.stash or max(self.stash_capacity) > 1
+
+    @property
+    def rescales(self) -> bool:
+        """Whether updates are scaled (PipeMare's learning-rate rescheduling)."""
+        return self.policy.lr_anneal is not None
+
     def tick_table(self) -> dict[str, np.ndarray]:
         """The program per tick and stage: name -> ``[ticks, N]`` int32 arrays: ``op`` (0 idle or
         masked, 1 F, 2 B), ``data`` (``b·M + m``), ``micro``, the op's ``in_slot`` /
         ``ct_slot`` / ``res_slot``, ``recv_act`` / ``recv_ct`` (the slot the activation /
         cotangent arriving from stage ``k ∓ 1`` is filed into, −1: none), ``tau``, ``horizon``,
-        ``rule``, ``update``, ``first``."""
+        ``rule``, ``update``, ``first``; and ``lr_scale``, float32 (1 where no update)."""
         s, n, nm = self.schedule, self.schedule.num_stages, self.schedule.num_micro
         total = self.num_rounds * self.period
         names = ("op", "data", "micro", "in_slot", "ct_slot", "res_slot", "recv_act", "recv_ct")
         out = {k: np.zeros((total, n), np.int32) for k in (*names, "tau", "horizon", "rule")}
         out["update"] = np.zeros((total, n), np.int32)
         out["first"] = np.zeros((total, n), np.int32)
+        out["lr_scale"] = np.ones((total, n), np.float32)
         out["recv_act"][:] = -1
         out["recv_ct"][:] = -1
         where = [(ti, o) for ti, row in enumerate(self.ticks) for o in row]
@@ -262,11 +283,13 @@ class Program(NamedTuple):
                     out[f][t, k] = self.tables[f][i, j]
                 out["update"][t, k] = int(o.update)
                 out["first"][t, k] = int(o.first_micro)
+                out["lr_scale"][t, k] = self.tables["lr_scale"][i, j]
                 if o.kind == S.FORWARD and k < n - 1 and t + 1 < total:
                     out["recv_act"][t + 1, k + 1] = item % self.in_cap[k + 1]
                 if o.kind == S.BACKWARD and k > 0 and t + 1 < total:
                     out["recv_ct"][t + 1, k - 1] = item % self.ct_cap[k - 1]
-        assert total == s.num_ticks, "the round program has the schedule's length"
+        # the schedule's length; 2BW with M >= N ends its last round with idle ticks
+        assert total >= s.num_ticks and not out["op"][s.num_ticks :].any()
         return out
 
 
@@ -279,7 +302,8 @@ def compile(
 ) -> Program:
     """Compile ``schedule`` and ``policy`` (a registered name or a ``Policy``) into the
     executors' :class:`Program`; ``backward`` is ``"saved"`` or ``"recompute"``, ``target``
-    overrides the policy's. ``TypeError`` / ``ValueError`` on bad arguments."""
+    overrides the policy's. A ``flush`` policy runs the schedule's flush counterpart, a policy
+    with a ``schedule`` that kind. ``TypeError`` / ``ValueError`` on bad arguments."""
     if not isinstance(schedule, S.Schedule):
         raise TypeError(f"schedule must be a jaxstale.schedules.Schedule, got {type(schedule)}")
     pol = get_policy(policy)
@@ -291,9 +315,13 @@ def compile(
         raise ValueError(f"backward must be one of {BACKWARD_MODES}, got {backward!r}")
     if pol.flush and (schedule.fwd_staleness.any() or schedule.bwd_staleness.any()):
         schedule = S.gpipe(schedule.num_stages, schedule.num_batches, schedule.num_micro)
+    if pol.schedule is not None and pol.schedule != schedule.name:
+        n, nm = schedule.num_stages, schedule.num_micro
+        kw = {} if pol.schedule == "1f1b" else {"num_micro": nm if nm >= max(n - 1, 2) else n}
+        schedule = S.get(pol.schedule, num_stages=n, num_batches=schedule.num_batches, **kw)
     ticks, dmin, dmax = _template(schedule)
     rep = _Replay(schedule, ticks, dmin, dmax)
-    nb = schedule.num_batches
+    nb, n = schedule.num_batches, schedule.num_stages
     fh, bh = schedule.horizons(pol.target)
     flat = [o for row in ticks for o in row]
     r = np.asarray(rep.rounds)[:, None]
@@ -302,24 +330,37 @@ def compile(
     bc = np.clip(b, 0, nb - 1)
     ks = np.asarray([o.stage for o in flat])[None, :]
     is_f = np.asarray([o.kind == S.FORWARD for o in flat])[None, :]
-    hor = np.where(is_f, fh[bc, ks], bh[bc, ks])
+    if pol.predict == "pipemare":  # the backward moved back by the updates since its forward
+        gap = schedule.bwd_version - schedule.fwd_version
+        hor = np.where(is_f, 0, gap[bc, ks])
+    else:
+        hor = np.where(is_f, fh[bc, ks], bh[bc, ks])
     if not pol.predict_backward:
         hor = np.where(is_f, hor, 0)
     if pol.predict is None:
         hor = np.zeros_like(hor)
-    tau = np.zeros_like(b)
+    # stash look-backs: the schedule's version, or with stash the forward's for the backward
+    look = np.zeros((*b.shape, 2), np.int64)
     for j, o in enumerate(flat):
-        if o.kind == S.BACKWARD:
-            for i, rr in enumerate(rep.rounds):
-                tau[i, j] = rep.tau[(rr - o.d, o.micro, o.stage)]
+        for i, rr in enumerate(rep.rounds):
+            look[i, j] = rep.look[(o.kind, rr - o.d, o.micro, o.stage)]
+    tau = np.where(is_f | (not pol.stash), look[..., 0], look[..., 1])
+    tau = np.where(valid, tau, 0)
+    capacity = tuple(1 + int(tau[:, ks[0] == k].max(initial=0)) for k in range(n))
+    scale = np.ones(b.shape, np.float32)
+    if pol.lr_anneal is not None:
+        warmup = max(1, round(pol.lr_anneal * nb))
+        upd = np.asarray([o.update for o in flat])[None, :] & valid
+        factor = pipemare_lr_scale(schedule.fwd_staleness[bc, ks], bc, warmup)
+        scale = np.where(upd, factor, 1.0).astype(np.float32)
     tables = {
         "valid": valid,
         "batch": b.astype(np.int32),
         "horizon": np.where(valid, hor, 0).astype(np.int32),
         "tau": tau.astype(np.int32),
-        "rule": np.full(b.shape, int(pol.predict == "nesterov"), np.int32),
+        "rule": np.full(b.shape, RULES[pol.predict], np.int32),
+        "lr_scale": scale,
     }
-    n = schedule.num_stages
     return Program(
         schedule=schedule,
         policy=pol,
@@ -330,5 +371,5 @@ def compile(
         in_cap=tuple(rep.in_cap),
         ct_cap=tuple(rep.ct_cap),
         res_cap=tuple(rep.res_cap),
-        stash_capacity=rep.stash_capacity if pol.stash else (1,) * n,
+        stash_capacity=capacity,
     )

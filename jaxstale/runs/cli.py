@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-__all__ = ["cli_parser", "progress"]
+from jaxstale.data import STANDARDIZE_MODES
+
+__all__ = [
+    "cli_parser",
+    "float_list",
+    "int_list",
+    "name_list",
+    "number",
+    "progress",
+]
 
 T = TypeVar("T")
 
@@ -78,7 +88,10 @@ def cli_parser(description: str | None = None) -> argparse.ArgumentParser:
     - ``--quick``: a smaller configuration that finishes in well under a minute.
     - ``--out DIR``: write the run folder exactly here (default ``results/<experiment>/<id>/``).
     - ``--seeds N``: number of seeds (seeds ``0 .. N-1``).
-    - ``--dataset NAME``: one of ``jaxstale.data.DATASETS`` (default ``digits``).
+    - ``--dataset NAME``: one of ``jaxstale.data.dataset_names()`` (default ``digits``).
+    - ``--standardize MODE``: ``feature`` (default), ``channel`` or ``none`` (raw inputs), as
+      ``jaxstale.data.load(..., standardize=)``.
+    - ``--data-dir DIR``: where prepared TFDS data lives (``jaxstale.data.load(data_dir=)``).
     - ``--model NAME [NAME ...]``: one or more model names (``--model mlp cnn`` or ``mlp,cnn``);
       a list of str, or None.
     - ``--steps N``: training steps per run.
@@ -102,12 +115,32 @@ def cli_parser(description: str | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--quick", action="store_true", help="small configuration (< 1 minute)")
     p.add_argument("--out", default=None, help="run folder (default results/<experiment>/<id>/)")
-    p.add_argument("--seeds", type=_positive_int, default=None, help="number of seeds")
-    p.add_argument("--dataset", default="digits", help="dataset name (default: digits)")
+    p.add_argument(
+        "--seeds", type=number(int, low=1), default=None, help="number of seeds (default 5)"
+    )
+    p.add_argument(
+        "--dataset",
+        type=_dataset_name,
+        default="digits",
+        help="dataset name (default: digits; jaxstale.data.dataset_names())",
+    )
+    p.add_argument(
+        "--standardize",
+        default="feature",
+        choices=STANDARDIZE_MODES,
+        help="input standardisation with training-set statistics (default feature; none keeps "
+        "raw inputs, for comparison)",
+    )
+    p.add_argument(
+        "--data-dir",
+        default=None,
+        help="where prepared TFDS datasets live (default ~/tensorflow_datasets); not part of "
+        "the run id",
+    )
     p.add_argument(
         "--model", nargs="+", action=_ListAction, default=None, help="model name(s), e.g. mlp cnn"
     )
-    p.add_argument("--steps", type=_positive_int, default=None, help="training steps per run")
+    p.add_argument("--steps", type=number(int, low=1), default=None, help="training steps per run")
     p.add_argument(
         "--force-resume",
         action="store_true",
@@ -116,11 +149,129 @@ def cli_parser(description: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+def _dataset_name(text: str) -> str:
+    from jaxstale.data import dataset_names
+
+    if text not in dataset_names():
+        raise argparse.ArgumentTypeError(
+            f"unknown dataset {text!r}; choose from: {', '.join(dataset_names())}"
+        )
+    return text
+
+
+def number(
+    kind: type = float,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> Callable[[str], Any]:
+    """An argparse ``type`` that parses one ``int`` or finite ``float`` in a range.
+
+    Out-of-range or malformed text becomes argparse's one-line usage error (exit status 2)
+    before anything runs, e.g. ``argument --lr: expected a float in (0, inf), got -1.0``.
+
+    Args:
+        kind: ``int`` or ``float``.
+        low, high: bounds (None: unbounded).
+        low_open, high_open: exclude the bound.
+
+    Example:
+        >>> number(float, low=0, low_open=True)("0.5")
+        0.5
+        >>> number(int, low=1)("0")
+        Traceback (most recent call last):
+        argparse.ArgumentTypeError: expected an int in [1, inf), got 0
+    """
+    lo = "(" if low_open or low is None else "["
+    hi = ")" if high_open or high is None else "]"
+    span = (
+        f"{lo}{'-inf' if low is None else f'{low:g}'}, {'inf' if high is None else f'{high:g}'}{hi}"
+    )
+    what = f"expected {'an int' if kind is int else 'a float'} in {span}"
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"{what}, got {text!r}") from None
+        bad = not math.isfinite(value)
+        bad |= low is not None and (value < low or (low_open and value == low))
+        bad |= high is not None and (value > high or (high_open and value == high))
+        if bad:
+            raise argparse.ArgumentTypeError(f"{what}, got {value}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+def _list(item: Callable[[str], Any], what: str) -> Callable[[str], list[Any]]:
+    def parse(text: str) -> list[Any]:
+        parts = [t.strip() for t in str(text).split(",")]
+        if not parts or any(not t for t in parts):
+            raise argparse.ArgumentTypeError(
+                f"expected a comma-separated list of {what}, got {text!r}"
+            )
+        try:
+            return [item(t) for t in parts]
+        except argparse.ArgumentTypeError as e:
+            raise argparse.ArgumentTypeError(f"{e} (in {text!r})") from None
+
+    parse.__name__ = "list"
+    return parse
+
+
+def int_list(**bounds: Any) -> Callable[[str], list[int]]:
+    """An argparse ``type`` for ``"1,4,16"``: ints, each checked like :func:`number`.
+
+    Example:
+        >>> int_list(low=1)("1,4,16")
+        [1, 4, 16]
+    """
+    return _list(number(int, **bounds), "ints")
+
+
+def float_list(**bounds: Any) -> Callable[[str], list[float]]:
+    """An argparse ``type`` for ``"0.01,0.03"``: floats, each checked like :func:`number`.
+
+    Example:
+        >>> float_list(low=0, low_open=True)("0.01,0.03")
+        [0.01, 0.03]
+    """
+    return _list(number(float, **bounds), "floats")
+
+
+def name_list(
+    choices: Iterable[str] | Callable[[], Iterable[str]], what: str = "name"
+) -> Callable[[str], list[str]]:
+    """An argparse ``type`` for ``"a,b"``: names, each one of ``choices`` (a collection, or a
+    function returning it, read when parsing: registries may grow after the parser is built).
+
+    Example:
+        >>> name_list(["asgd", "sgd"], "method")("sgd,asgd")
+        ['sgd', 'asgd']
+        >>> name_list(["asgd"], "method")("sdg")
+        Traceback (most recent call last):
+        argparse.ArgumentTypeError: unknown method 'sdg'; choose from: asgd
+    """
+
+    def item(text: str) -> str:
+        known = list(choices() if callable(choices) else choices)
+        if text not in known:
+            raise argparse.ArgumentTypeError(
+                f"unknown {what} {text!r}; choose from: {', '.join(known)}"
+            )
+        return text
+
+    def parse(text: str) -> list[str]:
+        parts = [t.strip() for t in str(text).split(",")]
+        if any(not t for t in parts):
+            raise argparse.ArgumentTypeError(
+                f"expected a comma-separated list of {what}s, got {text!r}"
+            )
+        return [item(t) for t in parts]
+
+    parse.__name__ = "list"
+    return parse

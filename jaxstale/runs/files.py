@@ -1,4 +1,8 @@
-"""Run-folder files: strict JSON, atomic writes with the umask's modes, and the folder checks."""
+"""Run-folder files: strict JSON, atomic writes with the umask's modes, and the folder checks.
+
+In a group of JAX processes (:mod:`jaxstale.distributed`) only process 0 writes
+(:func:`writes_here`): the others compute the same results and skip every write.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import json
 import math
 import os
 import secrets
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,7 +25,25 @@ __all__ = [
     "atomic_write_text",
     "config_hash",
     "to_json",
+    "writes_here",
 ]
+
+
+def writes_here() -> bool:
+    """Whether this process writes run files: always in one process; in a group of JAX
+    processes (after ``jax.distributed.initialize()``) only process 0.
+
+    Does not start a JAX backend in a single process (nor import jax if it is not imported).
+
+    Example:
+      >>> writes_here()
+      True
+    """
+    if "jax" not in sys.modules:
+        return True
+    from jaxstale.distributed import is_main_process, process_count
+
+    return process_count() == 1 or is_main_process()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -111,7 +134,9 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     """Writes ``text`` to ``path`` atomically (temporary file in the same folder + ``os.replace``).
 
     A reader sees either the old file or the complete new one, never a partial write. The file
-    gets the mode an ordinary ``open(path, "w")`` gives a new file: ``0o666 & ~umask``.
+    gets the mode an ordinary ``open(path, "w")`` gives a new file: ``0o666 & ~umask``. In a
+    group of JAX processes only process 0 writes; on the others this does nothing
+    (:func:`writes_here`).
 
     Args:
       path: destination file; its folder must exist.
@@ -121,6 +146,8 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
       ``Path(path)``.
     """
     path = Path(path)
+    if not writes_here():
+        return path
     fd, tmp = _create_temp(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -214,3 +241,76 @@ def _check_target(path: Path, where: str) -> None:
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# ----------------------------------------------------------------------------------------------
+# Several processes
+# ----------------------------------------------------------------------------------------------
+
+
+def _folder_digest(path: Path) -> bytes:
+    """SHA-1 of what a run folder's constructor reads: ``config.json`` and ``cells/*.json``."""
+    h = hashlib.sha1()
+    try:
+        files = [path / "config.json", *sorted((path / "cells").glob("*.json"))]
+        for f in files:
+            if f.is_file():
+                h.update(f"{f.relative_to(path)}\0".encode())
+                h.update(hashlib.sha1(f.read_bytes()).digest())
+    except OSError as e:
+        h.update(f"unreadable: {e}".encode())
+    return h.digest()
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _join_group(path: Path) -> dict[str, Any] | None:
+    """A run folder's start in a group of JAX processes: None if this process writes the
+    folder at ``path`` (one process, or process 0), else the cells it holds, by file name.
+
+    Every process of a group constructs the same run folder and computes the same cells; only
+    process 0 writes (:func:`writes_here`); the others keep the cells found here plus those
+    they record in memory and never read the folder again (``create``, ``record``, ``finish``
+    and ``report`` write nothing there, :func:`atomic_write_text` neither). So that every
+    process skips the same finished cells on a resume (a cell computed by some processes only
+    would wait forever in its collectives), first, before anything is checked or written, the
+    processes compare what they find (``config.json`` and the cell files; a collective: every
+    process constructs the run folder at the same point of the program) and all raise
+    :class:`RunFolderError` if it differs. Resuming therefore needs every process to see the
+    same folder: one machine, or a shared filesystem on a cluster; without one, start every
+    run with a new ``--out``."""
+    if "jax" not in sys.modules:
+        return None
+    from jaxstale.distributed import allgather_bytes, process_count
+
+    if process_count() == 1:
+        return None
+    if len(set(allgather_bytes(_folder_digest(path)))) > 1:
+        raise RunFolderError(
+            f"the processes find different files in the run folder {path}: resuming needs "
+            "every process to see the same folder (one machine or a shared filesystem); use a "
+            "new --out"
+        )
+    if writes_here():
+        return None
+    cells = ((f.name, _read_json(f)) for f in sorted((path / "cells").glob("*.json")))
+    return {name: cell for name, cell in cells if cell}
+
+
+def _diverged(row: Mapping[str, Any]) -> bool:
+    if "diverged" in row:
+        return bool(row["diverged"])
+    return "final_test_accuracy" in row and row["final_test_accuracy"] is None
+
+
+def _fmt_wall(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}min"
+    return f"{seconds / 3600:.1f}h"

@@ -27,6 +27,11 @@ before the inputs are checked**: the constructor validates the name, config, tar
 stored cells' code (:class:`RunFolderError`, naming ``--out``); the folder is created by the
 first write. Files get the mode ``0o666 & ~umask`` (as by ``open``).
 
+**Several processes** (:mod:`jaxstale.distributed`): every process constructs the same run
+folder and computes the same cells; only process 0 writes, the others keep their cells in
+memory (``_join_group`` in :mod:`jaxstale.runs.files`: resuming needs every process to see the
+same folder, one machine or a shared filesystem, else use a new ``--out``).
+
 Example:
     >>> import tempfile
     >>> tmp = tempfile.mkdtemp()
@@ -63,8 +68,12 @@ from jaxstale.runs.files import (
     StaleResultsError,
     _atomic_savefig,
     _check_target,
+    _diverged,
+    _fmt_wall,
+    _join_group,
     _key_order,
     _now,
+    _read_json,
     atomic_write_text,
     config_hash,
     to_json,
@@ -153,6 +162,9 @@ class RunFolder:
         self.path = Path(out) if out is not None else Path(root) / experiment / self.run_id
         self.cells_dir = self.path / "cells"
         where = "--out" if out is not None else "results folder (choose another with --out)"
+        # None: this process writes and reads the folder; else (not process 0 of a group) the
+        # cells it found at construction and those it recorded, by file name
+        self._store: dict[str, Any] | None = _join_group(self.path)
         _check_target(self.path, where)
         self.code: dict[str, Any] = (
             json.loads(to_json(code)) if code is not None else code_fingerprint()
@@ -289,7 +301,8 @@ class RunFolder:
         Raises:
           RunFolderError: if the folder cannot be created.
         """
-        if self._created:
+        if self._created or self._store is not None:
+            self._created = True
             return self.path
         config_path = self.path / "config.json"
         try:
@@ -312,13 +325,14 @@ class RunFolder:
         return self.cells_dir / f"{digest}.json"
 
     def _load(self, path: Path) -> dict[str, Any] | None:
-        try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            return None  # vanished or foreign file: treat as not done
+        if self._store is not None:
+            return self._store.get(path.name)
+        return _read_json(path)  # None if vanished or foreign: treat as not done
 
     def _cells(self) -> list[dict[str, Any]]:
-        cells = [c for p in sorted(self.cells_dir.glob("*.json")) if (c := self._load(p))]
+        store = self._store
+        names = [p.name for p in self.cells_dir.glob("*.json")] if store is None else list(store)
+        cells = [c for n in sorted(names) if (c := self._load(self.cells_dir / n))]
         cells = [c for c in cells if isinstance(c, dict) and isinstance(c.get("key"), dict)]
         return sorted(cells, key=lambda c: _key_order(c["key"]))
 
@@ -374,6 +388,9 @@ class RunFolder:
             "metrics": cell_metrics,
         }
         path = self._cell_path(key)
+        if self._store is not None:  # not process 0: keep it as it would read it back
+            self._store[path.name] = json.loads(to_json(cell))
+            return
         existed = path.exists()
         atomic_write_text(path, to_json(cell) + "\n")
         if existed or not self._metrics_synced:
@@ -391,6 +408,8 @@ class RunFolder:
         return [c["row"] for c in self._cells()]
 
     def _write_metrics(self) -> Path:
+        if self._store is not None:
+            return self.path / "metrics.jsonl"
         lines = [to_json({**c["key"], **m}) for c in self._cells() for m in c["metrics"]]
         return atomic_write_text(self.path / "metrics.jsonl", "".join(x + "\n" for x in lines))
 
@@ -518,7 +537,8 @@ class RunFolder:
         }
         for name, fig in (figures or {}).items():
             path = self.path / f"{name}.png"
-            _atomic_savefig(fig, path)
+            if self._store is None:
+                _atomic_savefig(fig, path)
             paths[name] = path
             if "matplotlib.pyplot" in sys.modules:
                 sys.modules["matplotlib.pyplot"].close(fig)
@@ -550,9 +570,12 @@ class RunFolder:
             object was created).
 
         Returns:
-          What :meth:`finish` returns.
+          What :meth:`finish` returns (on a process other than 0 of a group: the same paths,
+          nothing written or printed).
         """
         paths = self.finish(table_md, figures)
+        if self._store is not None:
+            return paths
         row_list = list(rows) if rows is not None else self.rows()
         n = len(row_list) if num_runs is None else num_runs
         diverged = sum(_diverged(r) for r in row_list)
@@ -572,17 +595,3 @@ class RunFolder:
                 file=sys.stderr,
             )
         return paths
-
-
-def _diverged(row: Mapping[str, Any]) -> bool:
-    if "diverged" in row:
-        return bool(row["diverged"])
-    return "final_test_accuracy" in row and row["final_test_accuracy"] is None
-
-
-def _fmt_wall(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f}min"
-    return f"{seconds / 3600:.1f}h"

@@ -1,4 +1,5 @@
-"""Weight prediction for pipelines: SpecTrain's constant-velocity and NAG's decaying predictor."""
+"""Weight prediction for pipelines: SpecTrain's constant-velocity, NAG's decaying and PipeMare's
+backward predictor."""
 
 from __future__ import annotations
 
@@ -26,15 +27,20 @@ class WeightPredictionState(NamedTuple):
       last_update: ``Δw_last``, the update the wrapped optimizer returned last (the quantity
         added to the parameters by ``optax.apply_updates``); zeros before the first update.
       count: ``int32`` number of updates so far.
+      velocity: ``δ``, the exponential moving average of the updates
+        (``weight_prediction(..., velocity_decay=γ)``), or ``None``.
     """
 
     inner_state: optax.OptState
     last_update: optax.Updates
     count: jax.Array  # type: ignore[assignment]  # shadows tuple.count, as in optax
+    velocity: optax.Updates | None = None
 
 
 def weight_prediction(
     inner: optax.GradientTransformation,
+    *,
+    velocity_decay: float | None = None,
 ) -> optax.GradientTransformationExtraArgs:
     """Wrap an optax optimizer so that it remembers the last update it applied, for prediction.
 
@@ -44,8 +50,20 @@ def weight_prediction(
 
     Built on "the last update applied", one predictor covers several optimizers: with
     ``optax.sgd(η, μ)`` ``Δw_last = −η·v`` (``v`` the momentum buffer after the latest gradient),
-    so ``w + s·Δw_last = w − s·η·v`` is SpecTrain's prediction exactly; with Adam it is
-    ``w − s·η·m̂/(sqrt(v̂)+ε)``, the XPipe / PipeOptim predictor.
+    so ``w + s·Δw_last = w − s·η·v`` is SpecTrain's prediction exactly; with ``optax.adam`` it is
+    ``w − s·η·m̂_t/(sqrt(v̂_t)+ε)`` with the moments and bias corrections of the last step ``t``,
+    PipeOptim's predictor (official code, ``optimizer.py::load_predicted_weights``; XPipe's own
+    formula was not reachable). The two coincide mathematically for ``optax.adam`` and for
+    ``optax.adamw`` with ``weight_decay=0`` (float rounding aside: PipeOptim divides
+    ``sqrt(v)/sqrt(1−β2^t)`` where optax takes ``sqrt(v/(1−β2^t))``). They differ for
+    ``optax.adamw`` by the last step's decoupled decay, ``Δw_last`` including ``−η·λ·w_{t−1}``
+    that PipeOptim leaves out (a relative difference of about ``λ·|w|`` per coordinate, small for
+    the usual ``λ ≤ 0.1``); for ``optax.nadam(w)`` by the fresh-gradient term NAdam adds to
+    ``m̂``; and, under a learning-rate schedule, in which step's rate multiplies.
+
+    With ``velocity_decay=γ`` the state also keeps ``δ ← γ·δ + (1 − γ)·Δw`` (``δ_0 = 0``), the
+    weight velocity of PipeMare's backward correction (``rule="pipemare"`` of
+    :func:`predict_weights`).
 
     Staleness semantics: the wrapper itself never changes the updates: the chain is bit for bit
     the inner optimizer. Staleness enters only through the horizon ``steps`` of
@@ -54,6 +72,7 @@ def weight_prediction(
     Args:
       inner: any ``optax.GradientTransformation`` (typically a full optimizer such as
         ``optax.sgd(0.1, momentum=0.9)`` or ``optax.adam(1e-3)``).
+      velocity_decay: ``γ`` in ``[0, 1)`` of the update average ``δ``; ``None``: no ``δ``.
 
     Returns:
       An ``optax.GradientTransformationExtraArgs`` with a :class:`WeightPredictionState`.
@@ -76,15 +95,22 @@ def weight_prediction(
       Training through Model Parallelism on Multi-GPU Platform" (SpecTrain), arXiv 2018,
       https://arxiv.org/abs/1809.02839;
       Lei Guan, Wotao Yin, Dongsheng Li, Xicheng Lu, "XPipe: Efficient Pipeline Model
-      Parallelism for Multi-GPU DNN Training", arXiv 2019, https://arxiv.org/abs/1911.04610
+      Parallelism for Multi-GPU DNN Training", arXiv 2019, https://arxiv.org/abs/1911.04610;
+      Lei Guan et al., "PipeOptim: Ensuring Effective 1F1B Schedule with Optimizer-Dependent
+      Weight Prediction", arXiv 2023, https://arxiv.org/abs/2312.00839,
+      code https://github.com/guanleics/PipeOptim
     """
     inner = optax.with_extra_args_support(inner)
+    if velocity_decay is not None:
+        check_range(velocity_decay, "velocity_decay", "weight_prediction", 0, 1)
+    gamma = velocity_decay
 
     def init_fn(params: optax.Params) -> WeightPredictionState:
         return WeightPredictionState(
             inner_state=inner.init(params),
             last_update=optax.tree.zeros_like(params),
             count=jnp.zeros((), jnp.int32),
+            velocity=None if gamma is None else optax.tree.zeros_like(params),
         )
 
     def update_fn(
@@ -94,10 +120,14 @@ def weight_prediction(
         **extra_args: Any,
     ) -> tuple[optax.Updates, WeightPredictionState]:
         new_updates, inner_state = inner.update(updates, state.inner_state, params, **extra_args)
+        velocity = state.velocity
+        if gamma is not None:
+            velocity = optax.tree.update_moment(new_updates, state.velocity, gamma, 1)
         return new_updates, WeightPredictionState(
             inner_state=inner_state,
             last_update=new_updates,
             count=optax.safe_increment(state.count),
+            velocity=velocity,
         )
 
     return optax.GradientTransformationExtraArgs(init_fn, update_fn)
@@ -136,7 +166,7 @@ def find_weight_prediction_state(state: Any) -> WeightPredictionState:
 
 
 #: The prediction rules of :func:`predict_weights`.
-RULES: tuple[str, ...] = ("spectrain", "nesterov")
+RULES: tuple[str, ...] = ("spectrain", "nesterov", "pipemare")
 
 
 def _geometric(mu: jax.typing.ArrayLike, steps: jax.Array) -> jax.Array:
@@ -157,7 +187,7 @@ def predict_weights(
     rule: str = "spectrain",
     momentum: jax.typing.ArrayLike | None = None,
 ) -> optax.Params:
-    """Predict the weights ``steps`` updates ahead from the last update applied.
+    """Predict the weights ``steps`` updates ahead from the last update applied (or back).
 
     .. math::
 
@@ -166,8 +196,11 @@ def predict_weights(
         \\text{nesterov:}\\quad \\hat w = w + \\Delta w_{last}\\,(\\mu + \\mu^2 + \\dots + \\mu^s)
         = w + \\Delta w_{last}\\,\\frac{\\mu (1 - \\mu^s)}{1 - \\mu}
 
-    (``0 ≤ μ < 1``). With ``optax.sgd(η, μ)`` as the inner optimizer ``Δw_last = −η v``:
-    SpecTrain's ``w − s·η·v`` (constant velocity) and NAG's decaying extrapolation
+    (``0 ≤ μ < 1``), and ``"pipemare"``, ``ŵ = w − s·δ``: ``s`` updates *back* with the average
+    update ``δ`` of ``weight_prediction(..., velocity_decay=γ)`` — PipeMare's discrepancy
+    correction as we read it (no public code; :mod:`jaxstale.pipeline.policies`). With
+    ``optax.sgd(η, μ)`` as the inner optimizer ``Δw_last = −η v``: SpecTrain's ``w − s·η·v``
+    (constant velocity) and NAG's decaying extrapolation
     ``w − η·v·(μ + … + μ^s)``, whose ``s = 1`` point ``w − η μ v`` is Nesterov's look-ahead.
 
     Staleness semantics: ``steps = s`` is the number of updates between the weights available
@@ -190,7 +223,8 @@ def predict_weights(
         or an ``nnx.Optimizer``'s ``opt_state``).
       steps: the horizon ``s ≥ 0``: an int scalar (may be traced) or a pytree prefix of
         ``params`` of such scalars (per-leaf horizons, e.g. one per pipeline-stage sub-tree).
-      rule: ``"spectrain"`` (constant velocity) or ``"nesterov"`` (geometric decay with ``μ``).
+      rule: ``"spectrain"`` (constant velocity), ``"nesterov"`` (geometric decay with ``μ``) or
+        ``"pipemare"`` (back along ``δ``; the state must keep ``δ``).
       momentum: ``μ`` in ``[0, 1)``, required for ``rule="nesterov"`` (use the optimizer's
         momentum); ignored by ``"spectrain"``.
 
@@ -226,8 +260,14 @@ def predict_weights(
             )
         check_range(momentum, "momentum", name, 0, 1)
     wp_state = find_weight_prediction_state(state)
+    if rule == "pipemare" and wp_state.velocity is None:
+        raise ValueError(
+            f"{name}: rule='pipemare' needs the update average δ: build the optimizer with "
+            "weight_prediction(..., velocity_decay=γ)"
+        )
     # flax.nnx states (nnx.Optimizer.opt_state, nnx.state(model, nnx.Param)) may hold Variables
-    last = check_like(wp_state.last_update, params, "the state's last_update", "params", name)
+    delta = wp_state.velocity if rule == "pipemare" else wp_state.last_update
+    last = check_like(delta, params, "the state's last_update", "params", name)
     per_leaf = broadcast_prefix(steps, params, "steps", name)
     mu: jax.typing.ArrayLike = 0.0 if momentum is None else momentum
 
@@ -239,7 +279,10 @@ def predict_weights(
             )
         check_range(s, "steps", name, 0)
         s = jnp.maximum(s, 0)  # a traced negative horizon (reported under checkify) predicts 0
-        coef = s.astype(jnp.float32) if rule == "spectrain" else _geometric(mu, s)
+        if rule == "nesterov":
+            coef = _geometric(mu, s)
+        else:
+            coef = s.astype(jnp.float32) * (-1.0 if rule == "pipemare" else 1.0)
         predicted = (w + coef.astype(delta.dtype) * delta).astype(w.dtype)
         return jnp.where(s == 0, w, predicted)
 

@@ -211,6 +211,74 @@ def test_dana_dc_compensates_against_the_lookahead():
     assert np.array_equal(same, g)  # ... and is the identity at the worker's own weights
 
 
+def _quadratic():
+    rng = np.random.default_rng(0)
+    xs = rng.normal(size=(8, 4, 2)).astype(np.float32)
+    ys = rng.normal(size=(8, 4)).astype(np.float32)
+    apply = lambda p, s, x, train: (x @ p, s)
+    mse = lambda out, y: 0.5 * jnp.mean((out - y) ** 2)
+    return xs, ys, apply, mse, np.array([0.5, -0.25], np.float32)
+
+
+def test_ga_dana_with_one_worker_is_nesterov_sgd():
+    """M = 1: the look-ahead a worker uses is the current one, the gap is 0, G = 1 exactly: DANA,
+    i.e. Sutskever's NAG. By hand: with φ_t = θ_t − ημv_t (the look-ahead), DANA's
+    v_{t+1} = μv_t + ∇f(φ_t), θ_{t+1} = θ_t − ηv_{t+1} gives φ_{t+1} = φ_t − η(∇f(φ_t) + μv_{t+1}):
+    optax.sgd(η, μ, nesterov=True) on w = φ (its trace is v; v_0 = 0 so φ_0 = θ_0 = w_0)."""
+    xs, ys, apply, mse, w0 = _quadratic()
+    lr, mu, steps = 0.1, 0.9, 8
+    out = {}
+    for method in ("ga-dana", "dana"):
+        emu = AsyncEmulator(apply, method, 1, momentum=mu, loss_fn=mse, loop="scan")
+        state = emu.init(jnp.asarray(w0), {}, learning_rate=lr)
+        out[method], _ = emu.run(state, xs, ys, np.zeros(steps), np.zeros(steps))
+    for f in ("params", "workers", "velocity", "velocity_sum"):  # G = 1: bit for bit DANA
+        assert _leaves_equal(getattr(out["ga-dana"], f), getattr(out["dana"], f)), f
+    tx = optax.sgd(lr, momentum=mu, nesterov=True)
+    w, o = jnp.asarray(w0), tx.init(jnp.asarray(w0))
+    grad = jax.grad(lambda p, x, y: mse(x @ p, y))
+    for t in range(steps):
+        u, o = tx.update(grad(w, xs[t], ys[t]), o, w)
+        w = optax.apply_updates(w, u)
+    v = o[0].trace
+    np.testing.assert_allclose(out["ga-dana"].workers[0], w, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(out["ga-dana"].params, w + lr * mu * v, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(out["ga-dana"].velocity_sum, v, rtol=1e-6, atol=1e-6)
+
+
+def test_ga_dana_hand_computed_two_workers():
+    """M = 2, round robin: Gap-Aware (lab statistic) against the current look-ahead, by hand."""
+    xs, ys, apply, mse, w0 = _quadratic()
+    lr, mu, m, gamma, eps = 0.1, 0.9, 2, 0.999, 1e-8
+    sched = delays.round_robin(m, 6)
+    emu = AsyncEmulator(apply, "ga-dana", m, momentum=mu, loss_fn=mse, loop="scan")
+    state = emu.init(jnp.asarray(w0), {}, learning_rate=lr)
+    theta, v, sent = w0.astype(np.float64), np.zeros((m, 2)), np.stack([w0, w0]).astype(float)
+    trace, sq = np.zeros(2), np.zeros(2)  # GA: trace of its outputs, EMA of its square
+    penalised = False
+    for t in range(6):
+        i = sched.worker[t]
+        x, y = xs[t].astype(float), ys[t].astype(float)
+        g = x.T @ (x @ sent[i] - y) / len(y)  # at the look-ahead worker i was sent
+        now = theta - lr * mu * v.sum(0)  # the look-ahead a worker pulling now would get
+        sq = gamma * sq + (1 - gamma) * trace**2
+        c = lr * (np.sqrt(sq / (1 - gamma ** (t + 1))) + eps)
+        gap = np.abs(now - sent[i])
+        big_g = np.where(gap == 0, 1.0, 1.0 + gap / np.where(c == 0, 1.0, c))
+        penalised |= bool((big_g > 1.01).any())
+        g = g / big_g
+        trace = mu * trace + g
+        v[i] = mu * v[i] + g
+        theta = theta - lr * v[i]
+        sent[i] = theta - lr * mu * v.sum(0)
+        state, _ = emu.run(
+            state, xs[t : t + 1], ys[t : t + 1], sched.worker[t : t + 1], sched.staleness[t : t + 1]
+        )
+        np.testing.assert_allclose(np.asarray(state.params), theta, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(state.workers[i]), sent[i], rtol=1e-5, atol=1e-6)
+    assert penalised  # the test could fail: GA acted
+
+
 def test_ssgd_averages_m_gradients_at_the_same_weights():
     m, steps = 4, 8
     f = _model()
@@ -294,6 +362,7 @@ def test_registry_and_validation():
         "gap-aware",
         "dana",
         "dana-dc",
+        "ga-dana",
     }
     with pytest.raises(ValueError):
         register_method("asgd", lambda hp: optax.sgd(0.1))

@@ -106,3 +106,95 @@ def test_async_bn_differs_from_ordinary_bn_only_with_stale_copies():
     bn = _final_stats("lc-asgd", many, xb, yb)  # ordinary BN: stale copies, last writer wins
     abn = _final_stats("lc-asgd-async-bn", many, xb, yb)
     assert np.max(np.abs(np.asarray(bn["mean"]) - np.asarray(abn["mean"]))) > 1e-2
+
+
+# ----------------------------------------------------------------------------------------------
+# faithful variants: the authors' code where it differs from our first reading
+# ----------------------------------------------------------------------------------------------
+
+
+def _linear_stream(steps: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    xb = rng.normal(size=(steps, 4, 3)).astype(np.float32)
+    yb = rng.integers(0, 2, size=(steps, 4)).astype(np.int32)
+    return xb, yb
+
+
+_APPLY = lambda p, s, x, train: (x @ p, s)
+
+
+def _host_async(tx, sched, xb, yb, w0):
+    """A host simulation of the server: update t applies worker i's gradient taken at the
+    weights it pulled (w after update t - tau)."""
+    import optax
+
+    def loss(w, x, y):
+        logits = x @ w
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+    history = [w0]
+    state = tx.init(w0)
+    w = w0
+    for t in range(sched.num_updates):
+        tau, i, b = int(sched.staleness[t]), int(sched.worker[t]), int(sched.batch[t])
+        stale = history[t - tau]
+        g = jax.grad(loss)(stale, xb[b], yb[b])
+        u, state = tx.update(g, state, w, stale_params=stale, staleness=tau, worker=i)
+        w = optax.apply_updates(w, u)
+        history.append(w)
+    return w
+
+
+def test_dc_asgd_a_per_worker_is_one_ms_per_worker_in_the_emulator():
+    import optax
+
+    from jaxstale.transforms import dc_asgd
+
+    sched = delays.round_robin(3, 12)
+    xb, yb = _linear_stream(12)
+    w0 = jnp.asarray(np.random.default_rng(1).normal(size=(3, 2)), jnp.float32)
+    r = emulate_async(_APPLY, "dc-asgd-a-pw", w0, {}, sched, xb, yb, learning_rate=0.1)
+    want = _host_async(
+        optax.chain(dc_asgd(2.0, adaptive=True, num_workers=3), optax.sgd(0.1)), sched, xb, yb, w0
+    )
+    np.testing.assert_allclose(r.params, want, rtol=1e-5, atol=1e-6)
+    shared = emulate_async(_APPLY, "dc-asgd-a", w0, {}, sched, xb, yb, learning_rate=0.1)
+    assert np.max(np.abs(np.asarray(shared.params) - np.asarray(r.params))) > 1e-6
+    # one worker: one MS, the shared statistic bit for bit
+    one = delays.round_robin(1, 12)
+    a = emulate_async(_APPLY, "dc-asgd-a-pw", w0, {}, one, xb, yb, learning_rate=0.1)
+    b = emulate_async(_APPLY, "dc-asgd-a", w0, {}, one, xb, yb, learning_rate=0.1)
+    np.testing.assert_array_equal(a.params, b.params)
+
+
+def test_per_worker_state_needs_a_capacity_outside_an_executor():
+    tx = build_method("dc-asgd-a-pw", HParams(0.1, 0.0, 4))  # concrete M: fine
+    assert tx is not None
+    with pytest.raises(ValueError, match="capacity"):
+        build_method("dc-asgd-a-pw", HParams(0.1, 0.0, jnp.int32(4)))
+
+
+def test_gap_aware_raw_is_the_raw_trace_and_equals_lab_without_momentum():
+    import optax
+
+    from jaxstale.transforms import gap_aware
+
+    sched = delays.round_robin(3, 12)
+    xb, yb = _linear_stream(12, seed=2)
+    w0 = jnp.asarray(np.random.default_rng(3).normal(size=(3, 2)), jnp.float32)
+    kw = {"learning_rate": 0.1, "momentum": 0.9}
+    raw = emulate_async(_APPLY, "gap-aware-raw", w0, {}, sched, xb, yb, **kw)
+    lab = emulate_async(_APPLY, "gap-aware", w0, {}, sched, xb, yb, **kw)
+    want = _host_async(
+        optax.chain(gap_aware(0.1, momentum=0.9, statistic="raw"), optax.sgd(0.1, momentum=0.9)),
+        sched,
+        xb,
+        yb,
+        w0,
+    )
+    np.testing.assert_allclose(raw.params, want, rtol=1e-5, atol=1e-6)
+    assert np.max(np.abs(np.asarray(raw.params) - np.asarray(lab.params))) > 1e-5
+    kw0 = {"learning_rate": 0.1, "momentum": 0.0}
+    a = emulate_async(_APPLY, "gap-aware-raw", w0, {}, sched, xb, yb, **kw0)
+    b = emulate_async(_APPLY, "gap-aware", w0, {}, sched, xb, yb, **kw0)
+    np.testing.assert_array_equal(a.params, b.params)

@@ -21,7 +21,7 @@ def test_end_to_end_files_rows_and_resume(tmp_path, monkeypatch, capsys):
         "summary.json",
         "table.md",
         "plot.png",
-        "error_vs_workers.png",
+        "accuracy_vs_workers.png",
         "staleness_hist.png",
         "staleness.json",
         "metrics.jsonl",
@@ -45,6 +45,8 @@ def test_end_to_end_files_rows_and_resume(tmp_path, monkeypatch, capsys):
             "momentum",
             "delay",
             "final_test_accuracy",
+            "final_val_accuracy",
+            "updates_to_target",
             "diverged",
             "diverged_step",
             "mean_staleness",
@@ -58,7 +60,8 @@ def test_end_to_end_files_rows_and_resume(tmp_path, monkeypatch, capsys):
     assert sum(asgd4["staleness_counts"]) == 24
     printed = capsys.readouterr().out
     assert "| method | M=1 | M=4 |" in printed and "plot.png" in printed
-    assert res["table"].count("| sgd |") == 1
+    assert res["table"].count("| sgd |") == 3  # accuracy, time to target, validation grid
+    assert "Test accuracy % at each method's learning rate selected on validation" in printed
 
     # resume: nothing is recomputed
     monkeypatch.setattr(async_workers, "_run_group", lambda *a: pytest.fail("recomputed"))
@@ -68,7 +71,7 @@ def test_end_to_end_files_rows_and_resume(tmp_path, monkeypatch, capsys):
 
 def test_divergence_is_a_row_not_a_crash(tmp_path):
     out = tmp_path / "div"
-    res = async_workers.main([*TINY, "--methods", "sgd,asgd", "--lr", "1e30", "--out", str(out)])
+    res = async_workers.main([*TINY, "--methods", "sgd,asgd", "--lrs", "1e30", "--out", str(out)])
     assert all(r["diverged"] for r in res["rows"])
     assert all(r["final_test_accuracy"] is None for r in res["rows"])
     assert "diverged" in res["table"]
@@ -104,9 +107,35 @@ def test_user_method_plugs_in_without_editing_the_package(tmp_path):
     assert "damped-asgd" in res["table"]
 
 
-def test_unknown_method_is_a_clear_error():
-    with pytest.raises(SystemExit, match="unknown method"):
+def test_unknown_method_is_a_clear_error(capsys):
+    with pytest.raises(SystemExit) as e:
         async_workers.main([*TINY, "--methods", "nope"])
+    assert e.value.code == 2 and "unknown method 'nope'" in capsys.readouterr().err
+
+
+def test_rate_is_selected_on_validation_and_reported_on_test(tmp_path):
+    """Two rates, two seeds: the table reports the test accuracy of the rate with the best mean
+    validation accuracy; LC-ASGD's λ is tuned jointly with it, both signs."""
+    argv = [*TINY, "--seeds", "2", "--workers", "4", "--lrs", "0.001,0.05"]
+    res = async_workers.main(
+        [*argv, "--methods", "asgd,lc-asgd", "--lc-lambdas=-0.1,0.1", "--out", str(tmp_path)]
+    )
+    rows = res["rows"]
+    lc = {(r["lr"], r["lam"]) for r in rows if r["method"] == "lc-asgd"}
+    assert lc == {(0.001, -0.1), (0.001, 0.1), (0.05, -0.1), (0.05, 0.1)}
+    for method in ("asgd", "lc-asgd"):
+        mine = [r for r in rows if r["method"] == method]
+        knobs = sorted({(r["lr"], r["lam"]) for r in mine}, key=str)
+        val = {
+            k: sum(
+                0.1 if r["diverged"] else r["final_val_accuracy"]
+                for r in mine
+                if (r["lr"], r["lam"]) == k
+            )
+            for k in knobs
+        }
+        assert val[res["selected"][(method, 4, 0.9)]] == max(val.values())
+    assert "@ 0.001" in res["table"] or "@ 0.05" in res["table"]
 
 
 def test_mesh_executor_agrees_with_emulator(tmp_path):
@@ -122,3 +151,18 @@ def test_mesh_executor_agrees_with_emulator(tmp_path):
     for a, b in zip(emu, mesh, strict=True):
         assert a["final_test_accuracy"] == pytest.approx(b["final_test_accuracy"], abs=1e-6)
         assert a["mean_staleness"] == b["mean_staleness"]
+
+
+def test_paper_preset_on_mock_cifar10_prints_the_papers_numbers(tmp_path, no_network):
+    """--preset wiring only (shapes, flags, the paper column), on tfds mock data."""
+    import tensorflow_datasets as tfds
+
+    argv = ["--preset", "dc-asgd-cifar10", "--steps", "4", "--seeds", "1", "--workers", "4"]
+    argv += ["--batch-size", "4", "--lrs", "0.1", "--model", "mlp", "--out", str(tmp_path)]
+    with tfds.testing.mock_data(num_examples=40):
+        res = async_workers.main([*argv, "--data-dir", str(tmp_path / "tfds")])
+    cfg = json.loads((tmp_path / "config.json").read_text())["config"]
+    assert cfg["dataset"] == "cifar10" and cfg["standardize"] == "channel"
+    assert cfg["methods"] == ["sgd", "ssgd", "asgd", "dc-asgd-c", "dc-asgd-a"]
+    assert "Test error % beside the paper's" in res["table"]
+    assert "(paper 8.19)" in res["table"] and "(paper 8.65)" in res["table"]

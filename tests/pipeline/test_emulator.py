@@ -63,67 +63,92 @@ def _dense_relu_saved(w_f, w_b, x, ct):
     return grads, (g @ leaves_b[1].T).reshape(x.shape)
 
 
-def reference(stages, sched, xb, yb, policy, target="sequential", backward="recompute"):
-    """Tick-by-tick execution keeping every version (M = 1 schedules only).
+def _lr_scale_by_hand(sched, b, k, anneal):
+    """PipeMare's rescheduling written out: τ^(−p), p = 1 − min((b + 1)/T, 1), 1 at τ = 0."""
+    tau = int(sched.target_version[b, k] - sched.fwd_version[b, k])
+    warmup = max(1, round(anneal * sched.num_batches))
+    p = 1.0 - min((b + 1) / warmup, 1.0)
+    return float(tau) ** -p if tau >= 1 else 1.0
 
-    ``backward="saved"`` is written out by hand for a single Dense+ReLU block per stage.
+
+def reference(stages, sched, xb, yb, policy, target="sequential", backward="recompute", tx=None):
+    """Tick-by-tick execution keeping every version.
+
+    Micro-batches are accumulated and averaged per mini-batch; a pass reads the version the
+    schedule gives it (``hist[k][version]``), then the policy: stash, a prediction (SpecTrain,
+    NAG, PipeMare's ``− s·δ``) and PipeMare's learning-rate factor on the update.
+    ``backward="saved"`` is written out by hand for a single Dense+ReLU block per stage (M = 1).
     """
-    n = sched.num_stages
-    tx = optax.sgd(LR, momentum=MOM)
+    pol = pipeline.get_policy(policy)
+    n, nm = sched.num_stages, sched.num_micro
+    tx = optax.sgd(LR, momentum=MOM) if tx is None else tx
     hist = [[st.params] for st in stages]
     opt = [tx.init(st.params) for st in stages]
     last = [jax.tree.map(jnp.zeros_like, st.params) for st in stages]
+    vel = [jax.tree.map(jnp.zeros_like, st.params) for st in stages]  # PipeMare's δ
+    acc = {}
     fh, bh = sched.horizons(target)
     inp, out, ct, fwd_w = {}, {}, {}, {}
 
-    def predict(k, s):
-        w = hist[k][-1]
-        if policy in ("spectrain-v1", "spectrain-v2"):
-            c = float(s)
-        elif policy == "nesterov":
-            c = sum(MOM**i for i in range(1, int(s) + 1))
-        else:
-            return w
-        return jax.tree.map(lambda a, d: a + c * d, w, last[k]) if s else w
+    def predict(w, k, s, forward):
+        if pol.predict in ("spectrain", "nesterov") and (forward or pol.predict_backward):
+            c = float(s) if pol.predict == "spectrain" else sum(MOM**i for i in range(1, s + 1))
+            return jax.tree.map(lambda a, d: a + c * d, w, last[k]) if s else w
+        if pol.predict == "pipemare" and not forward and s:
+            return jax.tree.map(lambda a, d: a - s * d, w, vel[k])
+        return w
+
+    def micro(a, b, m):
+        a = jnp.asarray(a[b])
+        return a.reshape(nm, a.shape[0] // nm, *a.shape[1:])[m]
 
     for t in range(sched.num_ticks):
         landing = []
-        for k, op, b, _m in sched.ops(t):
+        for k, op, b, m in sched.ops(t):
             st = stages[k]
             if op == schedules.FORWARD:
-                assert len(hist[k]) - 1 == sched.fwd_version[b, k]
-                w = predict(k, fh[b, k])
-                x = jnp.asarray(xb[b]) if k == 0 else out[(b, k - 1)]
-                inp[(b, k)] = x
-                fwd_w[(b, k)] = w
-                out[(b, k)] = st.apply(w, st.state, x, True)[0]
+                v = sched.fwd_version[b, k]
+                assert len(hist[k]) - 1 == v + sched.fwd_lag[b, m, k]
+                w = predict(hist[k][v], k, int(fh[b, k]), True)
+                x = micro(xb, b, m) if k == 0 else out[(b, m, k - 1)]
+                inp[(b, m, k)] = x
+                fwd_w[(b, m, k)] = w
+                out[(b, m, k)] = st.apply(w, st.state, x, True)[0]
                 continue
-            assert len(hist[k]) - 1 == sched.bwd_version[b, k]
-            if policy == "stash":
+            v = sched.bwd_version[b, k]
+            assert len(hist[k]) - 1 == v + sched.bwd_lag[b, m, k]
+            if pol.stash:
                 w = hist[k][sched.fwd_version[b, k]]
-            elif policy == "spectrain-v2":
-                w = hist[k][-1]
+            elif pol.predict == "pipemare":
+                w = predict(hist[k][v], k, int(v - sched.fwd_version[b, k]), False)
             else:
-                w = predict(k, bh[b, k])
-            x = inp[(b, k)]
+                w = predict(hist[k][v], k, int(bh[b, k]), False)
+            x = inp[(b, m, k)]
             if k == n - 1:
                 gw, gx = jax.grad(
-                    lambda p, xx, st=st, b=b: cross_entropy(
-                        st.apply(p, st.state, xx, True)[0], jnp.asarray(yb[b])
+                    lambda p, xx, st=st, b=b, m=m: cross_entropy(
+                        st.apply(p, st.state, xx, True)[0], micro(yb, b, m)
                     ),
                     argnums=(0, 1),
                 )(w, x)
             elif backward == "saved":
-                gw, gx = _dense_relu_saved(fwd_w[(b, k)], w, x, ct[(b, k)])
+                gw, gx = _dense_relu_saved(fwd_w[(b, m, k)], w, x, ct[(b, m, k)])
             else:
                 _, vjp = jax.vjp(lambda p, xx, st=st: st.apply(p, st.state, xx, True)[0], w, x)
-                gw, gx = vjp(ct[(b, k)])
+                gw, gx = vjp(ct[(b, m, k)])
             if k > 0:
-                ct[(b, k - 1)] = gx
-            landing.append((k, gw))
-        for k, g in landing:
+                ct[(b, m, k - 1)] = gx
+            acc[(b, k)] = gw if (b, k) not in acc else jax.tree.map(jnp.add, acc[(b, k)], gw)
+            if sched.update_tick[b, k] == t:
+                g = acc.pop((b, k))
+                landing.append((k, b, jax.tree.map(lambda a: a / nm, g) if nm > 1 else g))
+        for k, b, g in landing:
             upd, opt[k] = tx.update(g, opt[k], hist[k][-1])
+            if pol.lr_anneal is not None:
+                c = _lr_scale_by_hand(sched, b, k, pol.lr_anneal)
+                upd = jax.tree.map(lambda u, c=c: u * c, upd)
             last[k] = upd
+            vel[k] = jax.tree.map(lambda d, u: pol.decay * d + (1 - pol.decay) * u, vel[k], upd)
             hist[k].append(optax.apply_updates(hist[k][-1], upd))
     return [h[-1] for h in hist]
 
@@ -353,14 +378,108 @@ def test_memory_per_policy():
         carry = emulator.for_program(stages, prog, _TX, momentum=MOM).init(xb[0])
         w = sum(x.size for x in jax.tree.leaves(carry["weights"]) if x.ndim)
         o = sum(x.size for x in jax.tree.leaves(carry["opt"]) if x.ndim)
-        if policy == "stash":
-            assert prog.stash_capacity == (4, 3, 2, 1)
-            assert w == sum((n - k) * sizes[k] for k in range(n))
+        if policy == "stash":  # min(N − k, B) versions: 3 mini-batches never need a 4th
+            assert prog.stash_capacity == (3, 3, 2, 1)
+            assert w == sum(min(n - k, 3) * sizes[k] for k in range(n))
         else:
             assert w == sum(sizes)  # one copy, never a stash
         # optimizer: momentum (+ Δw_last for the prediction policies)
         extra = 2 if policy in ("spectrain-v1", "spectrain-v2", "nesterov") else 1
         assert o == extra * sum(sizes), policy
+
+
+# ------------------------------------------------------------------------- 2BW, PipeMare, AsyncPP
+
+
+def test_2bw_matches_reference_and_is_one_step_delayed_sgd():
+    """W(t+1) = W(t) − ν·opt(∇f(W(t−1))) at every stage: SGD-momentum on the unsplit model fed
+    the gradient of the previous version (the mean of the M micro-batch gradients)."""
+    xb, yb = _data(5, seed=2)
+    model = _model(blocks=3)
+    stages = _stages(3, 3)
+    sched = schedules.pipedream_2bw(3, 5, 2)  # M = N − 1: the fewest micro-batches allowed
+    prog, params, _ = emulate(stages, sched, xb, yb, "2bw")
+    assert prog.stash_capacity == (2, 2, 2) and prog.schedule is sched
+    assert _close(reference(stages, sched, xb, yb, "2bw"), params, 1e-6)
+    f = models.functional(model)
+    tx = optax.sgd(LR, momentum=MOM)
+    grad = jax.jit(jax.grad(lambda p, x, y: cross_entropy(f.apply(p, f.state, x, True)[0], y)))
+    w, o = [f.params], tx.init(f.params)
+    for t in range(5):
+        u, o = tx.update(grad(w[max(t - 1, 0)], xb[t], yb[t]), o, w[t])
+        w.append(optax.apply_updates(w[t], u))
+    assert _close([w[-1]], params, 1e-6)
+    assert _maxdiff([w[-1]], [sync_trainer(model, xb, yb)[1]]) > 1e-4  # and it is not SGD
+
+
+def test_2bw_without_its_delay_is_pipedream_flush():
+    """delay=0: the 1F1B-flush timeline and weights, i.e. synchronous SGD."""
+    xb, yb = _data(4, seed=2)
+    model = _model(blocks=3)
+    stages = _stages(3, 3)
+    s0 = schedules.pipedream_2bw(3, 4, 2, delay=0)
+    flush = schedules.one_f_one_b_flush(3, 4, 2)
+    assert (s0.table == flush.table).all() and (s0.fwd_lag == 0).all()
+    prog, p0, l0 = run(stages, s0, xb, yb, "2bw")
+    assert prog.stash_capacity == (1, 1, 1) and prog.schedule is s0
+    _, pf, lf = run(stages, flush, xb, yb, "stash")
+    assert _maxdiff(p0, pf) == 0.0 and l0 == lf
+    assert _close([sync_trainer(model, xb, yb)[1]], p0, 2e-6)
+
+
+def test_2bw_policy_runs_the_2bw_schedule():
+    """The row switches a 1F1B schedule to 2BW with M = N micro-batches, like flush does."""
+    prog = pipeline.compile(schedules.one_f_one_b(4, 6), "2bw")
+    assert (prog.schedule.name, prog.schedule.num_micro, prog.schedule.num_batches) == ("2bw", 4, 6)
+    assert (prog.schedule.fwd_version[:, 0] == [0, 0, 1, 2, 3, 4]).all()
+
+
+@pytest.mark.parametrize("policy", ["pipemare", "pipemare-lr", "pipedream-lr"])
+def test_pipemare_policies_match_reference(policy):
+    xb, yb = _data(6, seed=3)
+    stages = _stages(3, 3)
+    sched = schedules.one_f_one_b(3, 6)
+    pol = POLICIES[policy]._replace(lr_anneal=1.0)  # T = 6 updates: factors 2^(−p) at stage 0
+    _, params, _ = emulate(stages, sched, xb, yb, pol)
+    assert _close(reference(stages, sched, xb, yb, pol), params, 1e-6)
+    if policy == "pipemare":  # both parts matter: drop either and the weights change
+        _, lr_only, _ = emulate(stages, sched, xb, yb, pol._replace(predict=None))
+        _, corr_only, _ = emulate(stages, sched, xb, yb, pol._replace(lr_anneal=None))
+        _, van, _ = emulate(stages, sched, xb, yb, "vanilla")
+        for other in (lr_only, corr_only, van):
+            assert _maxdiff(other, params) > 1e-5
+
+
+@pytest.mark.parametrize("policy", ["pipemare", "pipemare-lr", "asyncpp", "pipedream-lr"])
+def test_new_policies_without_staleness_are_sgd(policy):
+    """One stage (τ = 0: factor 1, no correction) and a flush schedule: synchronous SGD."""
+    xb, yb = _data(4)
+    model = _model(blocks=2)
+    _, p_sync = sync_trainer(model, xb, yb)
+    pol = POLICIES[policy]._replace(lr_anneal=1.0) if POLICIES[policy].lr_anneal else policy
+    _, params, _ = emulate(_stages(2, 1), schedules.one_f_one_b(1, 4), xb, yb, pol)
+    assert _close([p_sync], params, 1e-6)
+    _, params, _ = emulate(_stages(2, 2), schedules.gpipe(2, 4, 2), xb, yb, pol)
+    assert _close([p_sync], params, 2e-6)
+
+
+def test_asyncpp_with_nadamw_at_one_stage_is_nadamw():
+    """AsyncPP's released configuration with τ = 0 is plain NAdamW (optax.nadamw)."""
+    xb, yb = _data(4)
+    model = _model(blocks=2)
+    tx = optax.nadamw(0.01, b1=0.99, b2=0.999, weight_decay=0.01)
+    f = models.functional(model)
+    grad = jax.jit(jax.grad(lambda p, x, y: cross_entropy(f.apply(p, f.state, x, True)[0], y)))
+    w, o = f.params, tx.init(f.params)
+    for t in range(4):
+        u, o = tx.update(grad(w, xb[t], yb[t]), o, w)
+        w = optax.apply_updates(w, u)
+    stages = _stages(2, 1)
+    ex = emulator.executor(
+        stages, pipeline.compile(schedules.one_f_one_b(1, 4), "asyncpp"), tx, xb, yb
+    )
+    (res,) = loop.run(ex, [st.params for st in stages], [st.state for st in stages])
+    assert _close([w], res.params, 1e-6)
 
 
 @pytest.mark.slow
@@ -398,3 +517,62 @@ def test_errors():
         pipeline.make("emulate", stages, sched, "nesterov", _TX, xb, yb)
     with pytest.raises(ValueError, match="unknown executor"):
         pipeline.make("gpu", stages, sched, "vanilla", _TX, xb, yb)
+
+
+@pytest.mark.parametrize("policy", ["vanilla", "stash", "nesterov"])
+def test_lanes_equal_separate_runs_with_per_lane_learning_rates(policy):
+    """lanes=L: L runs (seeds x learning rates) in one vmapped round equal L separate runs."""
+    stages = _stages(3, 3)
+    sched = schedules.one_f_one_b(3, 6)
+    prog = pipeline.compile(sched, policy)
+    tx = optax.inject_hyperparams(optax.sgd)(learning_rate=LR, momentum=MOM)
+    lrs, seeds = [0.05, 0.2, 0.2], [0, 0, 1]
+    inits = [models.functional_stages(_model(seed=s, blocks=3), 3) for s in seeds]
+    data = [_data(6, seed=s) for s in seeds]
+    stack = lambda trees: jax.tree.map(lambda *a: np.stack(a), *trees)
+    ex = pipeline.make(
+        "emulate",
+        stages,
+        prog,
+        None,
+        tx,
+        np.stack([d[0] for d in data]),
+        np.stack([d[1] for d in data]),
+        momentum=MOM,
+        lanes=3,
+        hyperparams={"learning_rate": lrs},
+    )
+    params = [stack([f[k].params for f in inits]) for k in range(3)]
+    states = [stack([f[k].state for f in inits]) for k in range(3)]
+    lanes = loop.run(ex, params, states)
+    for j, (lr, f, (xb, yb)) in enumerate(zip(lrs, inits, data, strict=True)):
+        one = emulator.executor(stages, prog, optax.sgd(lr, MOM), xb, yb, momentum=MOM)
+        (ref,) = loop.run(one, [s.params for s in f], [s.state for s in f])
+        assert _maxdiff(lanes[j].params, ref.params) <= 1e-6, (policy, j)
+        np.testing.assert_allclose(lanes[j].losses, ref.losses, rtol=1e-5)
+    assert _maxdiff(lanes[1].params, lanes[2].params) > 0  # the seeds differ
+    assert _maxdiff(lanes[0].params, lanes[1].params) > 0  # the learning rates differ
+
+
+def test_lanes_bad_input():
+    stages = _stages(2, 2)
+    prog = pipeline.compile(schedules.one_f_one_b(2, 4), "vanilla")
+    xb, yb = _data(4)
+    with pytest.raises(ValueError, match="leading lane axis"):
+        emulator.executor(stages, prog, _TX, xb, yb, lanes=2)
+    with pytest.raises(ValueError, match="pass lanes"):
+        emulator.executor(stages, prog, _TX, xb, yb, hyperparams={"learning_rate": [0.1]})
+    with pytest.raises(ValueError, match="2 values for 3 lanes"):
+        emulator.executor(
+            stages, prog, _TX, np.stack([xb] * 3), np.stack([yb] * 3), lanes=3,
+            hyperparams={"learning_rate": [0.1, 0.2]},
+        )  # fmt: skip
+    ex = emulator.executor(
+        stages, prog, _TX, np.stack([xb] * 2), np.stack([yb] * 2), lanes=2,
+        hyperparams={"learning_rate": [0.1, 0.2]},
+    )  # fmt: skip
+    stack = lambda t: jax.tree.map(lambda a: np.stack([a, a]), t)
+    with pytest.raises(ValueError, match="inject_hyperparams"):
+        ex.init([stack(s.params) for s in stages], [stack(s.state) for s in stages])
+    with pytest.raises(ValueError, match="emulator-only"):
+        pipeline.make("mesh", stages, prog, None, _TX, xb, yb, lanes=2)

@@ -17,9 +17,15 @@ from jax.sharding import PartitionSpec
 from jaxstale import loop, models, pipeline, schedules
 from jaxstale.losses import cross_entropy
 from jaxstale.mesh import make_mesh
+from jaxstale.pipeline import POLICIES
 
 LR, MU, K, B, MICRO = 0.1, 0.9, 4, 4, 2
 TOL = 1e-5
+# PipeMare's rescheduling annealed over the whole short run (the registered T rounds to 1 update)
+PIPEMARE = POLICIES["pipemare"]._replace(lr_anneal=1.0)
+PIPEMARE_LR = POLICIES["pipemare-lr"]._replace(lr_anneal=1.0)
+PIPEDREAM_LR = POLICIES["pipedream-lr"]._replace(lr_anneal=1.0)
+ADAM = optax.adam(0.01)  # one object: runs of one structure share a compiled round
 
 
 def _model(name: str, n: int):
@@ -60,25 +66,31 @@ class _Setup:
                 self.xb.reshape(K * MICRO, B // MICRO, *self.xb.shape[2:]),
                 self.yb.reshape(K * MICRO, B // MICRO),
             )
+        if sched_name == "2bw":  # M = N micro-batches of one sample: mini-batches of max(B, N)
+            size = max(B, self.n)
+            return (
+                self.xb.reshape(K * B // size, size, *self.xb.shape[2:]),
+                self.yb.reshape(K * B // size, size),
+            )
         return self.xb, self.yb
 
     def schedule(self, sched_name: str):
         xb, _ = self.data_for(sched_name)
-        kw = {} if sched_name == "1f1b" else {"num_micro": MICRO}
+        kw = {} if sched_name == "1f1b" else {"num_micro": self.n if sched_name == "2bw" else MICRO}
         return schedules.get(sched_name, num_stages=self.n, num_batches=len(xb), **kw)
 
-    def run(self, executor: str, sched_name: str, policy: str, **kw):
+    def run(self, executor: str, sched_name: str, policy, tx=None, **kw):
         xb, yb = self.data_for(sched_name)
         ex = pipeline.make(
-            executor, self.stages, self.schedule(sched_name), policy, self.tx, xb, yb,
+            executor, self.stages, self.schedule(sched_name), policy, tx or self.tx, xb, yb,
             momentum=MU, mesh=self.mesh if executor == "mesh" else None, **kw,
         )  # fmt: skip
         init = ([s.params for s in self.stages], [s.state for s in self.stages])
         (res,) = loop.run(ex, *init, eval_every=3)
         return res
 
-    def parity(self, sched_name: str, policy: str, target: str | None = None, backward="saved"):
-        kw = {"target": target, "backward": backward}
+    def parity(self, sched_name, policy, target=None, backward="saved", tx=None):
+        kw = {"target": target, "backward": backward, "tx": tx}
         want = self.run("emulate", sched_name, policy, **kw)
         got = self.run("mesh", sched_name, policy, **kw)
         moved = float(jnp.max(jnp.abs(_flat(want.params) - _flat([s.params for s in self.stages]))))
@@ -137,10 +149,21 @@ def test_weights_live_one_stage_per_device_and_the_devices_do_the_schedule():
         (4, "1f1b", "stash", None, "saved"),
         (4, "1f1b", "nesterov", "roundtrip", "recompute"),
         (8, "1f1b", "spectrain-v1", "roundtrip", "saved"),
+        (4, "1f1b", PIPEMARE, None, "saved"),
     ],
+    ids=lambda v: v.name if isinstance(v, pipeline.Policy) else None,
 )
 def test_parity_with_emulator(n, sched, policy, target, backward):
     assert _setup("mlp", n).parity(sched, policy, target, backward) < TOL
+
+
+def test_prediction_runs_with_adam_in_both_executors():
+    """SpecTrain's rule on Adam's last update (PipeOptim's predictor): same weights on both."""
+    s = _setup("mlp", 2)
+    assert s.parity("1f1b", "spectrain-v1", tx=ADAM) < TOL
+    moved = s.run("emulate", "1f1b", "spectrain-v1", tx=ADAM).params
+    plain = s.run("emulate", "1f1b", "vanilla", tx=ADAM).params
+    assert float(jnp.max(jnp.abs(_flat(moved) - _flat(plain)))) > 1e-5  # the prediction acted
 
 
 def test_errors():
@@ -170,15 +193,44 @@ _ALL = _FLUSH + [
     for p in ("vanilla", "stash", "spectrain-v1", "spectrain-v2", "nesterov", "sync")
     for t in (("sequential", "roundtrip") if p in ("spectrain-v1", "nesterov") else (None,))
 ]
+# issue 16: 2BW (and a prediction on its stashed versions), PipeMare and its LR-only part,
+# AsyncPP's stashing, stashing + rescheduling
+_ALL += [
+    ("2bw", "2bw", None),
+    ("2bw", "spectrain-v1", None),
+    ("1f1b", PIPEMARE, None),
+    ("1f1b", PIPEMARE_LR, None),
+    ("1f1b", "asyncpp", None),
+    ("1f1b", PIPEDREAM_LR, None),
+    ("1f1b-flush", PIPEMARE, None),
+]
+
+
+def _id(v):
+    return v.name if isinstance(v, pipeline.Policy) else None
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backward", ["saved", "recompute"])
 @pytest.mark.parametrize("n", [4, 8])
-@pytest.mark.parametrize("sched, policy, target", _ALL)
+@pytest.mark.parametrize("sched, policy, target", _ALL, ids=_id)
 def test_parity_with_emulator_all(n, sched, policy, target, backward):
     diff = _setup("mlp", n).parity(sched, policy, target, backward)
-    print(f"mlp N={n} {sched} {policy} {target} {backward}: max|diff| = {diff:.3g}")
+    name = policy.name if isinstance(policy, pipeline.Policy) else policy
+    print(f"mlp N={n} {sched} {name} {target} {backward}: max|diff| = {diff:.3g}")
+    assert diff < TOL
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [4, 8])
+@pytest.mark.parametrize(
+    "policy, target",
+    [("spectrain-v1", "roundtrip"), ("spectrain-v2", None), ("nesterov", "roundtrip")],
+)
+def test_parity_with_emulator_adam(n, policy, target):
+    """The prediction policies with optax.adam as the stage optimizer (PipeOptim's predictor)."""
+    diff = _setup("mlp", n).parity("1f1b", policy, target, tx=ADAM)
+    print(f"mlp N={n} 1f1b {policy} {target} adam: max|diff| = {diff:.3g}")
     assert diff < TOL
 
 

@@ -14,7 +14,11 @@ from jaxstale.pipeline import POLICIES, Policy, register_policy
 
 def test_the_table_defines_every_builtin_policy():
     assert set(POLICIES) >= {"sync", "vanilla", "stash", "spectrain-v1", "spectrain-v2", "nesterov"}
+    assert set(POLICIES) >= {"2bw", "pipemare", "pipemare-lr", "asyncpp", "pipedream-lr"}
     assert POLICIES["sync"].flush and POLICIES["stash"].stash
+    assert POLICIES["2bw"].schedule == "2bw" and POLICIES["asyncpp"].stash
+    assert POLICIES["pipemare"].predict == "pipemare" and not POLICIES["pipemare"].stash
+    assert POLICIES["pipemare-lr"].lr_anneal == POLICIES["pipedream-lr"].lr_anneal == 0.14
     assert POLICIES["spectrain-v1"].target == POLICIES["nesterov"].target == "roundtrip"
     assert not POLICIES["spectrain-v2"].predict_backward
     assert pipeline.get_policy("spectrain") is POLICIES["spectrain-v1"]  # alias
@@ -29,6 +33,14 @@ def test_registration_is_validated():
         register_policy(Policy("bad-rule", predict="adam"))
     with pytest.raises(ValueError, match="cannot be combined"):
         register_policy(Policy("both", stash=True, predict="spectrain"))
+    with pytest.raises(ValueError, match="schedule"):
+        register_policy(Policy("bad-schedule", schedule="zigzag"))
+    with pytest.raises(ValueError, match="flush and schedule"):
+        register_policy(Policy("both-schedules", flush=True, schedule="2bw"))
+    with pytest.raises(ValueError, match="lr_anneal"):
+        register_policy(Policy("bad-anneal", lr_anneal=0))
+    with pytest.raises(ValueError, match="decay"):
+        register_policy(Policy("bad-decay", predict="pipemare", decay=1.0))
     with pytest.raises(TypeError):
         register_policy({"name": "dict"})
     with pytest.raises(ValueError, match="unknown policy"):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from jaxstale import schedules
+from jaxstale import pipeline, schedules
 from jaxstale.pipeline import compile
 
 
@@ -71,3 +71,48 @@ def test_flush_policy_replaces_a_stale_schedule_and_saves_residuals_where_asked(
     assert compile(s, "stash", backward="recompute").saves_residuals  # stash always does
     with pytest.raises(TypeError, match="Schedule"):
         compile("1f1b", "vanilla")
+
+
+@pytest.mark.parametrize("n, m", [(1, 2), (2, 2), (3, 2), (4, 4), (8, 8)])
+def test_2bw_program_reads_the_double_buffered_version(n, m):
+    """The round template accepts 2BW's steady state (the compiler replays and checks orders,
+    dependencies and versions); forwards and backwards read the stash as far back as their lag."""
+    s = schedules.pipedream_2bw(n, 6, m)
+    prog = compile(s, "2bw")
+    assert prog.schedule is s and prog.period == 2 * m and prog.stash_capacity == (2,) * n
+    t = prog.tick_table()
+    # the schedule's length, plus idle ticks ending the last round when M >= N
+    assert t["op"].shape[0] in (s.num_ticks, s.num_ticks + 2 * (m - n + 1))
+    assert not t["op"][s.num_ticks :].any()
+    for tick in range(s.num_ticks):
+        for k, op, b, mm in s.ops(tick):
+            hit = np.flatnonzero((t["op"][:, k] == op) & (t["data"][:, k] == b * m + mm))
+            lag = (s.fwd_lag if op == schedules.FORWARD else s.bwd_lag)[b, mm, k]
+            assert len(hit) == 1 and t["tau"][hit[0], k] == lag
+    assert (t["update"].sum(axis=0) == 6).all()  # one update per mini-batch per stage
+    assert (t["first"].sum(axis=0) == 6).all()
+    assert (compile(s, "vanilla").tick_table()["tau"] == t["tau"]).all()  # the schedule's rule
+
+
+def test_pipemare_tables_by_hand():
+    """N = 3, 6 mini-batches, T = 6: stage 0's updates are scaled by τ^(−p), τ = min(b, 2),
+    p = 1 − (b + 1)/6; stage 1 (τ ≤ 1) and the loss stage (τ = 0) by 1; the backward moves back
+    by the updates since its forward (N − 1 − k in the steady state)."""
+    s = schedules.one_f_one_b(3, 6)
+    pol = pipeline.POLICIES["pipemare"]._replace(lr_anneal=1.0)
+    t = compile(s, pol).tick_table()
+    scale = {k: [] for k in range(3)}
+    for tick, k in zip(*np.nonzero(t["update"]), strict=True):
+        scale[int(k)].append(float(t["lr_scale"][tick, k]))
+    want0 = [1.0, 1.0, 2**-0.5, 2 ** (-1 / 3), 2 ** (-1 / 6), 1.0]
+    np.testing.assert_allclose(scale[0], want0, rtol=1e-6)
+    assert scale[1] == scale[2] == [1.0] * 6
+    assert (t["lr_scale"][t["update"] == 0] == 1.0).all()
+    bwd = t["op"] == schedules.BACKWARD
+    assert (t["rule"][t["op"] > 0] == 2).all() and (t["horizon"][~bwd] == 0).all()
+    for k in range(3):
+        steady = [b for b in range(2, 6)]
+        got = [int(t["horizon"][(t["data"][:, k] == b) & bwd[:, k], k][0]) for b in steady]
+        assert got == [2 - k] * len(steady)
+    # T as a fraction of the run: the registered 0.14 rounds to one update here (no scaling)
+    assert (compile(s, "pipemare").tick_table()["lr_scale"] == 1.0).all()

@@ -137,3 +137,82 @@ def test_nnx_params_keep_their_structure():
     pred = predict_weights(params, opt.opt_state, 2)
     assert jax.tree.structure(pred) == jax.tree.structure(params)
     np.testing.assert_allclose(pred["bias"][...], params["bias"][...] - 1.0, rtol=1e-6)
+
+
+def _adam_steps(tx, steps=4):
+    """A few steps on fixed, varying gradients; returns (weights before the last, after, state)."""
+    params, state = PARAMS, tx.init(PARAMS)
+    for k in range(steps):
+        grads = jax.tree.map(lambda g, k=k: g * (1.0 + 0.5 * k) - 0.3 * k, GRADS)
+        prev = params
+        upd, state = tx.update(grads, state, params)
+        params = optax.apply_updates(params, upd)
+    return prev, params, state
+
+
+def _pipeoptim(params, adam_state, s, lr, b1, b2, eps=1e-8):
+    """PipeOptim's load_predicted_weights (official code), in float64: the moments and step
+    count after the last applied step, W − s·(lr/(1−β1^t))·m / (sqrt(v)/sqrt(1−β2^t) + ε)."""
+    t = int(adam_state.count)
+    step_size = lr / (1 - b1**t)
+    return jax.tree.map(
+        lambda w, m, v: (
+            np.asarray(w, np.float64)
+            - s
+            * step_size
+            * np.asarray(m, np.float64)
+            / (np.sqrt(np.asarray(v, np.float64)) / np.sqrt(1 - b2**t) + eps)
+        ),
+        params,
+        adam_state.mu,
+        adam_state.nu,
+    )
+
+
+@pytest.mark.parametrize("s", [1, 3])
+def test_spectrain_rule_on_adam_is_pipeoptims_prediction(s):
+    """optax.adam: W + s·Δw_last is PipeOptim's W − s·η·m̂_t/(sqrt(v̂_t) + ε) (bias corrections of
+    the last step t, no new gradient): equal up to float rounding."""
+    lr, b1, b2 = 0.01, 0.9, 0.999
+    _, params, state = _adam_steps(weight_prediction(optax.adam(lr, b1, b2)))
+    want = _pipeoptim(params, state.inner_state[0], s, lr, b1, b2)
+    got = predict_weights(params, state, s)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-6, atol=1e-7)
+    # the next step's bias corrections (t + 1) would be a different, wrong prediction
+    t = int(state.inner_state[0].count)
+    c = (1 - b1 ** (t + 1)) / (1 - b1**t) * np.sqrt((1 - b2**t) / (1 - b2 ** (t + 1)))
+    assert abs(c - 1) > 1e-3
+
+
+def test_spectrain_rule_on_adamw_adds_the_decay_pipeoptim_leaves_out():
+    """optax.adamw: Δw_last includes the decoupled decay −η·λ·w_{t−1}; PipeOptim's prediction
+    does not. The difference is exactly s·η·λ·w_{t−1} (relative size ~λ·|w|)."""
+    lr, b1, b2, lam, s = 0.01, 0.9, 0.999, 0.1, 2
+    prev, params, state = _adam_steps(weight_prediction(optax.adamw(lr, b1, b2, weight_decay=lam)))
+    want = _pipeoptim(params, state.inner_state[0], s, lr, b1, b2)
+    got = predict_weights(params, state, s)
+    for a, b, w in zip(*(jax.tree.leaves(x) for x in (got, want, prev)), strict=True):
+        np.testing.assert_allclose(np.asarray(a) - b, -s * lr * lam * np.asarray(w), atol=1e-6)
+        assert np.abs(np.asarray(a) - b).max() > 1e-4  # a real difference here
+
+
+def test_pipemare_rule_hand_computed():
+    """δ ← γδ + (1 − γ)Δw; ŵ = w − s·δ. sgd(1): Δw = −1, −2; γ = 0.5: δ = −0.5, −1.25;
+    w = −3; s = 2: ŵ = −3 + 2.5 = −0.5."""
+    tx = weight_prediction(optax.sgd(1.0), velocity_decay=0.5)
+    w = jnp.array([0.0])
+    state = tx.init(w)
+    for g in (1.0, 2.0):
+        upd, state = tx.update(jnp.array([g]), state, w)
+        w = optax.apply_updates(w, upd)
+    assert float(state.velocity[0]) == -1.25 and float(w[0]) == -3.0
+    assert float(predict_weights(w, state, 2, rule="pipemare")[0]) == -0.5
+    assert predict_weights(w, state, 0, rule="pipemare").tobytes() == w.tobytes()
+    # without velocity_decay there is no δ (and no extra memory)
+    plain = weight_prediction(optax.sgd(1.0))
+    assert plain.init(w).velocity is None
+    with pytest.raises(ValueError, match="velocity_decay"):
+        predict_weights(w, plain.init(w), 1, rule="pipemare")
+    with pytest.raises(ValueError, match="velocity_decay"):
+        weight_prediction(optax.sgd(1.0), velocity_decay=1.0)

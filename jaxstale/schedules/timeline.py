@@ -1,96 +1,18 @@
-"""Pipeline schedules as data: which tick each pass runs at and which weight version it sees.
-
-A pipeline of ``N`` stages trains on a stream of mini-batches ``b = 0, 1, …`` (each optionally cut
-into ``M`` micro-batches). A :class:`Schedule` is the full timeline of that run, as numpy arrays, so
-that the pipeline program compiler (:mod:`jaxstale.pipeline.program`) turns it, with a weight
-policy, into the one program both executors run — the single-device emulator and the
-``shard_map`` executor — and they can be tested against each other.
-
-Tick semantics (both executors implement exactly this):
-
-* Time is discrete. Every forward (F) and backward (B) pass takes one tick. At each tick each stage
-  runs at most one op, given by ``table[tick, stage]`` (``IDLE = 0``, ``FORWARD = 1``,
-  ``BACKWARD = 2``) with its mini-batch ``table_batch[tick, stage]`` and micro-batch
-  ``table_micro[tick, stage]`` (``-1`` when idle).
-* A pass reads its stage's weights as they are at the **start** of its tick.
-* A stage's update is applied at the **end** of the tick of the backward that completes it:
-  for asynchronous 1F1B every backward (one update per mini-batch per stage); for the flush
-  schedules (GPipe, 1F1B-flush) the last backward of the mini-batch, the micro-batch gradients
-  being averaged. ``update_tick[b, k]`` is that tick.
-* Dependencies: F of ``(b, m)`` at stage ``k`` needs F of ``(b, m)`` at stage ``k-1`` at an
-  earlier tick; B at stage ``k`` needs B at stage ``k+1`` at an earlier tick; B at the loss stage
-  ``N-1`` needs its own F at an earlier tick (so the loss stage may run B right after its F).
-* Each stage runs its ops in a fixed per-stage order (below) as early as the dependencies allow
-  (a greedy list schedule); the tick table is the result.
-
-Per-stage op orders:
-
-* ``gpipe`` — per mini-batch: F of micro-batches ``0..M-1``, then B of ``M-1..0``; update at the
-  last backward (GPipe, with a flush: no staleness).
-* ``1f1b`` — asynchronous PipeDream 1F1B, no flush, ``M = 1``: stage ``k`` runs ``N - k`` forwards,
-  then alternates B, F until the forwards run out, then the remaining backwards.
-* ``1f1b-flush`` — PipeDream-Flush / DeepSpeed / Megatron: the same per mini-batch of ``M``
-  micro-batches (``min(N - k, M)`` warm-up forwards, 1F1B steady state, cool-down backwards), the
-  mini-batch's update at its last backward, then the next mini-batch.
-
-Versions and staleness. ``fwd_version[b, k]`` / ``bwd_version[b, k]`` is the number of updates
-stage ``k`` applied before that pass (``update_tick < pass tick``). Two staleness-free targets:
-
-* ``target_version[b, k] = b`` — the **sequential** target: what plain SGD would use for ``b``.
-* ``roundtrip_target[b, k] = b + #{b' > b : update_tick[b', k] <= round-trip end of b}`` — the
-  version at the end of ``b``'s round trip (the tick at which stage 0 finishes B of ``b``) without
-  ``b``'s own update: the sequential target plus the updates of *later* mini-batches that stage
-  ``k`` has already applied when ``b``'s gradient reaches the input. This is the SpecTrain lab's
-  target (ALGORITHMS.md, "Two targets, one table").
-
-A pass's staleness (its prediction horizon ``s``) is ``target - version``. For asynchronous 1F1B
-in the steady state this gives, exactly,
-
-* sequential target: forward ``s = N - 1 - k``, backward ``s = 0`` (PipeDream's staleness);
-* round-trip target: forward ``s = ⌊k/2⌋ + N - k - 1``, backward ``s = ⌊k/2⌋`` — the SpecTrain
-  lab's formula. Why ``⌊k/2⌋``: stage ``k`` runs B of ``b`` ``k`` ticks before stage 0 does and
-  updates every 2 ticks, so it applies ``⌊k/2⌋`` later updates in the half-open window
-  ``(its B of b, stage 0's B of b]``. Counting instead the version at the *start* of stage 0's
-  backward tick would give ``⌈k/2⌉`` (a mismatch at odd ``k``): the lab's convention is the
-  end-of-tick one, i.e. "all updates that have landed once the round trip is over".
-
-During warm-up (``b < N - 1 - k``) and cool-down the horizons are smaller; the table has them
-exactly, so use it rather than the closed forms.
-
-Example:
-    >>> from jaxstale import schedules
-    >>> s = schedules.one_f_one_b(4, 8)
-    >>> s.fwd_staleness[5].tolist(), s.bwd_staleness[5].tolist()
-    ([3, 2, 1, 0], [0, 0, 0, 0])
-    >>> f, b = s.horizons("roundtrip")
-    >>> f[4].tolist(), b[4].tolist()
-    ([3, 2, 2, 1], [0, 0, 1, 1])
-
-References:
-    Narayanan et al., "PipeDream: Generalized Pipeline Parallelism for DNN Training", SOSP 2019.
-    Huang et al., "GPipe: Efficient Training of Giant Neural Networks using Pipeline Parallelism",
-    NeurIPS 2019, arXiv:1811.06965.
-    Narayanan et al., "Memory-Efficient Pipeline-Parallel DNN Training" (PipeDream-2BW / Flush),
-    ICML 2021, arXiv:2006.09503.
-    Chen, Yang, Cheng, "Efficient and Robust Parallel DNN Training through Model Parallelism on
-    Multi-GPU Platform" (SpecTrain), arXiv:1809.02839, 2018.
-"""
+"""The :class:`Schedule` and its constructors: tick tables, versions, targets (see
+:mod:`jaxstale.schedules` for the semantics)."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
 IDLE = 0
 FORWARD = 1
 BACKWARD = 2
 
-SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "1f1b-flush")
+SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "1f1b-flush", "2bw")
 TARGETS: tuple[str, ...] = ("sequential", "roundtrip")
 
 
@@ -113,10 +35,14 @@ class Schedule:
         fwd_tick: tick of mini-batch ``b``'s first forward at stage ``k``.
         bwd_tick: tick of its last backward at stage ``k`` (= ``update_tick``).
         update_tick: the tick at whose end stage ``k`` applies ``b``'s update.
-        fwd_version, bwd_version: updates stage ``k`` applied before the pass (the same for every
+        fwd_version, bwd_version: the version the pass uses: the updates stage ``k`` applied
+            before it, or on ``2bw`` the double-buffered ``max(b - 1, 0)`` (the same for every
             micro-batch of ``b`` in every schedule here; checked at construction).
         target_version: sequential target, ``b``.
         roundtrip_target: the SpecTrain lab's target (module docstring).
+        fwd_lag, bwd_lag: ``[num_batches, num_micro, num_stages]``, updates applied before the
+            pass beyond its version (a stash look-back; nonzero only on ``2bw``).
+        options: the constructor's arguments other than ``num_batches`` (to rebuild the kind).
     """
 
     name: str
@@ -135,6 +61,9 @@ class Schedule:
     bwd_version: np.ndarray
     target_version: np.ndarray
     roundtrip_target: np.ndarray
+    fwd_lag: np.ndarray
+    bwd_lag: np.ndarray
+    options: dict[str, Any]
 
     @property
     def num_ticks(self) -> int:
@@ -200,10 +129,6 @@ class Schedule:
             if self.table[tick, k] != IDLE
         ]
 
-    def text(self, versions: bool = False) -> str:
-        """Text rendering (see :func:`render_text`)."""
-        return render_text(self, versions=versions)
-
 
 def _check_int(name: str, value: Any, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
@@ -238,8 +163,11 @@ def _simulate(
     num_batches: int,
     num_micro: int,
     orders: list[list[tuple[int, int, int]]],
+    options: dict[str, Any],
+    delay: int | None = None,
 ) -> Schedule:
-    """Greedy list schedule of per-stage op orders under the module's tick semantics."""
+    """Greedy list schedule of per-stage op orders under the module's tick semantics; with a
+    ``delay`` every pass of mini-batch ``b`` uses version ``max(b - delay, 0)``."""
     n, nb, nm = num_stages, num_batches, num_micro
     fwd = np.full((nb, nm, n), -1, dtype=np.int64)
     bwd = np.full((nb, nm, n), -1, dtype=np.int64)
@@ -280,13 +208,24 @@ def _simulate(
     table, table_batch, table_micro = arr[..., 0], arr[..., 1], arr[..., 2]
     # the backward that completes the update: the last one of the mini-batch at that stage
     update_tick = bwd.max(axis=1)
-    fwd_v = (update_tick[None, None, :, :] < fwd[:, :, None, :]).sum(axis=2)  # [nb, nm, n]
-    bwd_v = (update_tick[None, None, :, :] < bwd[:, :, None, :]).sum(axis=2)
-    for arr_v, what in ((fwd_v, "forward"), (bwd_v, "backward")):
-        if not np.all(arr_v == arr_v[:, :1, :]):  # pragma: no cover - invariant of these orders
-            raise RuntimeError(
-                f"{name}: micro-batches of one mini-batch see different {what} versions"
-            )
+    fwd_c = (update_tick[None, None, :, :] < fwd[:, :, None, :]).sum(axis=2)  # [nb, nm, n]
+    bwd_c = (update_tick[None, None, :, :] < bwd[:, :, None, :]).sum(axis=2)
+    if delay is None:  # every pass uses the current version
+        for arr_v, what in ((fwd_c, "forward"), (bwd_c, "backward")):
+            if not np.all(arr_v == arr_v[:, :1, :]):  # pragma: no cover - invariant of the orders
+                raise RuntimeError(
+                    f"{name}: micro-batches of one mini-batch see different {what} versions"
+                )
+        fwd_v, bwd_v = fwd_c[:, 0, :], bwd_c[:, 0, :]
+    else:  # every pass of mini-batch b uses version max(b - delay, 0)
+        fwd_v = np.broadcast_to(np.maximum(np.arange(nb) - delay, 0)[:, None], (nb, n)).copy()
+        bwd_v = fwd_v.copy()
+    fwd_lag, bwd_lag = fwd_c - fwd_v[:, None, :], bwd_c - bwd_v[:, None, :]
+    if (fwd_lag < 0).any() or (bwd_lag < 0).any():
+        raise ValueError(
+            f"{name}: a pass would use a version its stage has not computed yet "
+            f"(num_micro={nm} is too small for {n} stages)"
+        )
     target = np.broadcast_to(np.arange(nb)[:, None], (nb, n)).copy()
     end = bwd[:, :, 0].max(axis=1)  # round-trip end: stage 0's last backward of b
     later = np.arange(nb)[None, :, None] > np.arange(nb)[:, None, None]  # [b, b', 1]
@@ -305,10 +244,13 @@ def _simulate(
         fwd_tick=fwd.min(axis=1),
         bwd_tick=update_tick.copy(),
         update_tick=update_tick,
-        fwd_version=fwd_v[:, 0, :],
-        bwd_version=bwd_v[:, 0, :],
+        fwd_version=fwd_v,
+        bwd_version=bwd_v,
         target_version=target,
         roundtrip_target=roundtrip,
+        fwd_lag=fwd_lag,
+        bwd_lag=bwd_lag,
+        options=dict(options),
     )
 
 
@@ -328,6 +270,7 @@ def gpipe(num_stages: int, num_batches: int, num_micro: int | None = None) -> Sc
 
     Example:
         >>> s = gpipe(2, 2, 2)
+        >>> from jaxstale.schedules import render_text
         >>> print(render_text(s))
         stage 0 | F0.0 F0.1 .    .    B0.1 B0.0 F1.0 F1.1 .    .    B1.1 B1.0
         stage 1 | .    F0.0 F0.1 B0.1 B0.0 .    .    F1.0 F1.1 B1.1 B1.0 .
@@ -347,7 +290,7 @@ def gpipe(num_stages: int, num_batches: int, num_micro: int | None = None) -> Sc
             o += [(FORWARD, b, m) for m in range(nm)]
             o += [(BACKWARD, b, m) for m in reversed(range(nm))]
         orders.append(o)
-    return _simulate("gpipe", n, nb, nm, orders)
+    return _simulate("gpipe", n, nb, nm, orders, {"num_stages": n, "num_micro": nm})
 
 
 def one_f_one_b(num_stages: int, num_batches: int) -> Schedule:
@@ -366,6 +309,7 @@ def one_f_one_b(num_stages: int, num_batches: int) -> Schedule:
 
     Example:
         >>> s = one_f_one_b(2, 3)
+        >>> from jaxstale.schedules import render_text
         >>> print(render_text(s))
         stage 0 | F0 F1 .  B0 F2 B1 .  B2
         stage 1 | .  F0 B0 F1 B1 F2 B2 .
@@ -379,7 +323,7 @@ def one_f_one_b(num_stages: int, num_batches: int) -> Schedule:
     nb = _check_int("num_batches", num_batches)
     items = [(b, 0) for b in range(nb)]
     orders = [_one_f_one_b_order(n, k, items) for k in range(n)]
-    return _simulate("1f1b", n, nb, 1, orders)
+    return _simulate("1f1b", n, nb, 1, orders, {"num_stages": n})
 
 
 def one_f_one_b_flush(num_stages: int, num_batches: int, num_micro: int | None = None) -> Schedule:
@@ -399,6 +343,7 @@ def one_f_one_b_flush(num_stages: int, num_batches: int, num_micro: int | None =
 
     Example:
         >>> s = one_f_one_b_flush(2, 1, 3)
+        >>> from jaxstale.schedules import render_text
         >>> print(render_text(s))
         stage 0 | F0.0 F0.1 .    B0.0 F0.2 B0.1 .    B0.2
         stage 1 | .    F0.0 B0.0 F0.1 B0.1 F0.2 B0.2 .
@@ -410,22 +355,103 @@ def one_f_one_b_flush(num_stages: int, num_batches: int, num_micro: int | None =
     n = _check_int("num_stages", num_stages)
     nb = _check_int("num_batches", num_batches)
     nm = _check_int("num_micro", n if num_micro is None else num_micro)
+    opts = {"num_stages": n, "num_micro": nm}
+    return _simulate("1f1b-flush", n, nb, nm, _flush_orders(n, nb, nm), opts)
+
+
+def _flush_orders(n: int, nb: int, nm: int) -> list[list[tuple[int, int, int]]]:
     orders: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
     for b in range(nb):
         items = [(b, m) for m in range(nm)]
         for k in range(n):
             orders[k] += _one_f_one_b_order(n, k, items)
-    return _simulate("1f1b-flush", n, nb, nm, orders)
+    return orders
 
 
-_CONSTRUCTORS = {"gpipe": gpipe, "1f1b": one_f_one_b, "1f1b-flush": one_f_one_b_flush}
+def pipedream_2bw(
+    num_stages: int, num_batches: int, num_micro: int | None = None, *, delay: int = 1
+) -> Schedule:
+    """PipeDream-2BW: 1F1B without a flush, one update per mini-batch, double-buffered weights.
+
+    Stage ``k`` runs the 1F1B order over the whole stream of micro-batches — ``N - k`` warm-up
+    forwards in the first mini-batch only, then one backward and one forward — so the pipeline
+    never drains between mini-batches. The ``M`` micro-batch gradients of mini-batch ``b`` are
+    averaged and applied once, at its last backward. Every forward **and** backward of ``b``, at
+    every stage, uses version ``max(b - 1, 0)``; each stage keeps at most two versions (the
+    newest, which the optimizer updates, and the older one the passes read), and
+
+    .. math:: W_{t+1} = W_t - \\nu\\,\\nabla f(W_{t-1})
+
+    at every stage whatever the depth: the unchanged optimizer applied to the gradient of the
+    previous version (momentum and Adam alike take ``∇f(W_{t−1})`` in place of ``g_t``).
+    ``fwd_lag`` / ``bwd_lag`` say how far back in the stage's stash a pass reads (0 or 1).
+
+    Staleness semantics: one update, every stage, even at ``N = 1`` (the delay belongs to the
+    schedule, not to the depth). The delay-free counterpart is PipeDream-Flush:
+    ``delay=0`` builds exactly the :func:`one_f_one_b_flush` timeline (a flush per mini-batch,
+    every pass at the current version).
+
+    Confirmed from the official code (msr-fiddle/pipedream, branch ``pipedream_2bw``,
+    ``megatron/schedules.py::forward_backward_pipelining_no_flushes`` and
+    ``megatron/optimizer/optimizer.py``'s two buffers): the schedule, one optimizer step per
+    mini-batch, the version rule and the update above. The tick timing (unit-time passes) is
+    this module's.
+
+    Args:
+        num_stages: ``N >= 1``.
+        num_batches: mini-batches (updates per stage), ``>= 1``.
+        num_micro: micro-batches per mini-batch ``M`` (default ``N``); with ``delay=1`` at
+            least ``N - 1`` (the paper asks ``M >= N``), or the older version would not exist
+            yet when a forward of the next mini-batch needs it.
+        delay: 1 (2BW) or 0 (the flush: PipeDream-Flush).
+
+    Returns:
+        The :class:`Schedule` (``name="2bw"``).
+
+    Example:
+        >>> s = pipedream_2bw(2, 3, 2)
+        >>> from jaxstale.schedules import render_text
+        >>> print(render_text(s))
+        stage 0 | F0.0 F0.1 .    B0.0 F1.0 B0.1 F1.1 B1.0 F2.0 B1.1 F2.1 B2.0 .    B2.1
+        stage 1 | .    F0.0 B0.0 F0.1 B0.1 F1.0 B1.0 F1.1 B1.1 F2.0 B2.0 F2.1 B2.1 .
+        >>> s.fwd_version[:, 0].tolist(), s.bwd_version[:, 0].tolist(), s.max_versions.tolist()
+        ([0, 0, 1], [0, 0, 1], [2, 2])
+        >>> s.fwd_lag[2, :, 0].tolist()  # F2.1 runs after update 2 landed: v1 is one back
+        [0, 1]
+
+    References:
+        Narayanan, Phanishayee, Shi, Chen, Zaharia, "Memory-Efficient Pipeline-Parallel DNN
+        Training", ICML 2021, arXiv:2006.09503; code: https://github.com/msr-fiddle/pipedream
+        (branch ``pipedream_2bw``).
+    """
+    n = _check_int("num_stages", num_stages)
+    nb = _check_int("num_batches", num_batches)
+    nm = _check_int("num_micro", n if num_micro is None else num_micro)
+    if isinstance(delay, bool) or delay not in (0, 1):
+        raise ValueError(f"delay must be 0 (PipeDream-Flush) or 1 (2BW), got {delay!r}")
+    opts = {"num_stages": n, "num_micro": nm, "delay": delay}
+    if delay == 0:
+        return _simulate("2bw", n, nb, nm, _flush_orders(n, nb, nm), opts)
+    if nm < n - 1:
+        raise ValueError(f"2bw needs num_micro >= num_stages - 1 = {n - 1}, got {nm}")
+    items = [(b, m) for b in range(nb) for m in range(nm)]
+    orders = [_one_f_one_b_order(n, k, items) for k in range(n)]
+    return _simulate("2bw", n, nb, nm, orders, opts, delay=1)
+
+
+_CONSTRUCTORS = {
+    "gpipe": gpipe,
+    "1f1b": one_f_one_b,
+    "1f1b-flush": one_f_one_b_flush,
+    "2bw": pipedream_2bw,
+}
 
 
 def get(name: str, **kwargs: Any) -> Schedule:
     """Build a schedule by name: ``get("1f1b", num_stages=4, num_batches=8)``.
 
     Args:
-        name: one of :data:`SCHEDULES` (``"gpipe"``, ``"1f1b"``, ``"1f1b-flush"``).
+        name: one of :data:`SCHEDULES` (``"gpipe"``, ``"1f1b"``, ``"1f1b-flush"``, ``"2bw"``).
         **kwargs: the constructor's arguments.
 
     Returns:
@@ -446,104 +472,6 @@ def get(name: str, **kwargs: Any) -> Schedule:
         raise ValueError(f"bad arguments for schedule {name!r}: {e}") from e
 
 
-# ----------------------------------------------------------------------------------------------
-# Rendering
-
-
-def _cell(s: Schedule, tick: int, k: int, versions: bool) -> str:
-    op = int(s.table[tick, k])
-    if op == IDLE:
-        return "."
-    b, m = int(s.table_batch[tick, k]), int(s.table_micro[tick, k])
-    txt = ("F" if op == FORWARD else "B") + str(b)
-    if s.num_micro > 1:
-        txt += f".{m}"
-    if versions:
-        v = s.fwd_version[b, k] if op == FORWARD else s.bwd_version[b, k]
-        txt += f"v{v}"
-    return txt
-
-
-def render_text(schedule: Schedule, versions: bool = False) -> str:
-    """One line per stage, one column per tick: ``F3`` / ``B3`` (``F3.1``: micro-batch 1), ``.``.
-
-    Args:
-        schedule: the schedule.
-        versions: append the weight version each pass sees (``F3v1``).
-
-    Returns:
-        The text, lines joined by newlines (trailing spaces stripped).
-
-    Example:
-        >>> print(render_text(one_f_one_b(2, 2), versions=True))
-        stage 0 | F0v0 F1v0 .    B0v0 .    B1v1
-        stage 1 | .    F0v0 B0v0 F1v1 B1v1 .
-    """
-    s = schedule
-    cells = [[_cell(s, t, k, versions) for t in range(s.num_ticks)] for k in range(s.num_stages)]
-    width = max(len(c) for row in cells for c in row)
-    return "\n".join(
-        (f"stage {k} | " + " ".join(c.ljust(width) for c in row)).rstrip()
-        for k, row in enumerate(cells)
-    )
-
-
-def render(schedule: Schedule, path: str | None = None, *, versions: bool = True) -> Figure:
-    """Gantt chart: rows = stages (0 on top), x = ticks, boxes F (blue) / B (orange).
-
-    Each box is labelled with its mini-batch (``.m`` micro-batch) and, with ``versions``, the
-    weight version it sees (``v``).
-
-    Args:
-        schedule: the schedule.
-        path: if given, save the figure there (png/pdf/svg by extension).
-        versions: print the version under each box label.
-
-    Returns:
-        The matplotlib Figure.
-
-    Example:
-        >>> fig = render(one_f_one_b(4, 6))
-        >>> len(fig.axes)
-        1
-    """
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    s = schedule
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * s.num_ticks + 1.5), 0.6 * s.num_stages + 1.2))
-    colors = {FORWARD: "#6baed6", BACKWARD: "#fd8d3c"}
-    for t in range(s.num_ticks):
-        for k in range(s.num_stages):
-            op = int(s.table[t, k])
-            if op == IDLE:
-                continue
-            ax.broken_barh(
-                [(t, 1)], (k - 0.4, 0.8), facecolors=colors[op], edgecolor="black", lw=0.5
-            )
-            b, m = int(s.table_batch[t, k]), int(s.table_micro[t, k])
-            label = ("F" if op == FORWARD else "B") + str(b) + (f".{m}" if s.num_micro > 1 else "")
-            if versions:
-                v = s.fwd_version[b, k] if op == FORWARD else s.bwd_version[b, k]
-                label += f"\nv{v}"
-            ax.text(t + 0.5, k, label, ha="center", va="center", fontsize=6)
-    ax.set_ylim(s.num_stages - 0.5, -0.5)
-    ax.set_xlim(0, s.num_ticks)
-    ax.set_yticks(range(s.num_stages))
-    ax.set_yticklabels([f"stage {k}" for k in range(s.num_stages)])
-    ax.set_xlabel("tick")
-    title = f"{s.name}: N={s.num_stages}, {s.num_batches} mini-batches"
-    if s.num_micro > 1:
-        title += f" x {s.num_micro} micro-batches"
-    ax.set_title(title + (" (v = weight version seen)" if versions else ""))
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=120)
-    return fig
-
-
 __all__ = [
     "BACKWARD",
     "FORWARD",
@@ -555,6 +483,5 @@ __all__ = [
     "gpipe",
     "one_f_one_b",
     "one_f_one_b_flush",
-    "render",
-    "render_text",
+    "pipedream_2bw",
 ]
