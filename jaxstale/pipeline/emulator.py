@@ -380,9 +380,12 @@ class PipelineEmulator:
         return carry, (loss_sum, loss_cnt)
 
     def memory_analysis(self, carry: dict[str, Any], xb: Any, yb: Any) -> Any:
-        """XLA's compiled memory analysis of one round (``.argument_size_in_bytes`` etc.)."""
+        """XLA's compiled memory analysis of one round (``.argument_size_in_bytes`` etc.);
+        ``carry``, ``xb`` and ``yb`` may be arrays or ``jax.ShapeDtypeStruct`` (e.g.
+        ``jax.eval_shape(self.init, x0)``: nothing is allocated)."""
         tables = {k: jnp.asarray(v) for k, v in self.prog.tables.items()}
-        lowered = self.step.lower(carry, jnp.int32(0), tables, jnp.asarray(xb), jnp.asarray(yb))
+        xb, yb = (a if isinstance(a, jax.ShapeDtypeStruct) else jnp.asarray(a) for a in (xb, yb))
+        lowered = self.step.lower(carry, jnp.int32(0), tables, xb, yb)
         return lowered.compile().memory_analysis()
 
 

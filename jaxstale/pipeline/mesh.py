@@ -12,7 +12,9 @@ program names; a ``"saved"`` backward (and ``stash``) rebuilds the forward's lin
 its residuals, kept flattened and padded to ``R_max``. Memory per device: weights, optimizer
 state and gradient accumulator of ``P_max``, a stash of ``C × P_max`` (``C`` the most versions
 any stage keeps), slots ``S × A_max`` and ``S × R_max``. One compiled tick serves every program
-of the same sizes. Batch-norm state is not carried on the mesh (use ``mlp`` or ``cnn``).
+of the same sizes. Batch-norm state is not carried on the mesh (use ``mlp`` or ``cnn``). On CPU
+devices each tick completes before the next is dispatched (``MeshPipeline.block_ticks``: XLA:CPU's
+in-process collectives can otherwise deadlock between consecutive ticks).
 
 **Several processes** (:mod:`jaxstale.distributed`): the ``"stage"`` axis may span the devices
 of several processes, each running the same program on the same host data (mini-batches,
@@ -111,6 +113,23 @@ def _pad(v: jax.Array, size: int) -> jax.Array:
     return jnp.pad(v, (0, size - v.shape[0]))
 
 
+_SLOTS = ("acts", "cots", "res")
+
+
+def _local(st: MeshState, fn: Callable[[jax.Array], jax.Array]) -> MeshState:
+    """``fn`` (drop / restore the leading device axis) on every leaf but the slot buffers, which
+    keep their axis of 1 inside ``shard_map``: filed into in place one slot at a time, where
+    squeezed buffers would be copied whole by XLA, several times per tick."""
+    return MeshState(
+        **{f: v if f in _SLOTS else jax.tree.map(fn, v) for f, v in st._asdict().items()}
+    )
+
+
+def _file(buf: jax.Array, item: jax.Array, slot: jax.Array) -> jax.Array:
+    """``buf [1, S, X]`` with ``item [X]`` written into slot ``slot`` (in place)."""
+    return jax.lax.dynamic_update_slice(buf, item[None, None].astype(buf.dtype), (0, slot, 0))
+
+
 class MeshPipeline:
     """The compiled tick of a pipeline on a ``"stage"`` mesh (shared by its executors).
 
@@ -174,6 +193,10 @@ class MeshPipeline:
         self.slots = max(*program.in_cap, *program.ct_cap, *program.res_cap, 1)
         self.capacity = max(program.stash_capacity)
         self._tick = jax.jit(self._sharded(), donate_argnums=(0,))
+        # XLA:CPU runs the devices' collectives on a bounded thread pool: a tick dispatched
+        # while the previous one is still waiting in a collective can take the threads that
+        # one needs, and both hang. Emulated CPU devices therefore finish each tick first.
+        self.block_ticks = all(d.platform == "cpu" for d in self.mesh.devices.flat)
 
     def _linearise(self, k: int, p: Any, x: jax.Array) -> tuple[Any, Any, list]:
         y, vjp_fn = jax.vjp(self.fns[k], p, x)
@@ -279,14 +302,14 @@ class MeshPipeline:
     ) -> tuple[MeshState, jax.Array]:
         """One tick on one device (inside ``shard_map``): file arrivals, run the op, update."""
         n, nm, tx = self.num_stages, self.num_micro, self.tx
-        st = jax.tree.map(lambda a: a[0], st)  # this device's stage
+        st = _local(st, lambda a: a[0])  # this device's stage
         row = row.reshape(-1)
         k = jax.lax.axis_index("stage")
         op, i = row[_F["op"]], row[_F["data"]]
         ra, rc = row[_F["recv_act"]], row[_F["recv_ct"]]
         ia, ic = jnp.maximum(ra, 0), jnp.maximum(rc, 0)
-        acts = st.acts.at[ia].set(jnp.where(ra >= 0, st.inbox_f, st.acts[ia]))
-        cots = st.cots.at[ic].set(jnp.where(rc >= 0, st.inbox_b, st.cots[ic]))
+        acts = _file(st.acts, jnp.where(ra >= 0, st.inbox_f, st.acts[0, ia]), ia)
+        cots = _file(st.cots, jnp.where(rc >= 0, st.inbox_b, st.cots[0, ic]), ic)
         # the weights this pass uses: stashed (tau > 0) and/or predicted (horizon > 0)
         w = st.stash.get(row[_F["tau"]])
         if self.predict:
@@ -297,13 +320,13 @@ class MeshPipeline:
             branch,
             self._branches(),
             w,
-            acts[row[_F["in_slot"]]],
-            cots[row[_F["ct_slot"]]],
-            st.res[rs],
+            acts[0, row[_F["in_slot"]]],
+            cots[0, row[_F["ct_slot"]]],
+            st.res[0, rs],
             xs[i],
             ys[i],
         )
-        res_buf = jnp.where(op == FORWARD, st.res.at[rs].set(res), st.res)
+        res_buf = _file(st.res, jnp.where(op == FORWARD, res, st.res[0, rs]), rs)
         first = row[_F["first"]] > 0
         gacc = jnp.where(op == BACKWARD, jnp.where(first, g, st.gacc + g), st.gacc)
 
@@ -338,7 +361,7 @@ class MeshPipeline:
         # the loss stage's loss, replicated on every device (one scalar all-reduce per tick)
         is_loss = (k == n - 1) & (op == BACKWARD)
         loss = jax.lax.psum(jnp.where(is_loss, loss, 0.0), "stage")
-        return jax.tree.map(lambda a: a[None], new), loss
+        return _local(new, lambda a: a[None]), loss
 
     def _sharded(self) -> Callable[..., Any]:
         stage, rep = PartitionSpec("stage"), PartitionSpec()
@@ -349,6 +372,19 @@ class MeshPipeline:
             out_specs=(stage, rep),
             check_vma=False,
         )
+
+    def memory_analysis(self, state: MeshState, xs: Any, ys: Any) -> Any:
+        """XLA's compiled memory analysis of one tick, per device (``.argument_size_in_bytes``,
+        ``.temp_size_in_bytes`` etc.). ``state`` may be abstract (``jax.eval_shape(self.init)``:
+        nothing is allocated); ``xs`` / ``ys`` are the micro-batch stacks ``[nb·M, mb, ...]``
+        (arrays or ``jax.ShapeDtypeStruct``), replicated on every device."""
+        stage = NamedSharding(self.mesh, PartitionSpec("stage"))
+        rep = NamedSharding(self.mesh, PartitionSpec())
+        spec = lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh)
+        state = jax.tree.map(lambda a: spec(a, stage), state)
+        row = jax.ShapeDtypeStruct((self.num_stages, len(FIELDS)), jnp.int32, sharding=stage)
+        lowered = self._tick.lower(state, row, spec(xs, rep), spec(ys, rep))
+        return lowered.compile().memory_analysis()
 
     def stage_params(self, state: MeshState) -> list[Any]:
         """The weights held in ``state``, gathered to the host (of every process), one pytree
@@ -442,6 +478,8 @@ def executor(
         loss_sum = jnp.zeros((), jnp.float32)
         for t in range(r * program.period, (r + 1) * program.period):
             state, loss = core._tick(state, rows[t], xs_d, ys_d)
+            if core.block_ticks:
+                jax.block_until_ready(state)
             if not loss.is_fully_addressable:  # replicated: this process's copy, no collective
                 loss = loss.addressable_data(0)
             loss_sum = loss_sum + loss
