@@ -23,8 +23,8 @@ marked by chance). Time to accuracy: updates until the validation accuracy first
 
 Setting: each model is split into ``N`` parameter-balanced stages and trained by the pipeline
 emulator (:mod:`jaxstale.pipeline`) on ``one_f_one_b(N, steps)`` (a policy may have its own
-schedule: :data:`SCHEDULES`), with SGD + momentum 0.9 per stage (``--optimizer adam``: Adam,
-``--momentum`` is then its β1). Policies (the ``method`` field of summary.json):
+schedule: :data:`SCHEDULES`), with SGD + momentum 0.9 per stage (``--optimizer adam`` / ``nadam``:
+Adam / NAdam, ``--momentum`` is then β1). Policies (the ``method`` field of summary.json):
 
 * ``sync`` — every pass at the sequential target (the schedule's flush counterpart: 1F1B with a
   flush, ``N`` micro-batches): sequential SGD, identical for every ``N`` up to float rounding;
@@ -112,13 +112,18 @@ from .common import (
 
 EXPERIMENT = "pipeline_staleness"
 DEFAULT_METHODS = ("sync", "vanilla", "stash", "spectrain-v1", "spectrain-v2", "nesterov")
-OPTIMIZERS = ("sgd", "adam")
+OPTIMIZERS = ("sgd", "adam", "nadam")
 #: the learning-rate grids per optimizer (half-decade steps)
 LRS: dict[str, list[float]] = {
     "sgd": [0.001, 0.003, 0.01, 0.03],
     "adam": [0.0001, 0.0003, 0.001, 0.003, 0.01],
+    "nadam": [0.0001, 0.0003, 0.001, 0.003, 0.01],
 }
-QUICK_LRS: dict[str, list[float]] = {"sgd": [0.003, 0.01], "adam": [0.0003, 0.001]}
+QUICK_LRS: dict[str, list[float]] = {
+    "sgd": [0.003, 0.01],
+    "adam": [0.0003, 0.001],
+    "nadam": [0.0003, 0.001],
+}
 MODEL_KW: dict[str, dict[str, Any]] = {
     "mlp": {"hidden": (64,) * 7},  # 8 blocks: splits into up to 8 stages
     "cnn": {},  # 5 blocks: at most 5 stages
@@ -177,6 +182,8 @@ def make_tx(optimizer: str, lr: float, momentum: float) -> optax.GradientTransfo
     """The per-stage optimizer, its learning rate injected (so lanes can set their own)."""
     if optimizer == "adam":
         return optax.inject_hyperparams(optax.adam)(learning_rate=lr, b1=momentum)
+    if optimizer == "nadam":  # AsyncPP's optimizer: Adam with a Nesterov look-ahead (optax.nadam)
+        return optax.inject_hyperparams(optax.nadam)(learning_rate=lr, b1=momentum)
     return optax.inject_hyperparams(optax.sgd)(learning_rate=lr, momentum=momentum)
 
 
@@ -344,8 +351,8 @@ def make_table(
     )
     picked = at_selected(rows, selected, by=("model", "method", "stages"))
     opt = (
-        f"Adam (β1 {cfg['momentum']})"
-        if cfg["optimizer"] == "adam"
+        f"{'NAdam' if cfg['optimizer'] == 'nadam' else 'Adam'} (β1 {cfg['momentum']})"
+        if cfg["optimizer"] in ("adam", "nadam")
         else f"SGD momentum {cfg['momentum']}"
     )
     head = (
@@ -493,7 +500,7 @@ def parser() -> Any:
         "--optimizer",
         default="sgd",
         choices=OPTIMIZERS,
-        help="per-stage optimizer (default sgd; adam: its own rate grid "
+        help="per-stage optimizer (default sgd; adam, nadam (AsyncPP's): their own rate grid "
         + ",".join(f"{v:g}" for v in LRS["adam"])
         + ")",
     )

@@ -189,5 +189,5 @@ def test_registered_policy_with_its_own_schedule(tmp_path, monkeypatch):
     config = json.loads((tmp_path / "config.json").read_text())["config"]
     assert config["policies"]["stash-seq-test"]["stash"] is True
     assert config["schedules"]["stash-seq-test"].endswith("my_schedule")
-    assert config["schedules"]["stash"] == "jaxstale.schedules.one_f_one_b"
+    assert config["schedules"]["stash"] == "jaxstale.schedules.timeline.one_f_one_b"
     assert (tmp_path / "gantt_stash-seq-test.png").exists()
