@@ -73,6 +73,29 @@ RUNS: dict[str, Run] = {
         "--momentum 0 --workers 16,32 --methods sgd,asgd,gap-aware,dana",
         what="no momentum (the rate grid ×10), for the momentum-helps claim",
     ),
+    "async-m128": Run(
+        "async_workers",
+        "--delay round_robin --workers 64,128 --lrs 0.0003,0.001,0.003,0.01,0.03,0.1 "
+        "--methods sgd,asgd,sa-asgd,gap-aware,dc-asgd-a,dana,ga-dana",
+        "--quick --workers 64 --lrs 0.001,0.01",
+        what="the moonshot: round-robin workers, M = 64 and 128 (τ = M − 1), a wider rate grid",
+    ),
+    "pipeline": Run("pipeline_staleness", what="the default: N = 2, 4, 8, SGD momentum 0.9"),
+    "pipeline-n8": Run(
+        "pipeline_staleness",
+        "--stages 8 --methods sync,2bw,pipemare,pipemare-lr,pipedream-lr",
+        "--quick --stages 8",
+        what="the moonshot: N = 8 with the policies made for deep pipelines",
+    ),
+    "pipeline-nadam": Run(
+        "pipeline_staleness",
+        "--stages 8 --optimizer nadam --methods sync,vanilla,stash,asyncpp,nesterov",
+        "--quick --stages 8",
+        what="N = 8 with NAdam (AsyncPP's optimizer) per stage",
+    ),
+    "cliff": Run("delay_cliff", what="the default: constant delays 0–16, four methods"),
+    "async-bn": Run("async_bn", what="the default: ResNet-20 (width 8), M = 1, 4, 8, 16"),
+    "sync": Run("sync_baseline", what="the default: the synchronous references and their budget"),
 }
 
 

@@ -65,10 +65,10 @@ compiled round (``pipeline.make(..., lanes=L, hyperparams={"learning_rate": ...}
 grouped convolutions, slow on the CPU, so ``--model cnn`` (5 blocks: N ≤ 5) runs its lanes one
 after the other (``--seed-mode``), sharing one compiled round; it is not in the default.
 ``--executor mesh`` runs one run at a time on a ``"stage"`` device axis (same results).
-Measured on the shared 2-core box (CPU time = user + sys, the figure that does not depend on the
-load): default — 1 model × 3 depths × 6 policies × 4 rates × 5 seeds = 360 runs of 1,500
-updates: CPU_DEFAULT; ``--quick`` (N ∈ {2, 4}, 2 rates, 2 seeds, 300 updates; a smoke run,
-marked so in its tables): CPU_QUICK.
+Each run prints its CPU time (user + sys, the figure that does not depend on the load of the
+shared box) at the end. Default: 1 model × 3 depths × 6 policies × 4 rates × 5 seeds = 360
+runs of 1,500 updates; ``--quick`` (N ∈ {2, 4}, 2 rates, 2 seeds, 300 updates) is a smoke run,
+marked so in its tables.
 
 Outputs (run folder): summary.json rows (method, model, stages, lr, seed, optimizer, momentum,
 target, schedule, backward, final_val_accuracy, final_test_accuracy, diverged, diverged_step,
