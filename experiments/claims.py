@@ -89,7 +89,7 @@ RUNS: dict[str, Run] = {
     ),
     "pipeline-nadam": Run(
         "pipeline_staleness",
-        "--stages 8 --optimizer nadam --methods sync,vanilla,stash,asyncpp,nesterov",
+        "--stages 8 --optimizer nadam --methods sync,vanilla,asyncpp,nesterov",
         "--quick --stages 8",
         what="N = 8 with NAdam (AsyncPP's optimizer) per stage",
     ),
