@@ -459,7 +459,9 @@ CLAIMS: list[Claim] = [
 
 def run_configs(names: Sequence[str], results: Path, quick: bool, force: bool) -> None:
     """Run (or resume) the named configurations into ``results/<name>``."""
-    pkg = __name__.rsplit(".", 1)[0]
+    # the package this file runs from: experiments (a checkout) or jaxstale.experiments (a
+    # wheel); __name__ is "__main__" under python -m, __package__ is right in both cases
+    pkg = __package__ or "experiments"
     for name in names:
         spec = RUNS[name]
         module = importlib.import_module(f"{pkg}.{spec.experiment}")
