@@ -89,3 +89,100 @@ def test_unknown_configuration_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as e:
         claims.main(["--only", "nope"])
     assert e.value.code == 2 and "unknown configuration 'nope'" in capsys.readouterr().err
+
+
+def _pipe_rows(accs: dict[tuple[str, int], list[float | None]], lr: float = 0.01):
+    return [
+        {"method": m, "model": "mlp", "stages": n, "lr": lr, "seed": s, "diverged": v is None,
+         "final_val_accuracy": v, "final_test_accuracy": v}
+        for (m, n), vals in accs.items() for s, v in enumerate(vals)
+    ]  # fmt: skip
+
+
+def test_pipeline_prediction_claim_and_the_n8_moonshot(tmp_path):
+    hi, lo = [0.97, 0.968, 0.972, 0.97, 0.969], [0.90, 0.91, 0.905, 0.90, 0.902]
+    rows = _pipe_rows({("sync", 4): hi, ("vanilla", 4): lo, ("stash", 4): lo,
+                       ("spectrain-v1", 4): hi, ("nesterov", 4): hi,
+                       ("sync", 8): hi, ("vanilla", 8): lo, ("spectrain-v1", 8): hi,
+                       ("nesterov", 8): [0.96, 0.958, 0.962, 0.96, 0.959]})  # fmt: skip
+    _folder(tmp_path, "pipeline", rows, [])
+    ctx = claims.Context(tmp_path, quick=False)
+    v = claims.judge_pipeline(ctx)
+    assert v.verdict == "held" and "| spectrain-v1 |" in v.tables[0]
+    assert "stash (N=4) − vanilla (N=4)" in v.evidence
+    # the moonshot: 2bw is the best memory-light policy; stash is not memory-light
+    n8 = _pipe_rows({("sync", 8): hi, ("2bw", 8): [a - 0.003 for a in hi],
+                     ("pipemare", 8): lo})  # fmt: skip
+    _folder(tmp_path, "pipeline-n8", n8, [])
+    v = claims.judge_moonshot_pipeline(claims.Context(tmp_path, quick=False))
+    assert v.verdict == "reached" and "best memory-light policy on validation, spectrain-v1" in (
+        v.evidence
+    )  # spectrain-v1 at N = 8 equals sync here: the best on validation
+    n8 = _pipe_rows({("sync", 8): hi, ("pipemare", 8): lo})
+    (tmp_path / "pipeline-n8" / "summary.json").write_text(json.dumps({"rows": n8}))
+    (tmp_path / "pipeline" / "summary.json").write_text(json.dumps({"rows": []}))
+    v = claims.judge_moonshot_pipeline(claims.Context(tmp_path, quick=False))
+    assert v.verdict == "not reached" and "pipemare" in v.evidence
+
+
+def test_async_moonshot_picks_the_best_method_on_validation(tmp_path):
+    ref = [0.975, 0.97, 0.972, 0.974, 0.971]
+    rows = _rows({("sgd", 1): ref, ("gap-aware", 64): [a - 0.002 for a in ref],
+                  ("asgd", 64): [0.9] * 5, ("gap-aware", 128): [a - 0.03 for a in ref],
+                  ("asgd", 128): [None] * 5})  # fmt: skip
+    _folder(tmp_path, "async-m128", rows, [64, 128])
+    v = claims.judge_moonshot_async(claims.Context(tmp_path, quick=False))
+    assert v.verdict == "not reached"  # M = 128 misses by 3 points
+    assert "M = 64: best on validation gap-aware" in v.evidence and "reached" in v.evidence
+    assert "M = 128: best on validation gap-aware" in v.evidence
+
+
+def test_delay_cliff_claim_uses_the_experiments_definition_of_stable(tmp_path):
+    rows = []
+    for d, accs in {0: {0.01: 0.97, 0.1: 0.96}, 4: {0.01: 0.96, 0.1: None}}.items():
+        for lr, a in accs.items():
+            for s in range(3):
+                rows.append({"method": "asgd", "delay": d, "lr": lr, "seed": s,
+                             "diverged": a is None, "final_val_accuracy": a,
+                             "final_test_accuracy": a})  # fmt: skip
+    _folder(tmp_path, "cliff", rows, [])
+    (tmp_path / "cliff" / "config.json").write_text(json.dumps({"config": {"tolerance": 0.05}}))
+    v = claims.judge_cliff(claims.Context(tmp_path, quick=False))
+    assert v.verdict == "held" and "| asgd | ≥ 0.1 | 0.01 |" in v.tables[0]
+    for r in rows:  # the cliff gone: d = 4 trains at 0.1 too
+        r["diverged"], r["final_val_accuracy"] = False, 0.96
+    (tmp_path / "cliff" / "summary.json").write_text(json.dumps({"rows": rows}))
+    assert claims.judge_cliff(claims.Context(tmp_path, quick=False)).verdict == "did not hold"
+
+
+def test_async_bn_claim_pairs_the_policies_by_seed(tmp_path):
+    rows = []
+    for m in (1, 8):
+        for s in range(4):
+            pol = [
+                {"policy": "recomputed", "decay": None, "final_val_accuracy": 0.95,
+                 "final_test_accuracy": 0.95, "updates_to_target": None},
+                {"policy": "ordinary", "decay": 0.1, "final_val_accuracy": 0.80 + 0.01 * s,
+                 "final_test_accuracy": 0.80 + 0.01 * s, "updates_to_target": None},
+                {"policy": "async-bn", "decay": 0.1, "final_val_accuracy": 0.90 + 0.01 * s,
+                 "final_test_accuracy": 0.91 + 0.01 * s, "updates_to_target": None},
+            ]  # fmt: skip
+            rows.append({"workers": m, "lr": 0.1, "seed": s, "diverged": False, "policies": pol})
+    _folder(tmp_path, "async-bn", rows, [1, 8])
+    v = claims.judge_async_bn(claims.Context(tmp_path, quick=False))
+    assert v.verdict == "held" and "async-bn (M=8) − ordinary BN (M=8) = +11.0" in v.evidence
+    assert "| recomputed |" in v.tables[0]
+
+
+@pytest.mark.slow
+def test_claims_runs_a_configuration_under_python_m(tmp_path):
+    """``python -m experiments.claims --run`` finds the experiments (its __name__ is __main__)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "claims.md"
+    cmd = [sys.executable, "-m", "experiments.claims", "--run", "--quick", "--only",
+           "async-fixed-lr", "--results", str(tmp_path / "r"), "--out", str(out)]  # fmt: skip
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    assert (tmp_path / "r" / "async-fixed-lr" / "summary.json").exists()
+    assert "## A1." in out.read_text()
