@@ -56,7 +56,8 @@ hatched (formula only).
 
 Run: ``python benchmarks/pipeline_memory.py [--quick] [--width 4096] [--batch 512]``.
 
-RESULTS_PLACEHOLDER
+Results of the default run (the tables above for N = 8, W = 4096, batch 512): ``benchmarks/results/pipeline_memory.md`` and ``.png``,
+quoted in the README's Benchmarks section.
 
 References:
     Narayanan et al., "PipeDream", SOSP 2019 (weight stashing, ``N − k`` versions).

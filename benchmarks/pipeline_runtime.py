@@ -38,10 +38,9 @@ the theory ``M / (M + N − 1)`` (lines).
 
 Run: ``python benchmarks/pipeline_runtime.py [--quick] [--out DIR] [--plot PATH]``.
 
-Results (2-core shared CPU, 8 emulated devices, MLP 512 → 7 × 512 → 10 (8 blocks, 1.8M
-parameters), mini-batch 1024; default run; wall time in the reply of issue 15):
-
-RESULTS_PLACEHOLDER
+Results of the default run (2-core shared CPU, 8 emulated devices, N = 2, 4, 8):
+``benchmarks/results/pipeline_runtime.md`` and ``.png``, quoted in the README's Benchmarks
+section.
 
 References:
     Huang et al., "GPipe", NeurIPS 2019, arXiv:1811.06965 (bubble ``(N − 1)/(M + N − 1)``).

@@ -28,18 +28,21 @@ collectives (gloo on the CPU) are JAX's.
   filesystem on a cluster (a ``RunFolder`` compares what each process finds and stops them all
   with an error if it differs); without one, do not resume (use a new ``--out``).
 
-On a cluster, do not use this launcher: start the program with the cluster's own launcher and
-call ``jax.distributed.initialize()`` with no arguments at the top of the program (before any
-JAX computation); JAX reads the coordinator, the number of processes and the process id from
-Slurm (``SLURM_*``) or Open MPI (``OMPI_*``) variables by itself (and ``mpi4py`` with
-``cluster_detection_method="mpi4py"``)::
+On a cluster, let the cluster's launcher start the processes (not ``jaxstale.launch -n``):
+each must call ``jax.distributed.initialize()`` with no arguments before any JAX computation;
+JAX reads the coordinator, the number of processes and the process id from Slurm
+(``SLURM_*``) or Open MPI (``OMPI_*``) variables by itself (and ``mpi4py`` with
+``cluster_detection_method="mpi4py"``). ``python -m jaxstale.launch --cluster -- TARGET
+[args]`` does that, then runs the target (an experiment name, ``-m MODULE`` or a script)::
 
     # Slurm: 2 nodes, 4 GPUs each, one process per GPU
-    srun --nodes=2 --ntasks-per-node=4 --gpus-per-task=1 python -m experiments.async_workers
+    srun --nodes=2 --ntasks-per-node=4 --gpus-per-task=1 \
+        python -m jaxstale.launch --cluster -- async_workers --executor mesh
     # Open MPI: 8 processes over two hosts
-    mpirun -np 8 -H host1:4,host2:4 python -m experiments.async_workers
+    mpirun -np 8 -H host1:4,host2:4 \
+        python -m jaxstale.launch --cluster -- async_workers --executor mesh
 
-(with ``import jax; jax.distributed.initialize()`` as the first thing the program does; on
+(your own program can instead call ``jax.distributed.initialize()`` first thing; on
 GPUs under Slurm or Open MPI each process then sees one local GPU by default). On several
 CPU-only hosts, also set ``jax.config.update("jax_cpu_collectives_implementation", "gloo")``
 before ``jax.distributed.initialize()``.

@@ -50,7 +50,13 @@ Programs written for this launcher call :func:`jaxstale.distributed.initialize` 
 :func:`~jaxstale.distributed.is_main_process` only, and bring sharded global arrays to numpy
 with :func:`~jaxstale.distributed.process_allgather_to_host`.
 
-On a cluster use the cluster's own launcher instead (:mod:`jaxstale.distributed`).
+On a cluster use the cluster's own launcher instead, with ``--cluster`` as the only option: each
+process the cluster starts calls ``jax.distributed.initialize()`` (JAX's own Slurm / Open MPI
+detection finds the coordinator, the process count and id), then runs the target as above::
+
+    srun --nodes=2 --ntasks-per-node=4 python -m jaxstale.launch --cluster -- async_workers
+
+(:mod:`jaxstale.distributed` has the details.)
 
 References:
     JAX documentation, "Introduction to multi-controller JAX"
@@ -182,6 +188,17 @@ def _child_main(target_argv: Sequence[str]) -> int:
     return 0
 
 
+def _cluster_main(target_argv: Sequence[str]) -> int:
+    """One process of a job started by a cluster's launcher (Slurm's ``srun``, Open MPI's
+    ``mpirun``): ``jax.distributed.initialize()`` with JAX's own cluster detection, then the
+    target as the local bootstrap runs it."""
+    import jax
+
+    _resolve_target(target_argv)  # a bad target: one error line before JAX starts
+    jax.distributed.initialize()
+    return _child_main(target_argv)
+
+
 # --------------------------------------------------------------------------------------------
 # The launcher
 # --------------------------------------------------------------------------------------------
@@ -263,8 +280,10 @@ class _Stop(Exception):
 
 @contextlib.contextmanager
 def _stop_on_signals() -> Iterator[None]:
-    """SIGTERM / SIGHUP raise :class:`_Stop` in the main thread (SIGINT raises
-    KeyboardInterrupt already); elsewhere (not the main thread) nothing changes."""
+    """SIGTERM / SIGHUP raise :class:`_Stop` in the main thread, SIGINT KeyboardInterrupt —
+    also when SIGINT was ignored at start-up (a non-interactive shell starts background jobs
+    so, and Python then installs no handler): the launcher is a supervisor, a SIGINT sent to it
+    means stop the group. Elsewhere (not the main thread) nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -273,6 +292,7 @@ def _stop_on_signals() -> Iterator[None]:
         raise _Stop(signum)
 
     old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    old[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
@@ -525,6 +545,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     options, target = args[:cut], args[cut + 1 :]
     if options == ["--child"]:
         return _child_main(target)
+    if options == ["--cluster"]:
+        return _cluster_main(target)
     ns = _parser().parse_args(options)
     try:
         return launch(

@@ -114,13 +114,18 @@ def _wait_dead(pids, within: float = 10.0) -> list[int]:
 class _Launcher:
     """``python -m jaxstale.launch`` in the background, its merged output collected live."""
 
-    def __init__(self, *args: str):
+    def __init__(self, *args: str, ignore_sigint: bool = False):
+        # ignore_sigint: started as a non-interactive shell starts a background job (SIGINT
+        # ignored, so Python installs no KeyboardInterrupt handler), as CI may start the tests
         self.proc = subprocess.Popen(
             [PY, "-m", "jaxstale.launch", *args],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+            if ignore_sigint
+            else None,
         )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -239,9 +244,10 @@ def test_a_killed_process_stops_the_group(tmp_path):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
 def test_children_die_with_the_launcher(tmp_path, sig):
-    """Ctrl-C stops the group (exit 130); SIGKILL of the launcher kills it (PDEATHSIG)."""
+    """Ctrl-C stops the group (exit 130), even when the launcher started with SIGINT ignored
+    (a background job); SIGKILL of the launcher kills it (PDEATHSIG)."""
     script = _script(tmp_path, "hang.py", HANG.format(what="pass"))
-    run = _Launcher("-n", "2", "-d", "2", "--", str(script))
+    run = _Launcher("-n", "2", "-d", "2", "--", str(script), ignore_sigint=sig == signal.SIGINT)
     try:
         run.wait_for(r"\] READY \d", count=2)
         pids = _pids(run.text)
@@ -257,6 +263,40 @@ def test_children_die_with_the_launcher(tmp_path, sig):
         assert "launch: stopped by SIGINT; stopping 2 process(es)" in run.text
     else:
         assert rc == -signal.SIGKILL
+
+
+def test_cluster_mode_joins_the_job_its_cluster_started(tmp_path):
+    """``--cluster``: JAX's own cluster detection, here a Slurm job of two tasks emulated on
+    this machine (the variables srun sets); the two processes form one 4-device mesh."""
+    script = _script(
+        tmp_path,
+        "who.py",
+        """
+        import jax
+        print(f"OK {jax.process_index()} {jax.process_count()} {jax.device_count()}", flush=True)
+        """,
+    )
+    procs = []
+    for i in range(2):
+        env = {
+            **os.environ,
+            "SLURM_JOB_ID": str(1000 + os.getpid() % 3000),  # the coordinator port: 61440 + id
+            "SLURM_STEP_NODELIST": "localhost",
+            "SLURM_NTASKS": "2",
+            "SLURM_PROCID": str(i),
+            "SLURM_LOCALID": str(i),
+            "JAX_PLATFORMS": "cpu",
+            "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        }
+        cmd = [PY, "-m", "jaxstale.launch", "--cluster", "--", str(script)]
+        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True))
+    try:
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert [o.strip().splitlines()[-1] for o in outs] == ["OK 0 2 4", "OK 1 2 4"]
 
 
 # --- in this process -------------------------------------------------------------------------
