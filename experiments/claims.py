@@ -94,6 +94,12 @@ RUNS: dict[str, Run] = {
         "--quick --stages 8",
         what="N = 8 with NAdam (AsyncPP's optimizer) per stage",
     ),
+    "pipeline-adam": Run(
+        "pipeline_staleness",
+        "--optimizer adam --stages 4,8 --methods sync,vanilla,stash,spectrain-v1,nesterov",
+        "--quick --optimizer adam --stages 4",
+        what="Adam per stage (β1 0.9): Adam-aware prediction (the last update of Adam itself)",
+    ),
     "cliff": Run("delay_cliff", what="the default: constant delays 0–16, four methods"),
     "async-bn": Run("async_bn", what="the default: ResNet-20 (width 8), M = 1, 4, 8, 16"),
     "sync": Run("sync_baseline", what="the default: the synchronous references and their budget"),
