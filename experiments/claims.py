@@ -439,7 +439,15 @@ PIPE_PAIRS = (
 
 
 def judge_pipeline(ctx: Context) -> Verdict:
-    rows = ctx.rows("pipeline")
+    return _pipeline_verdict(ctx, "pipeline")
+
+
+def judge_pipeline_adam(ctx: Context) -> Verdict:
+    return _pipeline_verdict(ctx, "pipeline-adam")
+
+
+def _pipeline_verdict(ctx: Context, name: str) -> Verdict:
+    rows = ctx.rows(name)
     ns = sorted({r["stages"] for r in rows})
     methods = list(dict.fromkeys(r["method"] for r in rows))
     deep = [n for n in ns if n >= 4] or ns
@@ -457,8 +465,8 @@ def judge_pipeline(ctx: Context) -> Verdict:
             if ra and rb:
                 others.append(f"- {diff(ra, rb, f'{a} (N={n})', f'{b} (N={n})').text()}")
     ev += "\n" + "\n".join(others)
-    table = _pipe_table(ctx, "pipeline", methods, ns)
-    return Verdict(v, ev, [table], [("pipeline", "accuracy_vs_stages"), ("pipeline", "plot")])
+    table = _pipe_table(ctx, name, methods, ns)
+    return Verdict(v, ev, [table], [(name, "accuracy_vs_stages"), (name, "plot")])
 
 
 def judge_cliff(ctx: Context) -> Verdict:
@@ -679,6 +687,15 @@ CLAIMS: list[Claim] = [
         "PipeDream's stashing, close to synchronous training.",
         ("pipeline",),
         judge_pipeline,
+    ),
+    Claim(
+        "P3",
+        "Adam-aware prediction",
+        "Guan et al. (XPipe / PipeOptim)",
+        "Predicting with the inner optimizer's own last update (Ŵ = W + s·Δw_last) works for "
+        "Adam as it does for momentum SGD: prediction beats vanilla with Adam per stage.",
+        ("pipeline-adam",),
+        judge_pipeline_adam,
     ),
     Claim(
         "P2",
