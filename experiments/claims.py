@@ -689,15 +689,6 @@ CLAIMS: list[Claim] = [
         judge_pipeline,
     ),
     Claim(
-        "P3",
-        "Adam-aware prediction",
-        "Guan et al. (XPipe / PipeOptim)",
-        "Predicting with the inner optimizer's own last update (Ŵ = W + s·Δw_last) works for "
-        "Adam as it does for momentum SGD: prediction beats vanilla with Adam per stage.",
-        ("pipeline-adam",),
-        judge_pipeline_adam,
-    ),
-    Claim(
         "P2",
         "The delay cliff",
         "Jain et al., ICLR 2018 workshop",
@@ -705,6 +696,15 @@ CLAIMS: list[Claim] = [
         "still trains shrinks as d grows.",
         ("cliff",),
         judge_cliff,
+    ),
+    Claim(
+        "P3",
+        "Adam-aware prediction",
+        "Guan et al. (XPipe / PipeOptim)",
+        "Predicting with the inner optimizer's own last update (Ŵ = W + s·Δw_last) works for "
+        "Adam as it does for momentum SGD: prediction beats vanilla with Adam per stage.",
+        ("pipeline-adam",),
+        judge_pipeline_adam,
     ),
     Claim(
         "M1",
