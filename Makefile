@@ -41,7 +41,7 @@ claims: $(STAMP)
 	$(BIN)/python -m experiments.claims --run
 
 bench: $(STAMP)
-	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done
+	for b in benchmarks/[!_]*.py; do $(BIN)/python $$b || exit 1; done
 
 clean-venv:
 	rm -rf $(VENV)

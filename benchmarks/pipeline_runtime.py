@@ -52,27 +52,13 @@ from __future__ import annotations
 import os
 import sys
 
-
-def _emulate_host_devices() -> bool:
-    """Whether to emulate 8 CPU devices: no device count and no platform other than the CPU
-    chosen by the user, and no accelerator plugin of jax installed."""
-    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
-        return False
-    platforms = os.environ.get("JAX_PLATFORMS", "").strip().lower()
-    if platforms:
-        return platforms == "cpu"
-    from importlib import metadata
-
-    names = [(d.metadata["Name"] or "").lower() for d in metadata.distributions()]
-    accel = ("jax-cuda", "jax_cuda", "jax-rocm", "jax_rocm", "libtpu")
-    return not any(n.startswith(accel) for n in names)
-
-
-if _emulate_host_devices():
-    _flags = os.environ.get("XLA_FLAGS", "")
-    os.environ["XLA_FLAGS"] = f"{_flags} --xla_force_host_platform_device_count=8".strip()
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import _host_devices
+
+_host_devices.emulate()  # before jax is imported
+
 
 import argparse  # noqa: E402
 import json  # noqa: E402
