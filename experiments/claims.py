@@ -427,6 +427,16 @@ def _pipe_table(ctx: Context, name: str, methods: Sequence[str], stages: Sequenc
     return runs.markdown_table(["policy", *(f"N={n}" for n in stages)], body)
 
 
+def _methods_of(ctx: Context, name: str, rows: Sequence[dict]) -> list[str]:
+    """The methods of a run in its configuration's order (else in the rows' order)."""
+    seen = list(dict.fromkeys(r["method"] for r in rows))
+    try:
+        order = list(ctx.config(name).get("methods") or [])
+    except (FileNotFoundError, KeyError, json.JSONDecodeError):
+        order = []
+    return [m for m in order if m in seen] + [m for m in seen if m not in order]
+
+
 #: the further pipeline comparisons the report lists (a − b)
 PIPE_PAIRS = (
     ("stash", "vanilla"),
@@ -449,7 +459,7 @@ def judge_pipeline_adam(ctx: Context) -> Verdict:
 def _pipeline_verdict(ctx: Context, name: str) -> Verdict:
     rows = ctx.rows(name)
     ns = sorted({r["stages"] for r in rows})
-    methods = list(dict.fromkeys(r["method"] for r in rows))
+    methods = _methods_of(ctx, name, rows)
     deep = [n for n in ns if n >= 4] or ns
     main = []
     for n in deep:
@@ -457,7 +467,31 @@ def _pipeline_verdict(ctx: Context, name: str) -> Verdict:
             ra, rb = _pipe_cell(rows, a, n), _pipe_cell(rows, "vanilla", n)
             if ra and rb:
                 main.append(diff(ra, rb, f"{a} (N={n})", f"vanilla (N={n})"))
-    v, ev = _evidence(main, {})
+    # the same comparison at one rate for every policy: sync's rate (selected on validation)
+    sync_pick = _pipe_cell(rows, "sync", ns[0])
+    fixed: list[Diff] | None = None
+    if sync_pick:
+        lr = sync_pick[0]["lr"]
+        fixed = []
+        for n in deep:
+            at = [r for r in rows if r["lr"] == lr and r["stages"] == n]
+            for a in ("spectrain-v1", "nesterov"):
+                ra = [r for r in at if r["method"] == a]
+                rb = [r for r in at if r["method"] == "vanilla"]
+                if ra and rb:
+                    fixed.append(diff(ra, rb, f"{a} (N={n})", f"vanilla (N={n})"))
+    label = f"one rate for every policy (sync's, {sync_pick[0]['lr']:g})" if sync_pick else ""
+    v, ev = _evidence(main, {label: fixed} if fixed else {})
+    ttt = []
+    for n in deep:
+        for m in methods:
+            pick = _pipe_cell(rows, m, n)
+            if pick and "updates_to_target" in pick[0]:
+                ttt.append(f"{m} {runs.format_steps([r.get('updates_to_target') for r in pick])}")
+        if ttt:
+            ev += f"\n- updates to the validation target at N = {n} (selected rates): "
+            ev += ", ".join(ttt)
+            ttt = []
     others = []
     for n in deep:
         for a, b in PIPE_PAIRS:
@@ -559,7 +593,7 @@ def _best(rows: Sequence[dict], candidates: Sequence[str], **fields: Any) -> tup
 def judge_moonshot_async(ctx: Context) -> Verdict:
     rows = ctx.rows("async-m128")
     ms = sorted({r["workers"] for r in rows if r["workers"] > 1})
-    methods = [m for m in dict.fromkeys(r["method"] for r in rows) if m != "sgd"]
+    methods = [m for m in _methods_of(ctx, "async-m128", rows) if m != "sgd"]
     ref = selected(rows, method="sgd", workers=1)
     oks, ev = [], []
     for m in ms:
@@ -588,7 +622,7 @@ def judge_moonshot_pipeline(ctx: Context) -> Verdict:
     rows = [r for r in ctx.rows("pipeline-n8") if r["stages"] == 8]
     if ctx.has("pipeline"):  # the default policies at N = 8 (same seeds: paired)
         rows += [r for r in ctx.rows("pipeline") if r["stages"] == 8 and r["method"] != "sync"]
-    methods = list(dict.fromkeys(r["method"] for r in rows))
+    methods = _methods_of(ctx, "pipeline-n8", rows)
     light = [m for m in methods if m in MEMORY_LIGHT]
     ref = _pipe_cell(rows, "sync", 8)
     name, best = _best(rows, light, stages=8, model="mlp")
