@@ -264,6 +264,32 @@ def _ordering(
     return out
 
 
+def _at_sync_rate(
+    ctx: Context,
+    name: str,
+    better: Sequence[tuple[str, str]],
+    workers: Sequence[int],
+    mu: float = 0.9,
+) -> tuple[str, list[Diff] | None]:
+    """The comparisons at one rate for every method: the rate selected on validation for
+    1-worker SGD (as a practitioner without a per-method sweep would run); LC-ASGD's λ is still
+    chosen on validation at that rate. ``(label, diffs)``; ``diffs`` None without SGD rows."""
+    rows = [r for r in ctx.rows(name) if r["momentum"] == mu]
+    ref = selected(rows, method="sgd", workers=1)
+    if not ref:
+        return "", None
+    lr = ref[0]["lr"]
+    at = [r for r in rows if r["lr"] == lr]
+    out = []
+    for w in workers:
+        for a, b in better:
+            ra = selected(at, knob=("lam",), method=a, workers=1 if a == "sgd" else w)
+            rb = selected(at, knob=("lam",), method=b, workers=1 if b == "sgd" else w)
+            if ra and rb:
+                out.append(diff(ra, rb, f"{a} (M={w})", f"{b} (M={w})"))
+    return f"one rate for every method, 1-worker SGD's ({lr:g}, chosen on validation)", out
+
+
 def _conditional(ctx: Context, name: str, fn: Callable[[], list[Diff]]) -> list[Diff] | None:
     return fn() if ctx.has(name) else None
 
@@ -292,7 +318,9 @@ def judge_dc_asgd(ctx: Context) -> Verdict:
     workers = [w for w in (4, 8) if w in ctx.config("async")["workers"]]
     pairs = [("dc-asgd-a", "asgd"), ("dc-asgd-a", "ssgd"), ("dc-asgd-c", "asgd")]
     main = _ordering(ctx, "async", pairs, workers)
+    label, at_sync = _at_sync_rate(ctx, "async", pairs[:2], ctx.config("async")["workers"])
     cond = {
+        label: at_sync,
         "one fixed rate (0.02), round-robin, M = 16": _conditional(
             ctx, "async-fixed-lr", lambda: _ordering(ctx, "async-fixed-lr", [pairs[0]], [16])
         ),
@@ -314,7 +342,9 @@ def judge_gap_aware(ctx: Context) -> Verdict:
     cfgw = ctx.config("async")["workers"]
     big = [w for w in cfgw if w >= 16] or cfgw[-1:]
     main = _ordering(ctx, "async", [("gap-aware", "sa-asgd")], big)
+    label, at_sync = _at_sync_rate(ctx, "async", [("gap-aware", "sa-asgd")], big)
     cond = {
+        label: at_sync,
         "one fixed rate (0.02), round-robin, M = 16": _conditional(
             ctx,
             "async-fixed-lr",
@@ -335,7 +365,8 @@ def judge_dana(ctx: Context) -> Verdict:
     cfgw = ctx.config("async")["workers"]
     big = [w for w in cfgw if w >= 16] or cfgw[-1:]
     main = _ordering(ctx, "async", [("dana", "asgd")], big)
-    cond: dict[str, list[Diff] | None] = {}
+    label, at_sync = _at_sync_rate(ctx, "async", [("dana", "asgd")], big)
+    cond: dict[str, list[Diff] | None] = {label: at_sync}
     if ctx.has("async-momentum0"):
         # momentum helps with DANA: DANA at μ = 0.9 vs DANA at μ = 0 (paired by seed)
         r9 = [r for r in ctx.rows("async") if r["momentum"] == 0.9]
@@ -361,7 +392,9 @@ def judge_lc_asgd(ctx: Context) -> Verdict:
     cfgw = ctx.config("async")["workers"]
     pairs = [("lc-asgd", "dc-asgd-a"), ("dc-asgd-a", "asgd")]
     main = _ordering(ctx, "async", pairs, [w for w in cfgw if w in (4, 8, 16)] or cfgw)
+    label, at_sync = _at_sync_rate(ctx, "async", pairs, [w for w in cfgw if w >= 8] or cfgw)
     cond = {
+        label: at_sync,
         "raw inputs, M = 16, 32": _conditional(
             ctx, "async-raw", lambda: _ordering(ctx, "async-raw", pairs, [16, 32])
         ),
