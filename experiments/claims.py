@@ -643,7 +643,8 @@ def judge_moonshot_async(ctx: Context) -> Verdict:
                 ev.append(f"  - {diff(ref, pick, '1-worker SGD', f'{meth} (M={m})').text()}")
     v = "reached" if oks and all(oks) else ("not run" if not oks else "not reached")
     table = _async_table(ctx, "async-m128", ["sgd", *methods], ms)
-    return Verdict(v, "\n".join(ev), [table], [("async-m128", "accuracy_vs_workers")])
+    figs = [("async-m128", "accuracy_vs_workers"), ("async-m128", "plot")]
+    return Verdict(v, "\n".join(ev), [table], figs)
 
 
 #: pipeline policies that keep at most two weight versions per stage (the moonshot's class)
