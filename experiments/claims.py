@@ -607,7 +607,14 @@ def _gap(best: list[dict], ref: list[dict], a: str, b: str, target: float) -> tu
     """Whether ``best`` is within ``target`` points of ``ref`` (paired mean gap), and the text."""
     d = diff(ref, best, b, a)
     ok = d.n > 0 and 100 * d.mean <= target
-    verdict = "reached" if ok else f"not reached, by {100 * d.mean - target:.2f}"
+    miss = 100 * d.mean - target
+    verdict = (
+        "reached"
+        if ok
+        else f"not reached, by {miss:.2f}"
+        if miss >= 0.005
+        else "not reached, by < 0.01"
+    )
     return ok, f"{d.text()}; mean gap {100 * d.mean:.2f}, target ≤ {target:g} points: {verdict}"
 
 
