@@ -36,7 +36,8 @@ Outputs (run folder): summary.json rows (method, workers, momentum, lr, lam, see
 final_val_accuracy, final_test_accuracy, diverged, diverged_step, updates_to_target,
 mean_staleness, staleness_counts, ...), table.md (test accuracy at the selected rate; updates
 to the target; the validation grid), plot.png (learning curves, one row of panels per M, each
-method at its selected rate), accuracy_vs_workers.png (with 95 % CIs), staleness_hist.png, staleness.json.
+method at its selected rate), accuracy_vs_workers.png (with 95 % CIs), staleness_hist.png,
+staleness.json.
 
 Run: ``python -m experiments.async_workers [--quick] [--out DIR] [--methods a,b] [--delay D]``.
 """
