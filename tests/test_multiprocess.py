@@ -295,5 +295,6 @@ def test_pipeline_staleness_under_the_launcher(tmp_path):
 
 
 def test_async_workers_under_the_launcher(tmp_path):
-    flags = ["--workers", "1,4", "--seeds", "1", "--epochs", "1", "--methods", "asgd,ssgd"]
+    flags = ["--workers", "1,4", "--seeds", "1", "--steps", "40", "--lrs", "0.01,0.03"]
+    flags += ["--methods", "asgd,ssgd"]
     _end_to_end(tmp_path, "async_workers", flags)
