@@ -1,6 +1,6 @@
 """Async-BN vs ordinary batch norm: whose running statistics does the server evaluate with?
 
-Question (LC-ASGD, Li et al. ICPP 2020; ALGORITHMS.md §7): in asynchronous data parallelism each
+Question (LC-ASGD, Li et al. ICPP 2020, its Async-BN): in asynchronous data parallelism each
 worker pulls the server's batch-norm running statistics with its weights, advances its copy with
 its mini-batch and pushes it back with the gradient. With **ordinary BN** the server keeps the
 copy that arrives (last writer wins), ``E ← (1 − d)·E_pulled + d·μ_batch``, an EMA along a

@@ -1,7 +1,7 @@
 """Async workers: how accuracy degrades with the number of asynchronous workers, per method.
 
 Question: with M workers pushing gradients to a parameter server, each gradient is about M − 1
-updates stale (ALGORITHMS.md §1). How much does plain ASGD lose as M grows, and how much do the
+updates stale. How much does plain ASGD lose as M grows, and how much do the
 mitigations recover — SSGD (synchronous, no staleness), the staleness-aware learning rate,
 DC-ASGD (constant and adaptive λ), Gap-Aware, DANA, DANA-DC and LC-ASGD — each at its own best
 learning rate?

@@ -1,6 +1,6 @@
 """Claims report: every published claim jaxstale tests, its verdict, and the evidence.
 
-One row per claim (the papers' headlines, ALGORITHMS.md): DC-ASGD vs ASGD vs SSGD, Gap-Aware
+One row per claim (the papers' headlines): DC-ASGD vs ASGD vs SSGD, Gap-Aware
 vs staleness-aware as M grows, DANA with momentum, LC-ASGD < DC-ASGD < ASGD, Async-BN vs
 ordinary BN, SpecTrain / NAG vs vanilla vs stashing, the delay cliff, and the independent
 simulations' acceptance check. Each is marked **held**, **held only when …** (it holds under
@@ -781,7 +781,7 @@ CLAIMS: list[Claim] = [
     Claim(
         "P1",
         "SpecTrain / NAG prediction beats vanilla and stashing",
-        "Chen et al. 2018 (SpecTrain); Harlap et al. 2018 (PipeDream); ALGORITHMS.md",
+        "Chen et al. 2018 (SpecTrain); Harlap et al. 2018 (PipeDream)",
         "In an asynchronous 1F1B pipeline, predicting the weights a mini-batch will meet "
         "recovers the accuracy staleness costs: prediction beats vanilla (no stashing) and "
         "PipeDream's stashing, close to synchronous training.",

@@ -497,7 +497,8 @@ def run_row(
 
 def seed_mode(model: str, mode: str) -> bool:
     """Whether lanes are vmapped: ``auto`` = vmap for MLPs, sequential for conv models on CPU
-    (per-lane conv weights become slow grouped convolutions there; DESIGN.md)."""
+    (per-lane conv weights become slow grouped convolutions there:
+    benchmarks/loop_strategies.py)."""
     if mode == "auto":
         import jax
 

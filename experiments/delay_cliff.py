@@ -1,6 +1,6 @@
 """Delay cliff: the largest stable learning rate shrinks as a constant gradient delay grows.
 
-Question (Jain et al., ICLR 2018 workshop; ALGORITHMS.md §8): with SGD + momentum 0.9 and every
+Question (Jain et al., ICLR 2018 workshop): with SGD + momentum 0.9 and every
 gradient exactly ``d`` updates stale (``w_{t+1} = w_t − η·v_t``, ``v_t = μ v_{t−1} + g(w_{t−d})``),
 which learning rates still train? Their LeNet-5/MNIST result (batch 128): at η = 0.01, d = 0
 reaches ≈ 99.2 % but d ≥ 4 diverges (≈ 11 %); at η = 0.001 all d ≤ 8 reach ≈ 98.3–98.5 %; the

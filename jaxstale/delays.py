@@ -12,7 +12,7 @@ stream is consumed in the order workers *start* computing). The executors
 (:mod:`jaxstale.asyncdp`) consume a :class:`DelaySchedule` as data, so the same
 compiled step serves every delay model.
 
-Models (ALGORITHMS.md §1):
+Models:
 
 * :func:`constant` — a FIFO of versions: ``w_{t+1} = w_t − η g(w_{t−τ})`` (Jain et al.).
 * :func:`round_robin` — ``M`` workers finish in turn; ``τ_t = M − 1`` for every ``t ≥ M − 1``.

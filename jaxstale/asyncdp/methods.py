@@ -23,7 +23,7 @@ gap-aware-raw     async    the same with ``statistic="raw"`` (jaxstale 0.1.0's r
                            trace of the raw gradients; kept for comparison)
 dana              dana     DANA's per-worker momentum and look-ahead (Hakimi et al.)
 dana-dc           dana     ``dc_asgd(2.0, adaptive=True)`` against the look-ahead, then DANA
-                           (ALGORITHMS' "DC with λ = 2", read as adaptive λ0 = 2 **[ours]**)
+                           (the LC-ASGD paper's "DC with λ = 2", read as adaptive λ0 = 2 **[ours]**)
 ga-dana           dana     ``at_lookahead(gap_aware(η, momentum=μ))``, then DANA (Barkai et al.'s
                            pairing; :func:`build_ga_dana`)
 lc-asgd           async    ``chain(lc_asgd(λ), opt)``, ordinary batch norm (Li et al.)

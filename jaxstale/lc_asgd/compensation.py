@@ -7,7 +7,7 @@ predictor* (a time-series model trained online on the losses the server has seen
 losses of the next ``k_m`` steps; ``ℓ_delay`` is their sum. The worker then computes
 ``g = ∇_w(ℓ_m + λ·ℓ_delay)`` and the server applies ``w ← w − η g``.
 
-**Our interpretation** (ALGORITHMS.md §7). For ``λ·ℓ_delay`` to change the gradient it must
+**Our interpretation** (the paper leaves it open). For ``λ·ℓ_delay`` to change the gradient it must
 depend on ``w``. We read ``ℓ_delay`` as the loss predictor applied to the worker's own loss:
 ``ℓ_delay = Σ_{j≤k_m} ℓ̂_j(ℓ_m)``, the rollout of the predictor with its newest input set to
 ``ℓ_m(w)``. By the chain rule

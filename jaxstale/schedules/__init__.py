@@ -47,7 +47,7 @@ on every other schedule). Two staleness-free targets:
   version at the end of ``b``'s round trip (the tick at which stage 0 finishes B of ``b``) without
   ``b``'s own update: the sequential target plus the updates of *later* mini-batches that stage
   ``k`` has already applied when ``b``'s gradient reaches the input. This is the SpecTrain lab's
-  target (ALGORITHMS.md, "Two targets, one table").
+  target (the SpecTrain lab's code).
 
 A pass's staleness (its prediction horizon ``s``) is ``target - version``. For asynchronous 1F1B
 in the steady state this gives, exactly,
