@@ -4,8 +4,8 @@ A model split into ``N`` stages (:func:`jaxstale.models.functional_stages`) is t
 device exactly as a pipeline would train it: the :class:`~jaxstale.pipeline.program.Program`'s
 rounds run in order, each a jitted function with donated buffers and its ticks unrolled (no
 ``lax.scan`` over conv layers — ``benchmarks/loop_strategies.py``), called from a host loop. A
-pass's weights are the stage's current ones, a stashed version or a prediction (:func:`pass_weights`); gradients are
-vector-Jacobian products per stage,
+pass's weights are the stage's current ones, a stashed version or a prediction
+(:func:`pass_weights`); gradients are vector-Jacobian products per stage,
 ``(W̄_k, x̄_k) = vjp((W, x) ↦ s_k(W, x))|_(W^B_k, x_k)(ȳ_k)``, with ``x_k`` the stage input kept
 since the forward (made with the forward weights) and ``W^B_k`` the backward weights. The stage
 optimizer (:func:`stage_optimizer`) scales each update by the program's ``lr_scale``. Where they
