@@ -898,7 +898,11 @@ def report(ctx: Context, out: Path) -> str:
         runs.markdown_table(
             ["claim", "paper", "verdict"],
             [
-                [f"[{c.id}](#{c.id.lower()}) {c.title}", c.source, f"**{verdicts[c.id].verdict}**"]
+                [
+                    f'<a href="#{c.id.lower()}">{c.id}</a> {c.title}',
+                    c.source,
+                    f"**{verdicts[c.id].verdict}**",
+                ]
                 for c in CLAIMS
             ],
         )
