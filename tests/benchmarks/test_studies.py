@@ -9,9 +9,12 @@ per-device formula its state; XLA's analysis agrees within a tolerance.
 
 from fractions import Fraction
 
+import pytest
+
 from benchmarks import pipeline_memory, pipeline_runtime
 
 
+@pytest.mark.slow  # long: compiles many executables; `make test-slow`
 def test_runtime_quick_efficiency_is_theory(tmp_path):
     out = pipeline_runtime.main(["--quick", "--out", str(tmp_path)])
     rows = out["rows"]

@@ -138,6 +138,7 @@ def test_rate_is_selected_on_validation_and_reported_on_test(tmp_path):
     assert "@ 0.001" in res["table"] or "@ 0.05" in res["table"]
 
 
+@pytest.mark.slow  # long: compiles many executables; `make test-slow`
 def test_mesh_executor_agrees_with_emulator(tmp_path):
     """--executor mesh (workers on a 'data' device axis) gives the emulator's results."""
     argv = [*TINY, "--methods", "asgd,dc-asgd-a"]

@@ -137,6 +137,7 @@ def test_quick_is_marked_a_smoke_run(tmp_path):
     assert common.SMOKE in res["table"]
 
 
+@pytest.mark.slow  # long: compiles many executables; `make test-slow`
 def test_mesh_executor_agrees_with_emulator(tmp_path):
     """--executor mesh (one device per stage, one run at a time) gives the lanes' results."""
     argv = [*TINY, "--steps", "12", "--methods", "vanilla,nesterov"]
@@ -160,6 +161,7 @@ def test_adam_runs_every_prediction_rule(tmp_path):
     assert "Adam (β1 0.9)" in res["table"]
 
 
+@pytest.mark.slow  # long: compiles many executables; `make test-slow`
 def test_sequential_lanes_equal_vmapped_lanes(tmp_path):
     """--seed-mode sequential (how conv models run on a CPU) gives the vmapped lanes' rows."""
     argv = [*TINY, "--seeds", "2", "--methods", "spectrain-v2"]

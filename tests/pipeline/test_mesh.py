@@ -109,6 +109,7 @@ def _setup(name: str, n: int) -> _Setup:
     return _SETUPS[(name, n)]
 
 
+@pytest.mark.slow  # long: compiles many executables; `make test-slow`
 def test_gpipe_equals_sequential_sgd_on_the_unsplit_model():
     """GPipe with M micro-batches == plain SGD with momentum on the whole model and batch."""
     s = _setup("mlp", 4)
