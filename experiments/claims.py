@@ -254,11 +254,22 @@ def _ordering(
     mu: float = 0.9,
 ) -> list[Diff]:
     rows = [r for r in ctx.rows(name) if r["momentum"] == mu]
+    return _compare(rows, better, workers, knob=("lr", "lam"))
+
+
+def _compare(
+    rows: Sequence[dict[str, Any]],
+    better: Sequence[tuple[str, str]],
+    workers: Sequence[int],
+    knob: Sequence[str],
+) -> list[Diff]:
+    """``a − b`` for every pair and worker count, each at its ``knob`` selected on validation
+    (``sgd`` at M = 1)."""
     out = []
     for w in workers:
         for a, b in better:
-            ra = selected(rows, method=a, workers=1 if a == "sgd" else w)
-            rb = selected(rows, method=b, workers=1 if b == "sgd" else w)
+            ra = selected(rows, knob=knob, method=a, workers=1 if a == "sgd" else w)
+            rb = selected(rows, knob=knob, method=b, workers=1 if b == "sgd" else w)
             if ra and rb:
                 out.append(diff(ra, rb, f"{a} (M={w})", f"{b} (M={w})"))
     return out
@@ -279,14 +290,7 @@ def _at_sync_rate(
     if not ref:
         return "", None
     lr = ref[0]["lr"]
-    at = [r for r in rows if r["lr"] == lr]
-    out = []
-    for w in workers:
-        for a, b in better:
-            ra = selected(at, knob=("lam",), method=a, workers=1 if a == "sgd" else w)
-            rb = selected(at, knob=("lam",), method=b, workers=1 if b == "sgd" else w)
-            if ra and rb:
-                out.append(diff(ra, rb, f"{a} (M={w})", f"{b} (M={w})"))
+    out = _compare([r for r in rows if r["lr"] == lr], better, workers, knob=("lam",))
     return f"one rate for every method, 1-worker SGD's ({lr:g}, chosen on validation)", out
 
 
@@ -454,8 +458,7 @@ def _pipe_cell(rows: Sequence[dict], method: str, n: int) -> list[dict[str, Any]
     return selected(rows, knob=("lr",), method=method, stages=n, model="mlp")
 
 
-def _pipe_table(ctx: Context, name: str, methods: Sequence[str], stages: Sequence[int]) -> str:
-    rows = ctx.rows(name)
+def _pipe_table(rows: Sequence[dict], methods: Sequence[str], stages: Sequence[int]) -> str:
     body = [[m, *(cell(_pipe_cell(rows, m, n)) for n in stages)] for m in methods]
     return runs.markdown_table(["policy", *(f"N={n}" for n in stages)], body)
 
@@ -532,7 +535,7 @@ def _pipeline_verdict(ctx: Context, name: str) -> Verdict:
             if ra and rb:
                 others.append(f"- {diff(ra, rb, f'{a} (N={n})', f'{b} (N={n})').text()}")
     ev += "\n" + "\n".join(others)
-    table = _pipe_table(ctx, name, methods, ns)
+    table = _pipe_table(rows, methods, ns)
     return Verdict(v, ev, [table], [(name, "accuracy_vs_stages"), (name, "plot")])
 
 
@@ -701,12 +704,12 @@ def judge_moonshot_pipeline(ctx: Context) -> Verdict:
         if pick and m != "sync" and m not in names:
             tag = "" if m in MEMORY_LIGHT else " (N − k weight versions: not memory-light)"
             ev.append(f"  - {diff(ref, pick, 'sync', m).text()}{tag}")
-    tables = [_pipe_table_rows(rows, methods)]
+    tables = [_pipe_table(rows, methods, [8])]
     if ctx.has("pipeline-nadam"):
         nrows = ctx.rows("pipeline-nadam")
-        nm = list(dict.fromkeys(r["method"] for r in nrows))
+        nm = _methods_of(ctx, "pipeline-nadam", nrows)
         tables.append(
-            "With NAdam per stage (AsyncPP's optimizer):\n\n" + _pipe_table_rows(nrows, nm)
+            "With NAdam per stage (AsyncPP's optimizer):\n\n" + _pipe_table(nrows, nm, [8])
         )
         nref = _pipe_cell(nrows, "sync", 8)
         for m in nm:
@@ -715,11 +718,6 @@ def judge_moonshot_pipeline(ctx: Context) -> Verdict:
                 ev.append(f"- NAdam: {diff(nref, pick, 'sync', m).text()}")
     v = "reached" if ok else "not reached"
     return Verdict(v, "\n".join(ev), tables, [("pipeline-n8", "plot")])
-
-
-def _pipe_table_rows(rows: Sequence[dict], methods: Sequence[str]) -> str:
-    body = [[m, cell(_pipe_cell(rows, m, 8))] for m in methods]
-    return runs.markdown_table(["policy", "N=8"], body)
 
 
 CLAIMS: list[Claim] = [
