@@ -4,8 +4,11 @@ Setting: M = 16 gamma-timed workers, :class:`jaxstale.asyncdp.AsyncEmulator`. On
 update = one call of its jitted, donated step: read the finishing worker's snapshot, its
 gradient there, the method's update on the server, the worker's pull (a write into the
 ``[M, ...]`` stack). Baselines on the same model and batch, jitted and donated: the same method
-as a synchronous step (its chain at zero staleness: what the method itself costs) and a plain
-``optax.sgd(lr, 0.9)`` step. Targets (issue 12): emulated / synchronous same method ≤ 1.05x,
+as a synchronous step (its chain at zero staleness: what the method itself costs), the same
+method with ``stale_params`` a separate buffer that the step rewrites (what the method reads and
+writes on any real server, where the stale weights are not the current ones: the copy the
+emulation cannot avoid, without its ``[M, ...]`` indexing) and a plain ``optax.sgd(lr, 0.9)``
+step. Targets (issue 12): emulated / synchronous same method ≤ 1.05x,
 emulated ASGD / plain SGD ≤ 1.1x. Two loops: one jitted call per update from a host loop (the
 conv models' loop), and 64 updates inside one ``lax.scan`` for both the emulator and the
 synchronous method (the MLPs' loop). All variants are timed interleaved in one process
@@ -16,7 +19,9 @@ Memory: ``compiled.memory_analysis()`` of the emulation step for several M — a
 params, optimizer state and the ``M`` snapshots, all donated: outputs alias them) and
 temporaries — next to the plain step's.
 
-Run: ``python benchmarks/async_emulation.py [--quick]``; prints markdown tables.
+Run: ``python benchmarks/async_emulation.py [--quick] [--out DIR]``; prints markdown tables
+and, unless ``--quick``, writes them to ``<--out>/async_emulation.md`` (default
+``benchmarks/results/``), quoted in the README's Benchmarks section.
 """
 
 from __future__ import annotations
@@ -61,6 +66,25 @@ def _sync_step(apply: Any, tx: optax.GradientTransformation) -> Any:
     jitted = jax.jit(step, donate_argnums=(0, 1, 2))
     jitted.__wrapped__ = step  # type: ignore[attr-defined]
     return jitted
+
+
+def _stale_copy_step(apply: Any, tx: optax.GradientTransformation) -> Any:
+    """The method with ``stale_params`` a separate buffer: the gradient is taken there, and the
+    new weights are written both as the server's and into it (a worker's pull), all donated."""
+
+    def step(params, opt_state, state, stale, x, y):
+        def obj(p):
+            logits, new_state = apply(p, state, x, True)
+            return losses.cross_entropy(logits, y), new_state
+
+        (loss, new_state), g = jax.value_and_grad(obj, has_aux=True)(stale)
+        u, opt_state = tx.update(
+            g, opt_state, params, stale_params=stale, staleness=1, worker=0, worker_loss=loss
+        )
+        new = optax.apply_updates(params, u)
+        return new, opt_state, new_state, jax.tree.map(jnp.copy, new), loss
+
+    return jax.jit(step, donate_argnums=(0, 1, 2, 3))
 
 
 def _copy(tree: Any) -> Any:
@@ -115,10 +139,22 @@ def bench_model(name: str, kw: dict, shape: tuple, batch: int, m: int, calls: in
 
         return host if loop == "host" else scan
 
+    def stale_runner(tx: optax.GradientTransformation):
+        step = _stale_copy_step(f.apply, tx)
+        carry = [_copy(f.params), tx.init(f.params), _copy(f.state), _copy(f.params)]
+
+        def run():
+            for _ in range(calls):
+                *carry[:4], loss = step(*carry, x, y)
+            jax.block_until_ready(loss)
+
+        return run
+
     runners["plain sgd"] = plain_runner(optax.with_extra_args_support(optax.sgd(LR, MU)))
     for method in METHODS:
         tx = build_method(method, HParams(LR, MU, m)).tx
         runners[f"{method} sync"] = plain_runner(tx)
+        runners[f"{method} stale copy"] = stale_runner(tx)
         runners[f"{method} sync scan"] = plain_runner(tx, scan=True)
         runners[f"{method} emulated"] = emulated_runner(method, "host")
         runners[f"{method} scan"] = emulated_runner(method, "scan")
@@ -169,6 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--workers", type=int, default=16)
     p.add_argument("--calls", type=int, default=None)
     p.add_argument("--repeats", type=int, default=None)
+    p.add_argument("--out", default=None, help="folder for async_emulation.md (not with --quick)")
     args = p.parse_args(argv)
     calls = args.calls or (10 if args.quick else 30)
     reps = args.repeats or (3 if args.quick else 9)
@@ -180,35 +217,45 @@ def main(argv: list[str] | None = None) -> None:
     for name, kw, shape, batch, label in configs:
         _, ms = bench_model(name, kw, shape, batch, args.workers, calls, reps)
         for method in METHODS:
-            emu, sync = ms[f"{method} emulated"], ms[f"{method} sync"]
+            emu, sync, stale = (ms[f"{method} {k}"] for k in ("emulated", "sync", "stale copy"))
             body.append(
                 [
                     label,
                     method,
                     f"{ms['plain sgd']:.3f}",
                     f"{sync:.3f}",
+                    f"{stale:.3f}",
                     f"{emu:.3f}",
                     f"**{emu / sync:.2f}x**",
+                    f"{emu / stale:.2f}x",
                     f"{emu / ms['plain sgd']:.2f}x",
                     f"{ms[f'{method} sync scan']:.3f}",
                     f"{ms[f'{method} scan']:.3f}",
                     f"**{ms[f'{method} scan'] / ms[f'{method} sync scan']:.2f}x**",
                 ]
             )
-    print(
+    out = [
         f"### One emulated async update (M={args.workers}, gamma delays) vs the same method's "
         f"synchronous step ({jax.default_backend()}, CPU-time medians of {reps} interleaved "
         f"rounds x {calls} calls)\n"
-    )
-    head = ["model", "method", "plain sgd ms", "sync method ms", "emulated ms"]
-    head += ["emulated / sync method", "emulated / plain sgd", "sync method in scan ms/step"]
+    ]
+    head = ["model", "method", "plain sgd ms", "sync method ms", "sync, stale copy ms"]
+    head += ["emulated ms", "emulated / sync method", "emulated / stale copy"]
+    head += ["emulated / plain sgd", "sync method in scan ms/step"]
     head += ["emulated in scan ms/update", "scan: emulated / sync"]
-    print(markdown_table(head, body))
+    out.append(markdown_table(head, body))
     name, kw, shape, batch, label = configs[0]
     ms_list = [1, 4, 16] if args.quick else [1, 4, 16, 32, 64]
-    print(f"\n### Memory of the compiled step (compiled.memory_analysis(), {label}; MiB)\n")
+    out.append(f"\n### Memory of the compiled step (compiled.memory_analysis(), {label}; MiB)\n")
     cols = ["program", "worker snapshots (M x params)", "arguments", "temporaries", "aliased"]
-    print(markdown_table(cols, memory_rows(name, kw, shape, batch, ms_list)))
+    out.append(markdown_table(cols, memory_rows(name, kw, shape, batch, ms_list)))
+    text = "\n".join(out)
+    print(text)
+    if not args.quick:
+        folder = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "async_emulation.md"), "w") as f:
+            f.write(text + "\n")
 
 
 if __name__ == "__main__":
