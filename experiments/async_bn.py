@@ -96,7 +96,19 @@ from jaxstale.asyncdp.bn import batch_stats_from_update, merge_batch_stats, reco
 from jaxstale.asyncdp.methods import LC_BN_MOMENTUM as BN_MOMENTUM
 from jaxstale.asyncdp.methods import LC_LAMBDA, MethodSpec, build_lc_asgd
 
-from .common import add_tuning_args, chance, lanes_for, make_delay, open_run, seed_mode, title
+from .common import (
+    add_batch_size,
+    add_momentum,
+    add_seed_mode,
+    add_tuning_args,
+    chance,
+    lanes_for,
+    make_delay,
+    open_run,
+    seed_mode,
+    set_help,
+    title,
+)
 
 EXPERIMENT = "async_bn"
 KEY = ("workers", "lr", "seed")  # the fields of a cell key: one training run
@@ -737,19 +749,14 @@ def parser() -> Any:
         f"{DEFAULT_DECAY:g} is always included (default 0.02,0.1,0.3; --quick 0.1)",
     )
     p.add_argument("--lam", type=runs.number(float), default=LC_LAMBDA, help="LC-ASGD's λ (fixed)")
-    p.add_argument(
-        "--momentum",
-        type=runs.number(float, low=0, high=1, high_open=True),
-        default=0.0,
-        help="SGD momentum (fixed; default 0)",
-    )
+    add_momentum(p, 0.0, "SGD momentum (fixed; default 0)")
     p.add_argument(
         "--width",
         type=runs.number(int, low=1),
         default=None,
         help=f"ResNet-20's first-stage channels (default {WIDTH}; the paper: 16)",
     )
-    p.add_argument("--batch-size", type=runs.number(int, low=1), default=32, help="mini-batch size")
+    add_batch_size(p)
     p.add_argument(
         "--eval-every",
         type=runs.number(int, low=1),
@@ -757,10 +764,8 @@ def parser() -> Any:
         help="updates between validation evaluations (default 40, one epoch)",
     )
     p.add_argument("--delay", default="gamma", choices=delays.DELAY_MODELS)
-    p.add_argument("--seed-mode", default="auto", choices=("auto", "vmap", "sequential"))
-    for action in p._actions:
-        if action.dest == "steps":
-            action.help = f"updates per run, the budget (default {UPDATES}; --quick 80)"
+    add_seed_mode(p)
+    set_help(p, steps=f"updates per run, the budget (default {UPDATES}; --quick 80)")
     return p
 
 

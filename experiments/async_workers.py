@@ -56,6 +56,9 @@ import numpy as np
 from jaxstale import asyncdp, data, delays, runs
 
 from .common import (
+    add_batch_size,
+    add_methods,
+    add_seed_mode,
     add_tuning_args,
     chance,
     lanes_for,
@@ -64,6 +67,7 @@ from .common import (
     open_run,
     run_row,
     seed_mode,
+    set_help,
     splits,
     title,
     tuned_tables,
@@ -497,14 +501,7 @@ def rows_async_ref(rows: list[dict]) -> str:
 
 def parser() -> Any:
     p = runs.cli_parser(__doc__.splitlines()[0])
-    p.add_argument(
-        "--methods",
-        type=runs.name_list(asyncdp.method_names, "method"),
-        default=None,
-        help="comma-separated method names (registered; default: "
-        + ",".join(DEFAULT_METHODS)
-        + ")",
-    )
+    add_methods(p, asyncdp.method_names, "method", DEFAULT_METHODS)
     p.add_argument(
         "--workers",
         type=runs.int_list(low=1),
@@ -524,9 +521,7 @@ def parser() -> Any:
         default=None,
         help="LC-ASGD's λ grid, tuned with the rate, sign included (default -0.1,0.1)",
     )
-    p.add_argument(
-        "--batch-size", type=runs.number(int, low=1), default=None, help="mini-batch size (32)"
-    )
+    add_batch_size(p, None, "mini-batch size (32)")
     p.add_argument(
         "--preset",
         choices=sorted(PRESETS),
@@ -543,7 +538,7 @@ def parser() -> Any:
         default=0,
         help="lr warm-up from lr/M (DANA: 5)",
     )
-    p.add_argument("--seed-mode", default="auto", choices=("auto", "vmap", "sequential"))
+    add_seed_mode(p)
     p.add_argument(
         "--executor",
         default="emulate",
@@ -552,9 +547,7 @@ def parser() -> Any:
         "(same results). On a CPU, emulate devices with "
         "XLA_FLAGS=--xla_force_host_platform_device_count=8",
     )
-    for action in p._actions:
-        if action.dest == "steps":
-            action.help = "mini-batches per run, the budget (default 1500; --quick 300)"
+    set_help(p, steps="mini-batches per run, the budget (default 1500; --quick 300)")
     return p
 
 

@@ -30,6 +30,10 @@ __all__ = [
     "MIN_PAIRS",
     "SMOKE",
     "Gather",
+    "add_batch_size",
+    "add_methods",
+    "add_momentum",
+    "add_seed_mode",
     "add_tuning_args",
     "at_selected",
     "chance",
@@ -43,6 +47,7 @@ __all__ = [
     "paired_table",
     "run_row",
     "seed_mode",
+    "set_help",
     "splits",
     "title",
     "tuned_tables",
@@ -71,9 +76,47 @@ def add_tuning_args(p: Any, *, lrs: Sequence[float], target: float = 0.95, seeds
         default=target,
         help=f"validation accuracy whose first crossing is the time to accuracy (default {target})",
     )
+    set_help(p, seeds=f"number of seeds (default {seeds}; --quick: fewer)")
+
+
+def set_help(p: Any, **helps: str) -> None:
+    """Replace the help text of ``p``'s arguments by destination (e.g. ``steps``, ``model``:
+    the shared flags of :func:`jaxstale.runs.cli_parser`, whose defaults differ by experiment)."""
     for action in p._actions:
-        if action.dest == "seeds":
-            action.help = f"number of seeds (default {seeds}; --quick: fewer)"
+        if action.dest in helps:
+            action.help = helps[action.dest]
+
+
+def add_methods(p: Any, names: Callable[[], Sequence[str]], kind: str, default: Sequence[str]):
+    """``--methods``: a comma-separated list of registered names (``names()`` at parse time, so
+    methods or policies registered after import are accepted)."""
+    p.add_argument(
+        "--methods",
+        type=runs.name_list(names, kind),
+        default=None,
+        help=f"comma-separated {kind} names (registered; default: {','.join(default)})",
+    )
+
+
+def add_momentum(p: Any, default: float, help: str) -> None:
+    """``--momentum``: one value in ``[0, 1)``."""
+    p.add_argument(
+        "--momentum",
+        type=runs.number(float, low=0, high=1, high_open=True),
+        default=default,
+        help=help,
+    )
+
+
+def add_batch_size(p: Any, default: int | None = 32, help: str = "mini-batch size") -> None:
+    """``--batch-size``: a positive int."""
+    p.add_argument("--batch-size", type=runs.number(int, low=1), default=default, help=help)
+
+
+def add_seed_mode(p: Any, help: str | None = None) -> None:
+    """``--seed-mode``: seeds (and rates) as vmapped lanes of one run or one after the other
+    (``auto``: :func:`seed_mode`)."""
+    p.add_argument("--seed-mode", default="auto", choices=("auto", "vmap", "sequential"), help=help)
 
 
 def load_data(cfg: dict[str, Any], args: Any = None) -> data.Dataset:

@@ -69,6 +69,10 @@ import numpy as np
 from jaxstale import asyncdp, data, runs
 
 from .common import (
+    add_batch_size,
+    add_methods,
+    add_momentum,
+    add_seed_mode,
     add_tuning_args,
     chance,
     lanes_for,
@@ -76,6 +80,7 @@ from .common import (
     open_run,
     run_row,
     seed_mode,
+    set_help,
     splits,
     title,
     tuned_tables,
@@ -404,14 +409,7 @@ def make_figures(
 
 def parser() -> Any:
     p = runs.cli_parser(__doc__.splitlines()[0])
-    p.add_argument(
-        "--methods",
-        type=runs.name_list(asyncdp.method_names, "method"),
-        default=None,
-        help="comma-separated method names (registered; default: "
-        + ",".join(DEFAULT_METHODS)
-        + ")",
-    )
+    add_methods(p, asyncdp.method_names, "method", DEFAULT_METHODS)
     p.add_argument(
         "--delays",
         type=runs.int_list(low=0),
@@ -420,13 +418,8 @@ def parser() -> Any:
         "(default 0,1,2,4,8,16; --quick 0,2,8)",
     )
     add_tuning_args(p, lrs=LRS)
-    p.add_argument(
-        "--momentum",
-        type=runs.number(float, low=0, high=1, high_open=True),
-        default=0.9,
-        help="SGD momentum (default 0.9)",
-    )
-    p.add_argument("--batch-size", type=runs.number(int, low=1), default=32, help="mini-batch size")
+    add_momentum(p, 0.9, "SGD momentum (default 0.9)")
+    add_batch_size(p)
     p.add_argument(
         "--tolerance",
         type=runs.number(float, low=0, high=1),
@@ -434,12 +427,10 @@ def parser() -> Any:
         help="stable at d: no seed diverged and mean validation accuracy >= the method's best "
         "at d = 0 minus this (default 0.05 = 5 points)",
     )
-    p.add_argument("--seed-mode", default="auto", choices=("auto", "vmap", "sequential"))
-    for action in p._actions:
-        if action.dest == "steps":
-            action.help = "updates per run (default 1500; --quick 300)"
-        if action.dest == "model":
-            action.help = "model name (default mlp)"
+    add_seed_mode(p)
+    set_help(
+        p, steps="updates per run (default 1500; --quick 300)", model="model name (default mlp)"
+    )
     return p
 
 

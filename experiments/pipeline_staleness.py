@@ -98,6 +98,10 @@ from jaxstale import data, loop, models, pipeline, runs, schedules
 
 from .common import (
     MIN_PAIRS,
+    add_batch_size,
+    add_methods,
+    add_momentum,
+    add_seed_mode,
     add_tuning_args,
     at_selected,
     chance,
@@ -105,6 +109,7 @@ from .common import (
     outcome,
     paired_table,
     seed_mode,
+    set_help,
     splits,
     title,
     tuned_tables,
@@ -488,14 +493,7 @@ def parser() -> Any:
         default=None,
         help="comma-separated stage counts N (default 2,4,8; --quick 2,4)",
     )
-    p.add_argument(
-        "--methods",
-        type=runs.name_list(lambda: list(pipeline.POLICIES), "policy"),
-        default=None,
-        help="comma-separated weight policies (registered; default: "
-        + ",".join(DEFAULT_METHODS)
-        + ")",
-    )
+    add_methods(p, lambda: list(pipeline.POLICIES), "policy", DEFAULT_METHODS)
     p.add_argument(
         "--optimizer",
         default="sgd",
@@ -504,14 +502,9 @@ def parser() -> Any:
         + ",".join(f"{v:g}" for v in LRS["adam"])
         + ")",
     )
-    p.add_argument(
-        "--momentum",
-        type=runs.number(float, low=0, high=1, high_open=True),
-        default=0.9,
-        help="SGD momentum μ, or Adam's β1 (default 0.9); the NAG rule decays by it",
-    )
+    add_momentum(p, 0.9, "SGD momentum μ, or Adam's β1 (default 0.9); the NAG rule decays by it")
     add_tuning_args(p, lrs=LRS["sgd"])
-    p.add_argument("--batch-size", type=runs.number(int, low=1), default=32, help="mini-batch size")
+    add_batch_size(p)
     p.add_argument(
         "--backward",
         default="saved",
@@ -527,18 +520,16 @@ def parser() -> Any:
         "'stage' axis, one run at a time (same results). On a CPU, emulate devices with "
         "XLA_FLAGS=--xla_force_host_platform_device_count=8",
     )
-    p.add_argument(
-        "--seed-mode",
-        default="auto",
-        choices=("auto", "vmap", "sequential"),
-        help="emulator lanes: vmapped, or one after the other (auto: vmap for the MLP, "
-        "sequential for conv models on a CPU)",
+    add_seed_mode(
+        p,
+        "emulator lanes: vmapped, or one after the other (auto: vmap for the MLP, sequential "
+        "for conv models on a CPU)",
     )
-    for action in p._actions:
-        if action.dest == "steps":
-            action.help = "mini-batches per run, the budget (default 1500; --quick 300)"
-        if action.dest == "model":
-            action.help = f"model name(s) (default mlp; one of {', '.join(models.model_names())})"
+    set_help(
+        p,
+        steps="mini-batches per run, the budget (default 1500; --quick 300)",
+        model=f"model name(s) (default mlp; one of {', '.join(models.model_names())})",
+    )
     return p
 
 

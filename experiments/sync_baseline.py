@@ -55,7 +55,18 @@ import optax
 
 from jaxstale import data, runs
 
-from .common import add_tuning_args, chance, convergence, fit_grid, open_run, title, tuned_tables
+from .common import (
+    add_batch_size,
+    add_momentum,
+    add_tuning_args,
+    chance,
+    convergence,
+    fit_grid,
+    open_run,
+    set_help,
+    title,
+    tuned_tables,
+)
 
 EXPERIMENT = "sync_baseline"
 METHOD = "sgd"
@@ -199,15 +210,8 @@ def make_table(rows: list[dict], cfg: dict[str, Any], ref: dict, grid: str) -> s
 def parser() -> Any:
     p = runs.cli_parser(__doc__.splitlines()[0])
     add_tuning_args(p, lrs=LRS)
-    p.add_argument(
-        "--batch-size", type=runs.number(int, low=1), default=32, help="mini-batch size (32)"
-    )
-    p.add_argument(
-        "--momentum",
-        type=runs.number(float, low=0, high=1, high_open=True),
-        default=0.9,
-        help="SGD momentum (default 0.9)",
-    )
+    add_batch_size(p, 32, "mini-batch size (32)")
+    add_momentum(p, 0.9, "SGD momentum (default 0.9)")
     p.add_argument(
         "--eval-every",
         type=runs.number(int, low=1),
@@ -221,11 +225,11 @@ def parser() -> Any:
         help="'flat since step Z': the mean validation accuracy stays within this of its "
         "last-third plateau from Z on (default 0.01 = 1 point)",
     )
-    for action in p._actions:
-        if action.dest == "steps":
-            action.help = "training steps per run (default 1500; --quick 200)"
-        if action.dest == "model":
-            action.help = "model name(s) (default mlp cnn)"
+    set_help(
+        p,
+        steps="training steps per run (default 1500; --quick 200)",
+        model="model name(s) (default mlp cnn)",
+    )
     return p
 
 
