@@ -496,47 +496,38 @@ def executor(
     x0, nm = np.asarray(xb[(0,) * (len(lead) + 1)]), s.num_micro
     xb, yb = jnp.asarray(xb), jnp.asarray(yb)
     apply = compose(stages)
+    n_lanes = 1 if lanes is None else lanes
+    round_fn: Callable[..., Any]
     if lanes is None:
+        round_fn = core.step
+        read = lambda c: ([core.current(c, k) for k in range(core.num_stages)], list(c["bn"]))
+        init = lambda params, states: core.init(x0, params, states)
+    else:
+        round_fn, read = _lane_fns(core)
 
-        def step(carry: dict[str, Any], r: int) -> tuple[dict[str, Any], Stats]:
-            carry, (ls, lc) = core.step(carry, jnp.int32(r), tables, xb, yb)
-            loss = np.asarray(ls, np.float32) / np.float32(nm) if nm > 1 else np.asarray(ls)
-            return carry, Stats(loss.reshape(1, 1), np.asarray([[int(lc) // nm]], np.int32))
+        def init(params: Sequence[Any], states: Sequence[Any]) -> dict[str, Any]:
+            carries = []
+            for j in range(n_lanes):
+                pick = lambda t, j=j: jax.tree.map(lambda a: a[j], t)
+                c = core.init(x0, [pick(p) for p in params], [pick(q) for q in states])
+                vals = {k: v[j] for k, v in hp.items()}
+                c["opt"] = [set_hyperparams(o, vals) for o in c["opt"]] if vals else c["opt"]
+                carries.append(c)
+            return jax.tree.map(lambda *a: jnp.stack(a), *carries)
 
-        return Executor(
-            init=lambda params, states: core.init(x0, params, states),
-            step=step,
-            params=lambda c: ([core.current(c, k) for k in range(core.num_stages)], list(c["bn"])),
-            apply=apply,
-            num_rounds=program.num_rounds,
-            num_updates=s.num_batches,
-        )
-    vstep, vread = _lane_fns(core)
-    n_lanes = lanes
-
-    def init(params: Sequence[Any], states: Sequence[Any]) -> dict[str, Any]:
-        carries = []
-        for j in range(n_lanes):
-            pick = lambda t, j=j: jax.tree.map(lambda a: a[j], t)
-            c = core.init(x0, [pick(p) for p in params], [pick(q) for q in states])
-            vals = {k: v[j] for k, v in hp.items()}
-            c["opt"] = [set_hyperparams(o, vals) for o in c["opt"]] if vals else c["opt"]
-            carries.append(c)
-        return jax.tree.map(lambda *a: jnp.stack(a), *carries)
-
-    def vstep_(carry: dict[str, Any], r: int) -> tuple[dict[str, Any], Stats]:
-        carry, (ls, lc) = vstep(carry, jnp.int32(r), tables, xb, yb)
+    def step(carry: dict[str, Any], r: int) -> tuple[dict[str, Any], Stats]:
+        carry, (ls, lc) = round_fn(carry, jnp.int32(r), tables, xb, yb)
         loss = np.asarray(ls, np.float32) / np.float32(nm) if nm > 1 else np.asarray(ls)
-        count = np.asarray(lc).astype(np.int32) // nm
+        count = np.asarray(lc).astype(np.int32) // nm  # micro-batch losses -> mini-batches
         return carry, Stats(loss.reshape(n_lanes, 1), count.reshape(n_lanes, 1))
 
     return Executor(
         init=init,
-        step=vstep_,
-        params=vread,
+        step=step,
+        params=read,
         apply=apply,
         num_rounds=program.num_rounds,
         num_updates=s.num_batches,
         lanes=n_lanes,
-        vmapped=True,
+        vmapped=lanes is not None,
     )
