@@ -536,8 +536,10 @@ def _paired(a: Sequence[dict], b: Sequence[dict]) -> str:
     return f"{100 * mean:+.2f} ± {100 * half:.2f} ({n})" + (" **beyond noise**" if beyond else "")
 
 
-def _rows_for(prow: list[dict], sel: dict, cfg: dict, m: int) -> dict[str, list[dict]]:
-    """The runs behind each table row at M = ``m`` (selected lr; tuned / default decay)."""
+def selected_rows(prow: Sequence[dict], sel: dict, m: int) -> dict[str, list[dict]]:
+    """The runs behind each table row at M = ``m`` (``sel`` from :func:`select`: the selected
+    rate; per policy the selected (``"<policy> tuned"``) and the default decay, and the
+    recomputed statistics), keyed like :data:`ROW_NAMES`."""
     lr = sel["lr"].get(m)
     out = {}
     for q in POLICIES:
@@ -564,7 +566,7 @@ def make_table(rows: list[dict], cfg: dict[str, Any], chance_acc: float) -> tupl
     ms = cfg["workers"]
     many_d = len(cfg["decays"]) > 1
     head = ["", *(f"M={m}" for m in ms)]
-    by_m = {m: _rows_for(prow, sel, cfg, m) for m in ms}
+    by_m = {m: selected_rows(prow, sel, m) for m in ms}
 
     main = []
     for name, text in ROW_NAMES.items():
@@ -684,7 +686,7 @@ def make_figures(
 
     prow = policy_rows(rows)
     ms = cfg["workers"]
-    by_m = {m: _rows_for(prow, sel, cfg, m) for m in ms}
+    by_m = {m: selected_rows(prow, sel, m) for m in ms}
     fig = Figure(figsize=(6.5, 4.5), layout="constrained")
     ax = fig.subplots()
     for name, text in ROW_NAMES.items():

@@ -582,16 +582,10 @@ def judge_async_bn(ctx: Context) -> Verdict:
     main, body = [], []
     pick = {}
     for m in ms:
-        lr = sel["lr"][m]
+        at_m = exp.selected_rows(prow, sel, m)
         for q in (exp.ORDINARY, exp.ASYNC):
-            pick[(q, m)] = [
-                r for r in prow
-                if r["policy"] == q and r["workers"] == m and r["lr"] == lr
-                and r["decay"] == sel["decay"].get((q, m))
-            ]  # fmt: skip
-        pick[(exp.RECOMPUTED, m)] = [
-            r for r in prow if r["policy"] == exp.RECOMPUTED and r["workers"] == m and r["lr"] == lr
-        ]
+            pick[(q, m)] = at_m[f"{q} tuned"]
+        pick[(exp.RECOMPUTED, m)] = at_m[exp.RECOMPUTED]
         if m >= 8 and pick[(exp.ASYNC, m)] and pick[(exp.ORDINARY, m)]:
             main.append(
                 diff(pick[(exp.ASYNC, m)], pick[(exp.ORDINARY, m)], f"async-bn (M={m})",
