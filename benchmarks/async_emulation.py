@@ -48,20 +48,32 @@ LR, MU = 0.01, 0.9
 METHODS = ("asgd", "dc-asgd-a", "gap-aware")
 
 
-def _sync_step(apply: Any, tx: optax.GradientTransformation) -> Any:
-    """The method as a synchronous, jitted, donated step (staleness 0: stale == current);
-    ``.__wrapped__`` is the pure step (for a scan)."""
+def _update(apply: Any, tx: optax.GradientTransformation) -> Any:
+    """The method's step, pure: the gradient at ``w`` (the stale weights), ``tx.update`` with
+    ``stale_params=w``, applied to ``params``; returns ``(params, opt_state, model_state,
+    loss)``."""
 
-    def step(params, opt_state, state, x, y):
+    def update(params, opt_state, state, w, staleness, x, y):
         def obj(p):
             logits, new_state = apply(p, state, x, True)
             return losses.cross_entropy(logits, y), new_state
 
-        (loss, new_state), g = jax.value_and_grad(obj, has_aux=True)(params)
+        (loss, new_state), g = jax.value_and_grad(obj, has_aux=True)(w)
         u, opt_state = tx.update(
-            g, opt_state, params, stale_params=params, staleness=0, worker=0, worker_loss=loss
+            g, opt_state, params, stale_params=w, staleness=staleness, worker=0, worker_loss=loss
         )
         return optax.apply_updates(params, u), opt_state, new_state, loss
+
+    return update
+
+
+def _sync_step(apply: Any, tx: optax.GradientTransformation) -> Any:
+    """The method as a synchronous, jitted, donated step (staleness 0: stale == current);
+    ``.__wrapped__`` is the pure step (for a scan)."""
+    update = _update(apply, tx)
+
+    def step(params, opt_state, state, x, y):
+        return update(params, opt_state, state, params, 0, x, y)
 
     jitted = jax.jit(step, donate_argnums=(0, 1, 2))
     jitted.__wrapped__ = step  # type: ignore[attr-defined]
@@ -71,17 +83,10 @@ def _sync_step(apply: Any, tx: optax.GradientTransformation) -> Any:
 def _stale_copy_step(apply: Any, tx: optax.GradientTransformation) -> Any:
     """The method with ``stale_params`` a separate buffer: the gradient is taken there, and the
     new weights are written both as the server's and into it (a worker's pull), all donated."""
+    update = _update(apply, tx)
 
     def step(params, opt_state, state, stale, x, y):
-        def obj(p):
-            logits, new_state = apply(p, state, x, True)
-            return losses.cross_entropy(logits, y), new_state
-
-        (loss, new_state), g = jax.value_and_grad(obj, has_aux=True)(stale)
-        u, opt_state = tx.update(
-            g, opt_state, params, stale_params=stale, staleness=1, worker=0, worker_loss=loss
-        )
-        new = optax.apply_updates(params, u)
+        new, opt_state, new_state, loss = update(params, opt_state, state, stale, 1, x, y)
         return new, opt_state, new_state, jax.tree.map(jnp.copy, new), loss
 
     return jax.jit(step, donate_argnums=(0, 1, 2, 3))
@@ -105,19 +110,26 @@ def bench_model(name: str, kw: dict, shape: tuple, batch: int, m: int, calls: in
 
     runners: dict[str, Any] = {}
 
+    def host_runner(step: Any, carry: list):
+        """``calls`` calls of ``step(*carry, x, y) -> (*carry, loss)`` from a host loop."""
+
+        def run():
+            for _ in range(calls):
+                *carry[:], loss = step(*carry, x, y)
+            jax.block_until_ready(loss)
+
+        return run
+
     def plain_runner(tx: optax.GradientTransformation, scan: bool = False):
         step, carry = _sync_step(f.apply, tx), [_copy(f.params), tx.init(f.params), _copy(f.state)]
+        if not scan:
+            return host_runner(step, carry)
         body = lambda c, xy: (tuple(step.__wrapped__(*c, *xy)[:3]), None)
         chunked = jax.jit(lambda c, xs, ys: jax.lax.scan(body, c, (xs, ys))[0], donate_argnums=0)
 
         def run():
-            if scan:
-                carry[:] = chunked(tuple(carry), xs, ys)
-                jax.block_until_ready(carry[0])
-                return
-            for _ in range(calls):
-                *carry[:3], loss = step(*carry, x, y)
-            jax.block_until_ready(loss)
+            carry[:] = chunked(tuple(carry), xs, ys)
+            jax.block_until_ready(carry[0])
 
         return run
 
@@ -139,22 +151,12 @@ def bench_model(name: str, kw: dict, shape: tuple, batch: int, m: int, calls: in
 
         return host if loop == "host" else scan
 
-    def stale_runner(tx: optax.GradientTransformation):
-        step = _stale_copy_step(f.apply, tx)
-        carry = [_copy(f.params), tx.init(f.params), _copy(f.state), _copy(f.params)]
-
-        def run():
-            for _ in range(calls):
-                *carry[:4], loss = step(*carry, x, y)
-            jax.block_until_ready(loss)
-
-        return run
-
     runners["plain sgd"] = plain_runner(optax.with_extra_args_support(optax.sgd(LR, MU)))
     for method in METHODS:
         tx = build_method(method, HParams(LR, MU, m)).tx
         runners[f"{method} sync"] = plain_runner(tx)
-        runners[f"{method} stale copy"] = stale_runner(tx)
+        stale_carry = [_copy(f.params), tx.init(f.params), _copy(f.state), _copy(f.params)]
+        runners[f"{method} stale copy"] = host_runner(_stale_copy_step(f.apply, tx), stale_carry)
         runners[f"{method} sync scan"] = plain_runner(tx, scan=True)
         runners[f"{method} emulated"] = emulated_runner(method, "host")
         runners[f"{method} scan"] = emulated_runner(method, "scan")
