@@ -205,7 +205,7 @@ def test_python_api_runs_a_module(tmp_path, capsys, monkeypatch):
     assert "[p1] RESULT process=1" in out
 
 
-@pytest.mark.slow  # long: compiles many executables; `make test-slow`
+@pytest.mark.slow  # long: waits until the launcher stops the process blocked in a collective
 def test_a_failing_process_stops_the_group(tmp_path):
     script = _script(tmp_path, "fail.py", HANG.format(what="sys.exit(3)"))
     t0 = time.monotonic()
