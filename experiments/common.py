@@ -87,7 +87,9 @@ def set_help(p: Any, **helps: str) -> None:
             action.help = helps[action.dest]
 
 
-def add_methods(p: Any, names: Callable[[], Sequence[str]], kind: str, default: Sequence[str]):
+def add_methods(
+    p: Any, names: Callable[[], Sequence[str]], kind: str, default: Sequence[str]
+) -> None:
     """``--methods``: a comma-separated list of registered names (``names()`` at parse time, so
     methods or policies registered after import are accepted)."""
     p.add_argument(
