@@ -13,22 +13,33 @@ emulated ASGD / plain SGD ≤ 1.1x. Two loops: one jitted call per update from a
 conv models' loop), and 64 updates inside one ``lax.scan`` for both the emulator and the
 synchronous method (the MLPs' loop). All variants are timed interleaved in one process
 (``--repeats`` rounds; medians of process CPU time, which a loaded shared box disturbs less
-than wall time).
+than wall time). Ratios are taken per round (the two steps ran seconds apart) and reported as
+their median with the interquartile range: on a shared 2-core VM that range is several percent
+wide, wider than a 1.05x bound.
 
 Memory: ``compiled.memory_analysis()`` of the emulation step for several M — arguments (server
 params, optimizer state and the ``M`` snapshots, all donated: outputs alias them) and
 temporaries — next to the plain step's.
 
-Run: ``python benchmarks/async_emulation.py [--quick] [--out DIR]``; prints markdown tables
-and, unless ``--quick``, writes them to ``<--out>/async_emulation.md`` (default
+Where the time goes (``--profile METHOD``, default ``dc-asgd-a``; ``none`` skips it): XLA:CPU
+thunk time per step of the synchronous and the emulated step from ``jax.profiler`` traces, by
+kind of op (matmuls, the optimizer's elementwise update, the snapshot's read and write, other).
+
+Run: ``python benchmarks/async_emulation.py [--quick] [--out DIR] [--profile METHOD]``; prints
+markdown tables and, unless ``--quick``, writes them to ``<--out>/async_emulation.md`` (default
 ``benchmarks/results/``), quoted in the README's Benchmarks section.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import glob
+import gzip
+import json
 import os
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -170,7 +181,15 @@ def bench_model(name: str, kw: dict, shape: tuple, batch: int, m: int, calls: in
             times[key].append(
                 (time.process_time() - t0) / (chunk if key.endswith("scan") else calls)
             )
-    return n_params, {k: 1e3 * float(np.median(v)) for k, v in times.items()}
+    return n_params, {k: 1e3 * np.asarray(v) for k, v in times.items()}
+
+
+def _ratio(a: np.ndarray, b: np.ndarray, bold: bool = False) -> str:
+    """``a / b`` per interleaved round: the median and, in brackets, the interquartile range —
+    how far the box's noise moves the ratio."""
+    lo, mid, hi = np.percentile(a / b, [25, 50, 75])
+    head = f"**{mid:.2f}x**" if bold else f"{mid:.2f}x"
+    return f"{head} ({lo:.2f}–{hi:.2f})"
 
 
 def memory_rows(name: str, kw: dict, shape: tuple, batch: int, ms: list[int]) -> list[list]:
@@ -201,6 +220,82 @@ def memory_rows(name: str, kw: dict, shape: tuple, batch: int, ms: list[int]) ->
     return rows
 
 
+def _category(op: str) -> str:
+    """Where an XLA:CPU thunk's time goes, from its op name (names follow XLA's fusion roots)."""
+    if op.startswith("dynamic-slice"):
+        return "snapshot read (dynamic-slice copy for the matmuls)"
+    if "dynamic-update-slice" in op:
+        return "snapshot write (the worker's pull, in place)"
+    if op.startswith(("ynn_fusion", "dot", "custom-call")):
+        return "matmuls and reductions (XNNPACK / dot)"
+    if op.startswith("multiply_add_fusion"):
+        return "optimizer update (elementwise)"
+    return "other (activations, loss, copies)"
+
+
+def profile_rows(method: str, m: int, steps: int = 50, rounds: int = 5) -> list[list[str]]:
+    """Per-step XLA:CPU thunk time of the synchronous and the emulated step of ``method`` (MLP
+    784-512-512-10, batch 128, ``m`` workers; host loop), by category, from a ``jax.profiler``
+    trace; medians of ``rounds`` interleaved traces of ``steps`` steps.
+
+    Thunk times are summed over threads, so they add up to more than wall time; the difference
+    between the two columns is what the emulation adds."""
+    f = models.functional(
+        models.create("mlp", input_shape=(28, 28, 1), num_classes=10, seed=0, hidden=(512, 512))
+    )
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.random((128, 28, 28, 1), dtype=np.float32))
+    y = jnp.asarray(rng.integers(0, 10, 128).astype(np.int32))
+    sched = delays.gamma_timed(m, steps + 8, batch_size=128, seed=0)
+    emu = AsyncEmulator(f.apply, method, m, momentum=MU, loop="host")
+    box = [emu.init(f.params, f.state, learning_rate=LR)]
+    tx = build_method(method, HParams(LR, MU, m)).tx
+    sync, carry = _sync_step(f.apply, tx), [_copy(f.params), tx.init(f.params), _copy(f.state)]
+
+    def emulated(a: int, n: int) -> None:
+        for i in range(a, a + n):
+            box[0], loss = emu.compiled_step(
+                box[0], (x, y, jnp.int32(sched.worker[i]), jnp.int32(sched.staleness[i]), {})
+            )
+        jax.block_until_ready(loss)
+
+    def synchronous(a: int, n: int) -> None:
+        for _ in range(n):
+            *carry[:], loss = sync(*carry, x, y)
+        jax.block_until_ready(loss)
+
+    runs = {"sync": synchronous, "emulated": emulated}
+    for run in runs.values():
+        run(0, 4)  # compile + warm up
+    traces: dict[str, list[dict[str, float]]] = {k: [] for k in runs}
+    for _ in range(rounds):  # interleaved, like the timings above
+        for name, run in runs.items():
+            with tempfile.TemporaryDirectory() as d:
+                jax.profiler.start_trace(d)
+                run(4, steps)
+                jax.profiler.stop_trace()
+                (trace,) = glob.glob(os.path.join(d, "**", "*.trace.json.gz"), recursive=True)
+                with gzip.open(trace) as fh:
+                    events = json.load(fh)["traceEvents"]
+            cat: dict[str, float] = collections.defaultdict(float)
+            for e in events:
+                a = e.get("args", {}) if e.get("ph") == "X" else {}
+                if a.get("hlo_op") and a.get("hlo_module") == "jit_step":
+                    cat[_category(a["hlo_op"])] += e["dur"] / 1e3 / steps  # us -> ms per step
+            cat["total"] = sum(cat.values())
+            traces[name].append(cat)
+    per_step = {
+        k: {c: float(np.median([t.get(c, 0.0) for t in v])) for c in set().union(*v)}
+        for k, v in traces.items()
+    }
+    names = sorted((set(per_step["sync"]) | set(per_step["emulated"])) - {"total"})
+    rows = []
+    for c in [*names, "total"]:
+        s_ms, e_ms = (per_step[k].get(c, 0.0) for k in ("sync", "emulated"))
+        rows.append([c, f"{s_ms:.3f}", f"{e_ms:.3f}", f"{e_ms - s_ms:+.3f}"])
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
@@ -208,6 +303,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--calls", type=int, default=None)
     p.add_argument("--repeats", type=int, default=None)
     p.add_argument("--out", default=None, help="folder for async_emulation.md (not with --quick)")
+    p.add_argument(
+        "--profile",
+        default="dc-asgd-a",
+        help="method whose per-op time (jax.profiler) is broken down; 'none' to skip",
+    )
     args = p.parse_args(argv)
     calls = args.calls or (10 if args.quick else 30)
     reps = args.repeats or (3 if args.quick else 9)
@@ -217,29 +317,31 @@ def main(argv: list[str] | None = None) -> None:
     ]
     body = []
     for name, kw, shape, batch, label in configs:
-        _, ms = bench_model(name, kw, shape, batch, args.workers, calls, reps)
+        _, raw = bench_model(name, kw, shape, batch, args.workers, calls, reps)
+        ms = {k: float(np.median(v)) for k, v in raw.items()}
         for method in METHODS:
-            emu, sync, stale = (ms[f"{method} {k}"] for k in ("emulated", "sync", "stale copy"))
+            emu = raw[f"{method} emulated"]
             body.append(
                 [
                     label,
                     method,
                     f"{ms['plain sgd']:.3f}",
-                    f"{sync:.3f}",
-                    f"{stale:.3f}",
-                    f"{emu:.3f}",
-                    f"**{emu / sync:.2f}x**",
-                    f"{emu / stale:.2f}x",
-                    f"{emu / ms['plain sgd']:.2f}x",
+                    f"{ms[f'{method} sync']:.3f}",
+                    f"{ms[f'{method} stale copy']:.3f}",
+                    f"{ms[f'{method} emulated']:.3f}",
+                    _ratio(emu, raw[f"{method} sync"], bold=True),
+                    _ratio(emu, raw[f"{method} stale copy"]),
+                    _ratio(emu, raw["plain sgd"]),
                     f"{ms[f'{method} sync scan']:.3f}",
                     f"{ms[f'{method} scan']:.3f}",
-                    f"**{ms[f'{method} scan'] / ms[f'{method} sync scan']:.2f}x**",
+                    _ratio(raw[f"{method} scan"], raw[f"{method} sync scan"], bold=True),
                 ]
             )
     out = [
         f"### One emulated async update (M={args.workers}, gamma delays) vs the same method's "
         f"synchronous step ({jax.default_backend()}, CPU-time medians of {reps} interleaved "
-        f"rounds x {calls} calls)\n"
+        f"rounds x {calls} calls; ratios: median of the per-round ratios, interquartile range "
+        "in brackets)\n"
     ]
     head = ["model", "method", "plain sgd ms", "sync method ms", "sync, stale copy ms"]
     head += ["emulated ms", "emulated / sync method", "emulated / stale copy"]
@@ -251,6 +353,16 @@ def main(argv: list[str] | None = None) -> None:
     out.append(f"\n### Memory of the compiled step (compiled.memory_analysis(), {label}; MiB)\n")
     cols = ["program", "worker snapshots (M x params)", "arguments", "temporaries", "aliased"]
     out.append(markdown_table(cols, memory_rows(name, kw, shape, batch, ms_list)))
+    if args.profile != "none":
+        rows = profile_rows(
+            args.profile, args.workers, 10 if args.quick else 50, 2 if args.quick else reps
+        )
+        out.append(
+            f"\n### Where the time goes: {args.profile}, {configs[0][4]}, M = {args.workers}, "
+            "host loop (XLA:CPU thunk time per step from a jax.profiler trace, summed over "
+            "threads; ms)\n"
+        )
+        out.append(markdown_table(["ops", "sync step", "emulated", "emulated − sync"], rows))
     text = "\n".join(out)
     print(text)
     if not args.quick:
