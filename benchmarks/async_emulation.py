@@ -107,34 +107,60 @@ def _copy(tree: Any) -> Any:
     return jax.tree.map(lambda a: jnp.array(a, copy=True), tree)
 
 
-def bench_model(name: str, kw: dict, shape: tuple, batch: int, m: int, calls: int, reps: int):
+def _model(name: str, kw: dict, shape: tuple, batch: int) -> tuple[Any, jax.Array, jax.Array]:
+    """The model (functional) and one fixed random batch, shared by every variant."""
     f = models.functional(models.create(name, input_shape=shape, num_classes=10, seed=0, **kw))
-    n_params = sum(int(np.size(p)) for p in jax.tree.leaves(f.params))
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.random((batch, *shape), dtype=np.float32))
     y = jnp.asarray(rng.integers(0, 10, batch).astype(np.int32))
+    return f, x, y
+
+
+def _host_runner(step: Any, carry: list, x: jax.Array, y: jax.Array, calls: int) -> Any:
+    """``calls`` calls of ``step(*carry, x, y) -> (*carry, loss)`` from a host loop."""
+
+    def run():
+        for _ in range(calls):
+            *carry[:], loss = step(*carry, x, y)
+        jax.block_until_ready(loss)
+
+    return run
+
+
+def _emulated_host_runner(
+    f: Any, method: str, sched: Any, x: jax.Array, y: jax.Array, calls: int
+) -> Any:
+    """``calls`` emulated updates of ``method`` from a host loop (one jitted, donated call
+    each), walking ``sched`` (``sched.num_workers`` workers) round and round."""
+    emu = AsyncEmulator(f.apply, method, sched.num_workers, momentum=MU, loop="host")
+    box = [emu.init(f.params, f.state, learning_rate=LR)]
+    worker = [jnp.int32(w) for w in sched.worker]
+    tau = [jnp.int32(v) for v in sched.staleness]
+    t = [0]
+
+    def run():
+        for _ in range(calls):
+            i = t[0] % len(worker)
+            t[0] += 1
+            box[0], loss = emu.compiled_step(box[0], (x, y, worker[i], tau[i], {}))
+        jax.block_until_ready(loss)
+
+    return run
+
+
+def bench_model(name: str, kw: dict, shape: tuple, batch: int, m: int, calls: int, reps: int):
+    f, x, y = _model(name, kw, shape, batch)
+    n_params = sum(int(np.size(p)) for p in jax.tree.leaves(f.params))
     sched = delays.gamma_timed(m, calls * reps + 64, batch_size=batch, seed=0)
-    w_all = [jnp.int32(w) for w in sched.worker]
-    tau_all = [jnp.int32(v) for v in sched.staleness]
     chunk = 64
     xs, ys = jnp.broadcast_to(x, (chunk, *x.shape)), jnp.broadcast_to(y, (chunk, *y.shape))
 
     runners: dict[str, Any] = {}
 
-    def host_runner(step: Any, carry: list):
-        """``calls`` calls of ``step(*carry, x, y) -> (*carry, loss)`` from a host loop."""
-
-        def run():
-            for _ in range(calls):
-                *carry[:], loss = step(*carry, x, y)
-            jax.block_until_ready(loss)
-
-        return run
-
     def plain_runner(tx: optax.GradientTransformation, scan: bool = False):
         step, carry = _sync_step(f.apply, tx), [_copy(f.params), tx.init(f.params), _copy(f.state)]
         if not scan:
-            return host_runner(step, carry)
+            return _host_runner(step, carry, x, y, calls)
         body = lambda c, xy: (tuple(step.__wrapped__(*c, *xy)[:3]), None)
         chunked = jax.jit(lambda c, xs, ys: jax.lax.scan(body, c, (xs, ys))[0], donate_argnums=0)
 
@@ -144,33 +170,27 @@ def bench_model(name: str, kw: dict, shape: tuple, batch: int, m: int, calls: in
 
         return run
 
-    def emulated_runner(method: str, loop: str):
-        emu = AsyncEmulator(f.apply, method, m, momentum=MU, loop=loop)
+    def scan_runner(method: str):
+        emu = AsyncEmulator(f.apply, method, m, momentum=MU, loop="scan")
         box = [emu.init(f.params, f.state, learning_rate=LR)]
-        step, t = emu.compiled_step, [0]
 
-        def host():
-            for _ in range(calls):
-                i = t[0] % len(w_all)
-                t[0] += 1
-                box[0], loss = step(box[0], (x, y, w_all[i], tau_all[i], {}))
-            jax.block_until_ready(loss)
-
-        def scan():
+        def run():
             box[0], loss = emu.run(box[0], xs, ys, sched.worker[:chunk], sched.staleness[:chunk])
             jax.block_until_ready(loss)
 
-        return host if loop == "host" else scan
+        return run
 
     runners["plain sgd"] = plain_runner(optax.with_extra_args_support(optax.sgd(LR, MU)))
     for method in METHODS:
         tx = build_method(method, HParams(LR, MU, m)).tx
         runners[f"{method} sync"] = plain_runner(tx)
         stale_carry = [_copy(f.params), tx.init(f.params), _copy(f.state), _copy(f.params)]
-        runners[f"{method} stale copy"] = host_runner(_stale_copy_step(f.apply, tx), stale_carry)
+        runners[f"{method} stale copy"] = _host_runner(
+            _stale_copy_step(f.apply, tx), stale_carry, x, y, calls
+        )
         runners[f"{method} sync scan"] = plain_runner(tx, scan=True)
-        runners[f"{method} emulated"] = emulated_runner(method, "host")
-        runners[f"{method} scan"] = emulated_runner(method, "scan")
+        runners[f"{method} emulated"] = _emulated_host_runner(f, method, sched, x, y, calls)
+        runners[f"{method} scan"] = scan_runner(method)
     for run in runners.values():  # compile + warm up
         run()
     times: dict[str, list[float]] = {k: [] for k in runners}
@@ -193,9 +213,8 @@ def _ratio(a: np.ndarray, b: np.ndarray, bold: bool = False) -> str:
 
 
 def memory_rows(name: str, kw: dict, shape: tuple, batch: int, ms: list[int]) -> list[list]:
-    f = models.functional(models.create(name, input_shape=shape, num_classes=10, seed=0, **kw))
+    f, x, y = _model(name, kw, shape, batch)
     pbytes = sum(int(np.size(p)) * 4 for p in jax.tree.leaves(f.params))
-    x, y = jnp.zeros((batch, *shape), jnp.float32), jnp.zeros((batch,), jnp.int32)
     sgd = optax.with_extra_args_support(optax.sgd(LR, MU))
     plain = _sync_step(f.apply, sgd)
     mem = plain.lower(f.params, sgd.init(f.params), f.state, x, y).compile().memory_analysis()
@@ -233,46 +252,32 @@ def _category(op: str) -> str:
     return "other (activations, loss, copies)"
 
 
-def profile_rows(method: str, m: int, steps: int = 50, rounds: int = 5) -> list[list[str]]:
-    """Per-step XLA:CPU thunk time of the synchronous and the emulated step of ``method`` (MLP
-    784-512-512-10, batch 128, ``m`` workers; host loop), by category, from a ``jax.profiler``
-    trace; medians of ``rounds`` interleaved traces of ``steps`` steps.
+def profile_rows(
+    method: str, m: int, config: tuple, steps: int = 50, rounds: int = 5
+) -> list[list[str]]:
+    """Per-step XLA:CPU thunk time of the synchronous and the emulated step of ``method``
+    (``config = (model name, kwargs, input shape, batch)``, ``m`` workers; host loop, the runners
+    the timings use), by category, from ``jax.profiler`` traces; medians of ``rounds``
+    interleaved traces of ``steps`` steps.
 
     Thunk times are summed over threads, so they add up to more than wall time; the difference
     between the two columns is what the emulation adds."""
-    f = models.functional(
-        models.create("mlp", input_shape=(28, 28, 1), num_classes=10, seed=0, hidden=(512, 512))
-    )
-    rng = np.random.default_rng(0)
-    x = jnp.asarray(rng.random((128, 28, 28, 1), dtype=np.float32))
-    y = jnp.asarray(rng.integers(0, 10, 128).astype(np.int32))
-    sched = delays.gamma_timed(m, steps + 8, batch_size=128, seed=0)
-    emu = AsyncEmulator(f.apply, method, m, momentum=MU, loop="host")
-    box = [emu.init(f.params, f.state, learning_rate=LR)]
+    f, x, y = _model(*config)
     tx = build_method(method, HParams(LR, MU, m)).tx
-    sync, carry = _sync_step(f.apply, tx), [_copy(f.params), tx.init(f.params), _copy(f.state)]
-
-    def emulated(a: int, n: int) -> None:
-        for i in range(a, a + n):
-            box[0], loss = emu.compiled_step(
-                box[0], (x, y, jnp.int32(sched.worker[i]), jnp.int32(sched.staleness[i]), {})
-            )
-        jax.block_until_ready(loss)
-
-    def synchronous(a: int, n: int) -> None:
-        for _ in range(n):
-            *carry[:], loss = sync(*carry, x, y)
-        jax.block_until_ready(loss)
-
-    runs = {"sync": synchronous, "emulated": emulated}
+    carry = [_copy(f.params), tx.init(f.params), _copy(f.state)]
+    sched = delays.gamma_timed(m, steps * (rounds + 1), batch_size=config[3], seed=0)
+    runs = {
+        "sync": _host_runner(_sync_step(f.apply, tx), carry, x, y, steps),
+        "emulated": _emulated_host_runner(f, method, sched, x, y, steps),
+    }
     for run in runs.values():
-        run(0, 4)  # compile + warm up
+        run()  # compile + warm up
     traces: dict[str, list[dict[str, float]]] = {k: [] for k in runs}
     for _ in range(rounds):  # interleaved, like the timings above
         for name, run in runs.items():
             with tempfile.TemporaryDirectory() as d:
                 jax.profiler.start_trace(d)
-                run(4, steps)
+                run()
                 jax.profiler.stop_trace()
                 (trace,) = glob.glob(os.path.join(d, "**", "*.trace.json.gz"), recursive=True)
                 with gzip.open(trace) as fh:
@@ -355,10 +360,14 @@ def main(argv: list[str] | None = None) -> None:
     out.append(markdown_table(cols, memory_rows(name, kw, shape, batch, ms_list)))
     if args.profile != "none":
         rows = profile_rows(
-            args.profile, args.workers, 10 if args.quick else 50, 2 if args.quick else reps
+            args.profile,
+            args.workers,
+            (name, kw, shape, batch),
+            10 if args.quick else 50,
+            2 if args.quick else reps,
         )
         out.append(
-            f"\n### Where the time goes: {args.profile}, {configs[0][4]}, M = {args.workers}, "
+            f"\n### Where the time goes: {args.profile}, {label}, M = {args.workers}, "
             "host loop (XLA:CPU thunk time per step from a jax.profiler trace, summed over "
             "threads; ms)\n"
         )

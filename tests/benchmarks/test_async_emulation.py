@@ -19,7 +19,12 @@ def test_category_names_the_snapshot_ops():
 
 
 def test_profile_only_the_emulated_step_moves_a_snapshot():
-    rows = {r[0]: r[1:] for r in async_emulation.profile_rows("dc-asgd-a", 4, steps=2, rounds=1)}
+    rows = {
+        r[0]: r[1:]
+        for r in async_emulation.profile_rows(
+            "dc-asgd-a", 4, ("mlp", {"hidden": (512, 512)}, (28, 28, 1), 128), steps=2, rounds=1
+        )
+    }
     read = rows["snapshot read (dynamic-slice copy for the matmuls)"]
     write = rows["snapshot write (the worker's pull, in place)"]
     assert float(read[0]) == 0.0 < float(read[1])  # sync: none; emulated: the copy
