@@ -102,7 +102,9 @@ from .common import (
     add_seed_mode,
     add_tuning_args,
     chance,
+    data_config,
     lanes_for,
+    load_data,
     make_delay,
     open_run,
     seed_mode,
@@ -132,7 +134,7 @@ def config_from_args(args: Any) -> dict[str, Any]:
     width = args.width if args.width is not None else (WIDTH if model == "resnet20" else None)
     return {
         "quick": quick,
-        "dataset": args.dataset,
+        **data_config(args),
         "model": model,
         "model_kw": {} if width is None else {"width": width},
         "workers": args.workers or ([1, 8] if quick else list(WORKERS)),
@@ -150,19 +152,16 @@ def config_from_args(args: Any) -> dict[str, Any]:
     }
 
 
-def check_config(p: Any, cfg: dict[str, Any]) -> None:
-    """Input errors argparse cannot see, as one-line usage errors (exit 2) before any output."""
+def check_config(p: Any, cfg: dict[str, Any], args: Any = None) -> data.Dataset:
+    """Input errors argparse cannot see, as one-line usage errors (exit 2) before any output;
+    returns the dataset (loaded once, to check the model against it)."""
     if len(cfg.get("_models", [cfg["model"]])) > 1:
         p.error("--model: give one model")
-    if cfg["dataset"] not in data.dataset_names():
-        p.error(
-            f"unknown dataset {cfg['dataset']!r}; choose from: {', '.join(data.dataset_names())}"
-        )
     if cfg["model"] not in models.model_names():
         p.error(f"unknown model {cfg['model']!r}; choose from: {', '.join(models.model_names())}")
     if cfg["model_kw"] and cfg["model"] != "resnet20":
         p.error("--width applies to resnet20 only")
-    ds = data.load(cfg["dataset"])
+    ds = load_data(cfg, args, p)
     m = models.create(
         cfg["model"],
         input_shape=tuple(ds.x_train.shape[1:]),
@@ -171,6 +170,7 @@ def check_config(p: Any, cfg: dict[str, Any]) -> None:
     )
     if not any(np.size(leaf) for leaf in jax.tree.leaves(models.functional(m).state)):
         p.error(f"model {cfg['model']!r} has no batch-norm statistics to compare")
+    return ds
 
 
 def _cells(cfg: dict[str, Any]) -> list[dict[str, Any]]:
@@ -778,9 +778,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = parser()
     args = p.parse_args(argv)
     cfg = config_from_args(args)
-    check_config(p, {**cfg, "_models": args.model or [cfg["model"]]})
-    ds = data.load(cfg["dataset"])
-    run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__])
+    ds = check_config(p, {**cfg, "_models": args.model or [cfg["model"]]}, args)
+    run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__], ds)
     rows = run.run_grouped(
         _cells(cfg), lambda ks: _run_group(cfg, ds, ks), vary=("seed",), desc=EXPERIMENT
     )

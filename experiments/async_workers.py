@@ -554,11 +554,11 @@ def parser() -> Any:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the sweep (resuming finished cells); returns ``{"rows", "paths", "table"}``."""
     t0 = time.perf_counter()
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
     cfg = config_from_args(args)
-    ds = load_data(cfg, args)
-    user = [asyncdp.METHODS[m] for m in cfg["methods"] if m not in asyncdp.methods.BUILTIN]
-    run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__], sources=user)
+    ds = load_data(cfg, args, p)
+    run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__], ds)
     keys = _cells(cfg)
     rows = run.run_grouped(
         keys,

@@ -37,20 +37,26 @@ __all__ = [
     "add_tuning_args",
     "at_selected",
     "chance",
+    "check_memory",
+    "check_model",
     "convergence",
+    "data_config",
     "fit_grid",
     "lanes_for",
     "load_data",
+    "machine_memory",
     "make_delay",
     "open_run",
     "outcome",
     "paired_table",
+    "refuse_unused",
     "run_row",
     "seed_mode",
     "set_help",
     "splits",
     "title",
     "tuned_tables",
+    "user_sources",
 ]
 
 SMOKE = (
@@ -121,14 +127,119 @@ def add_seed_mode(p: Any, help: str | None = None) -> None:
     p.add_argument("--seed-mode", default="auto", choices=("auto", "vmap", "sequential"), help=help)
 
 
-def load_data(cfg: dict[str, Any], args: Any = None) -> data.Dataset:
-    """The experiment's dataset: ``cfg["dataset"]`` standardised as ``cfg["standardize"]``
-    (default ``"feature"``), from ``args.data_dir`` (not part of the run id)."""
-    return data.load(
-        cfg["dataset"],
-        standardize=cfg.get("standardize", "feature"),
-        data_dir=getattr(args, "data_dir", None),
-    )
+def data_config(args: Any, standardize: str | None = None) -> dict[str, Any]:
+    """The data part of every experiment's config: ``dataset`` and ``standardize`` (from the
+    flags, or ``standardize`` when an experiment's preset decides it)."""
+    return {"dataset": args.dataset, "standardize": standardize or args.standardize}
+
+
+def load_data(cfg: dict[str, Any], args: Any = None, p: Any = None) -> data.Dataset:
+    """The one data path of every experiment: ``cfg["dataset"]`` standardised as
+    ``cfg["standardize"]``, from ``args.data_dir`` (not part of the run id). With a parser
+    ``p``, a loader's error ends the program as a one-line usage error."""
+    try:
+        return data.load(
+            cfg["dataset"],
+            standardize=cfg["standardize"],
+            data_dir=getattr(args, "data_dir", None),
+        )
+    except (ValueError, RuntimeError) as e:
+        if p is None:
+            raise
+        p.error(str(e))
+        raise  # not reached: p.error exits
+
+
+def check_model(p: Any, name: str, ds: data.Dataset, model_kw: dict[str, Any] | None = None) -> int:
+    """One usage line (exit 2) unless model ``name`` builds for ``ds`` and maps one batch of its
+    inputs to logits ``[B, num_classes]`` (checked abstractly, no compute); returns its number
+    of parameters."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    if name not in models.model_names():
+        p.error(
+            f"argument --model: unknown model {name!r}; choose from: "
+            f"{', '.join(models.model_names())}"
+        )
+    shape = tuple(int(d) for d in ds.x_train.shape[1:])
+    try:
+        model = models.create(
+            name, input_shape=shape, num_classes=ds.num_classes, seed=0, **(model_kw or {})
+        )
+        graphdef, state = nnx.split(model)
+        x = jax.ShapeDtypeStruct((2, *shape), jnp.float32)
+        out = jax.eval_shape(lambda st, x: nnx.merge(graphdef, st)(x), state, x)
+    except (ValueError, TypeError) as e:
+        p.error(f"argument --model: {name!r} cannot take dataset {ds.name!r} {shape}: {e}")
+    if getattr(out, "shape", None) != (2, ds.num_classes):
+        p.error(
+            f"argument --model: {name!r} maps a batch of 2 inputs to logits of shape "
+            f"{getattr(out, 'shape', type(out).__name__)}; dataset {ds.name!r} needs "
+            f"(2, {ds.num_classes}) (its number of classes)"
+        )
+    return int(models.param_count(model))
+
+
+def machine_memory() -> int:
+    """Bytes of physical memory of this machine (``os.sysconf``; 2**62 where unknown)."""
+    import os
+
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return 1 << 62
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.3g} PiB"  # not reached
+
+
+def check_memory(p: Any, terms: dict[str, float], limit: int | None = None) -> None:
+    """One usage line (exit 2) when a configuration cannot fit in memory: ``terms`` maps the
+    flag that drives each part of the estimate to its bytes (e.g. ``{"--workers": M * P * 4,
+    "--steps": steps * batch * 8}``); the flag of the largest part is named. ``limit``: the
+    memory available (default :func:`machine_memory`)."""
+    total = sum(terms.values())
+    limit = machine_memory() if limit is None else limit
+    if total > limit:
+        flag = max(terms, key=lambda k: terms[k])
+        p.error(
+            f"argument {flag}: this configuration needs about {_fmt_bytes(total)} of memory "
+            f"({flag}: {_fmt_bytes(terms[flag])}), more than this machine's {_fmt_bytes(limit)}"
+        )
+
+
+def refuse_unused(p: Any, args: Any, unused: dict[str, str]) -> None:
+    """One usage line (exit 2) for a flag that was given but would be ignored: ``unused`` maps
+    ``dest`` (argparse's attribute) to why it does not apply; a flag counts as given when its
+    value differs from the parser's default."""
+    for dest, why in unused.items():
+        if getattr(args, dest, None) != p.get_default(dest):
+            p.error(f"argument --{dest.replace('_', '-')}: {why}")
+
+
+def user_sources(cfg: dict[str, Any]) -> list[Any]:
+    """The user code a config runs: the builders of registered (not built-in) methods, models
+    and the dataset's loader, named by ``cfg["methods"]``, ``cfg["model"]``/``cfg["models"]``
+    and ``cfg["dataset"]`` (part of the run's code fingerprint, with what they call)."""
+    from jaxstale import asyncdp
+
+    found: list[Any] = []
+    for name in cfg.get("methods", ()):
+        if name in asyncdp.METHODS and name not in asyncdp.methods.BUILTIN:
+            found.append(asyncdp.METHODS[name])
+    names = cfg.get("models") or ([cfg["model"]] if cfg.get("model") else [])
+    found += [b for m in names if (b := models.registered_builder(m)) is not None]
+    loader = data.registered_loader(cfg.get("dataset", ""))
+    if loader is not None:
+        found.append(loader)
+    return found
 
 
 def splits(ds: data.Dataset) -> dict[str, tuple[Any, Any]]:
@@ -228,14 +339,26 @@ def title(cfg: dict[str, Any], text: str) -> str:
 
 
 def open_run(
-    experiment: str, cfg: dict[str, Any], args: Any, module: Any, sources: Sequence[Any] = ()
+    experiment: str,
+    cfg: dict[str, Any],
+    args: Any,
+    module: Any,
+    ds: data.Dataset,
+    sources: Sequence[Any] = (),
 ) -> runs.RunFolder:
     """The run folder: named by ``cfg``, fingerprinted by jaxstale, ``module`` and this file,
-    plus ``sources`` (user-registered builders); refuses results of other code."""
+    the user code the config runs (:func:`user_sources`, plus ``sources``) and the content
+    digest of ``ds``; refuses results of other code or data."""
     import sys
 
+    digest = (ds.preprocessing or {}).get("digest")
     return runs.RunFolder.from_args(
-        experiment, cfg, args, modules=(module, sys.modules[__name__]), sources=sources
+        experiment,
+        cfg,
+        args,
+        modules=(module, sys.modules[__name__]),
+        sources=[*user_sources(cfg), *sources],
+        data=[digest] if digest else [],
     )
 
 

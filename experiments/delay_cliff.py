@@ -75,7 +75,9 @@ from .common import (
     add_seed_mode,
     add_tuning_args,
     chance,
+    data_config,
     lanes_for,
+    load_data,
     make_delay,
     open_run,
     run_row,
@@ -102,7 +104,7 @@ def config_from_args(args: Any) -> dict[str, Any]:
     steps = args.steps or (300 if quick else 1500)
     return {
         "quick": quick,
-        "dataset": args.dataset,
+        **data_config(args),
         "model": (args.model or ["mlp"])[0],
         "model_kw": {},
         "methods": list(args.methods or DEFAULT_METHODS),
@@ -447,14 +449,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.model and (len(args.model) > 1 or args.model[0] not in models.MODELS):
         p.error(f"--model takes one of: {', '.join(models.MODELS)}; got {','.join(args.model)}")
     cfg = config_from_args(args)
-    try:
-        ds = data.load(cfg["dataset"])
-    except (ValueError, RuntimeError) as e:
-        p.error(str(e))
+    ds = load_data(cfg, args, p)
     if cfg["batch_size"] > len(ds.x_train):
         p.error(f"--batch-size {cfg['batch_size']} exceeds the {len(ds.x_train)} training examples")
-    user = [asyncdp.METHODS[m] for m in cfg["methods"] if m not in asyncdp.methods.BUILTIN]
-    run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__], sources=user)
+    run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__], ds)
     rows = run.run_grouped(
         _cells(cfg),
         lambda ks: _run_group(cfg, ds, ks),

@@ -105,6 +105,8 @@ from .common import (
     add_tuning_args,
     at_selected,
     chance,
+    data_config,
+    load_data,
     open_run,
     outcome,
     paired_table,
@@ -161,7 +163,7 @@ def config_from_args(args: Any) -> dict[str, Any]:
     names = list(args.model or ["mlp"])
     return {
         "quick": quick,
-        "dataset": args.dataset,
+        **data_config(args),
         "models": names,
         "model_kw": {m: dict(MODEL_KW.get(m, {})) for m in names},
         "stages": list(args.stages or ([2, 4] if quick else [2, 4, 8])),
@@ -560,7 +562,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = p.parse_args(argv)
     cfg = config_from_args(args)
     _check(p, cfg)
-    ds = data.load(cfg["dataset"])
+    ds = load_data(cfg, args, p)
     runner = _Runner(cfg, ds)
     blocks = {name: runner.num_blocks(name) for name in cfg["models"]}
     keys = _cells(cfg, blocks)
@@ -568,7 +570,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         p.error(f"no (model, N) to run: every N exceeds the models' blocks {blocks}")
     # a policy's definition is in the config; a schedule factory of its own is user code
     user = [SCHEDULES[m] for m in cfg["methods"] if m in SCHEDULES]
-    run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__], sources=user)
+    run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__], ds, sources=user)
     rows = run.run_grouped(keys, runner.group, vary=("seed", "lr"), desc=EXPERIMENT)
     table, selected = make_table(rows, cfg, chance(ds))
     figs = make_figures(rows, selected, lambda r: run.metrics({k: r[k] for k in KEY}), cfg)

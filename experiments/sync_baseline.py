@@ -53,7 +53,7 @@ from typing import Any
 
 import optax
 
-from jaxstale import data, runs
+from jaxstale import runs
 
 from .common import (
     add_batch_size,
@@ -61,7 +61,9 @@ from .common import (
     add_tuning_args,
     chance,
     convergence,
+    data_config,
     fit_grid,
+    load_data,
     open_run,
     set_help,
     title,
@@ -82,7 +84,7 @@ def config_from_args(args: Any) -> dict[str, Any]:
     steps = args.steps or (200 if quick else 1500)
     return {
         "quick": quick,
-        "dataset": args.dataset,
+        **data_config(args),
         "models": list(args.model or MODELS),
         "lrs": list(args.lrs or (QUICK_LRS if quick else LRS)),
         "seeds": args.seeds or (2 if quick else 5),
@@ -245,13 +247,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if unknown:
         p.error(f"unknown model {unknown[0]!r}; choose from: {', '.join(models.MODELS)}")
     cfg = config_from_args(args)
-    try:
-        ds = data.load(cfg["dataset"])
-    except (ValueError, RuntimeError) as e:
-        p.error(str(e))
+    ds = load_data(cfg, args, p)
     if cfg["batch_size"] > len(ds.x_train):
         p.error(f"--batch-size {cfg['batch_size']} exceeds the {len(ds.x_train)} training examples")
-    run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__])
+    run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__], ds)
     mu = cfg["momentum"]
     rows = fit_grid(
         run,

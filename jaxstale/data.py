@@ -43,10 +43,14 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from jaxstale._checks import check_name
 
 __all__ = [
     "DATASETS",
@@ -60,6 +64,7 @@ __all__ = [
     "dataset_names",
     "load",
     "register_dataset",
+    "registered_loader",
 ]
 
 DATASETS: tuple[str, ...] = ("digits", "mnist", "fashion_mnist", "cifar10")
@@ -123,8 +128,10 @@ class Dataset(NamedTuple):
       y_val: ``[V]`` int32 labels, or None.
       preprocessing: JSON-ready record of what :func:`load` did (write it into a run's config):
         ``validation`` (the fraction), ``validation_seed``, ``num_train``, ``num_validation``,
-        ``num_test``, ``standardize`` (the mode), ``eps`` and ``constant_features`` (how many
-        statistics had ``σ <= eps`` and were only centred); None if not built by :func:`load`.
+        ``num_test``, ``standardize`` (the mode), ``eps``, ``constant_features`` (how many
+        statistics had ``σ <= eps`` and were only centred) and ``digest`` (sha256 of the
+        prepared arrays, class count and this record: the dataset's part of a run's code
+        fingerprint); None if not built by :func:`load`.
       stats: the :class:`Stats` used to standardise, or None (``standardize="none"``).
     """
 
@@ -176,7 +183,8 @@ def register_dataset(
         replaced).
 
     Raises:
-      ValueError: ``name`` is a built-in, or already registered and ``overwrite`` is False.
+      ValueError: ``name`` holds a comma or whitespace (as every registered name: the command
+        line takes comma-separated lists), is a built-in, or is registered and not ``overwrite``.
       TypeError: ``name`` is not a non-empty string or ``loader`` is not callable.
 
     Example:
@@ -192,8 +200,7 @@ def register_dataset(
       >>> ds.x_train.shape, ds.x_val.shape, ds.x_test.shape, "blobs" in data.dataset_names()
       ((134, 3), (16, 3), (50, 3), True)
     """
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"name must be a non-empty string, got {name!r}.")
+    check_name(name, "register_dataset", "dataset name")
     if not callable(loader):
         raise TypeError(f"loader must be callable, got {type(loader).__name__}.")
     if name in DATASETS:
@@ -203,6 +210,17 @@ def register_dataset(
             f"Dataset {name!r} is already registered; pass overwrite=True to replace it."
         )
     _REGISTRY[name] = loader
+
+
+def registered_loader(name: str) -> Callable[[str | None], Any] | None:
+    """The loader registered under ``name`` with :func:`register_dataset`; None for a built-in
+    or unknown name (what a run's code fingerprint records as user code).
+
+    Example:
+      >>> registered_loader("digits") is None
+      True
+    """
+    return _REGISTRY.get(name)
 
 
 def load(
@@ -345,9 +363,28 @@ def _prepare(name: str, raw: _Raw, validation: float, standardize: str) -> Datas
         "eps": STANDARDIZE_EPS if standardize != "none" else None,
         "constant_features": constant,
     }
+    preprocessing["digest"] = _digest(
+        num_classes, x_train, y_train, x_val, y_val, x_test, y_test, preprocessing
+    )
     return Dataset(
         name, x_train, y_train, x_test, y_test, num_classes, x_val, y_val, preprocessing, stats
     )
+
+
+def _digest(num_classes: int, *parts: Any) -> str:
+    """sha256 of the prepared data: the class count, every array's dtype, shape and bytes, and
+    the preprocessing record (a fingerprint part of every run that reads it)."""
+    h = hashlib.sha256(f"classes={num_classes}".encode())
+    for part in parts:
+        if part is None:
+            h.update(b"|none")
+        elif isinstance(part, dict):
+            h.update(json.dumps(part, sort_keys=True, default=str).encode())
+        else:
+            a = np.ascontiguousarray(part)
+            h.update(f"|{a.dtype.str}{a.shape}".encode())
+            h.update(memoryview(a).cast("B"))
+    return h.hexdigest()
 
 
 def _stratified_holdout(y: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -401,6 +438,13 @@ def _check_raw(name: str, raw: Any) -> _Raw:
             raise ValueError(
                 f"Dataset {name!r}: x_{part} must be [N, ...] (at least 2-D) and y_{part} [N] with "
                 f"the same N, got shapes {x.shape} and {y.shape}."
+            )
+        if not np.issubdtype(x.dtype, np.number) or (
+            np.issubdtype(x.dtype, np.inexact) and not np.isfinite(x).all()
+        ):
+            raise ValueError(
+                f"Dataset {name!r}: x_{part} must hold finite numbers (found NaN, inf or "
+                f"non-numeric values of dtype {x.dtype})."
             )
         if not np.issubdtype(y.dtype, np.integer):
             raise ValueError(f"Dataset {name!r}: y_{part} must hold integers, got {y.dtype}.")

@@ -20,4 +20,5 @@ from jaxstale.models.zoo import create as create
 from jaxstale.models.zoo import mlp as mlp
 from jaxstale.models.zoo import model_names as model_names
 from jaxstale.models.zoo import register_model as register_model
+from jaxstale.models.zoo import registered_builder as registered_builder
 from jaxstale.models.zoo import resnet20 as resnet20

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jaxstale._checks import check_name
 from jaxstale.models.staged import StagedModel
 
 __all__ = [
@@ -422,7 +423,8 @@ def register_model(name: str, build: Callable[..., nnx.Module], *, overwrite: bo
         replaced).
 
     Raises:
-      ValueError: ``name`` is a built-in, or already registered and ``overwrite`` is False.
+      ValueError: ``name`` holds a comma or whitespace (``--model`` takes a comma-separated list),
+        is a built-in, or is already registered and ``overwrite`` is False.
       TypeError: ``name`` is not a non-empty string or ``build`` is not callable.
 
     Example:
@@ -442,8 +444,7 @@ def register_model(name: str, build: Callable[..., nnx.Module], *, overwrite: bo
       >>> model(jnp.zeros((4, 8, 8, 1))).shape, "linear" in models.model_names()
       ((4, 10), True)
     """
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"name must be a non-empty string, got {name!r}.")
+    check_name(name, "register_model", "model name")
     if not callable(build):
         raise TypeError(f"build must be callable, got {type(build).__name__}.")
     if name in MODELS:
@@ -528,3 +529,15 @@ def create(
             f"The builder of model {name!r} must return an nnx.Module, got {type(model).__name__}."
         )
     return model
+
+
+def registered_builder(name: str) -> Callable[..., nnx.Module] | None:
+    """The builder registered under ``name`` with :func:`register_model`; None for a built-in
+    or unknown name (what a run's code fingerprint records as user code).
+
+    Example:
+      >>> from jaxstale import models
+      >>> models.registered_builder("mlp") is None
+      True
+    """
+    return _REGISTRY.get(name)

@@ -22,6 +22,8 @@ from jaxstale.runs.fingerprint import RESULT_PARTS as RESULT_PARTS
 from jaxstale.runs.fingerprint import code_changes as code_changes
 from jaxstale.runs.fingerprint import code_fingerprint as code_fingerprint
 from jaxstale.runs.fingerprint import code_hash as code_hash
+from jaxstale.runs.fingerprint import source_digest as source_digest
+from jaxstale.runs.fingerprint import user_source_text as user_source_text
 from jaxstale.runs.folder import RESULTS_DIR as RESULTS_DIR
 from jaxstale.runs.folder import RunFolder as RunFolder
 from jaxstale.runs.folder import RunFolderError as RunFolderError
@@ -69,7 +71,9 @@ __all__ = [
     "paired_difference",
     "progress",
     "select",
+    "source_digest",
     "time_to_accuracy",
     "to_json",
     "tuned_table",
+    "user_source_text",
 ]

@@ -4,14 +4,30 @@ A run folder's id hashes its config only, so the same command maps to the same f
 is what makes resume work, but it also means that after an edit to a method's code a re-run
 would find the old cells and report the old numbers. :func:`code_fingerprint` describes the code
 (hashes of the jaxstale sources, of the experiment's modules and of user-registered functions,
-the library versions and the git commit); :class:`~jaxstale.runs.RunFolder` records it and
-refuses to mix cells computed under different code (:class:`~jaxstale.runs.StaleResultsError`).
+the datasets' content digests, the library versions and the git commit);
+:class:`~jaxstale.runs.RunFolder` records it and refuses to mix cells computed under different
+code (:class:`~jaxstale.runs.StaleResultsError`).
 
 The parts that decide whether two fingerprints compute the same results are
-:data:`RESULT_PARTS`: the three source hashes and the versions of jax, jaxlib, optax and flax.
-The git commit and the numpy/Python versions are recorded for the reader but do not decide (a
-commit that only edits the README changes no result; a changed source file shows up in the
-source hashes, committed or not).
+:data:`RESULT_PARTS`: the three source hashes, the data digest and the versions of jax, jaxlib,
+optax and flax. The git commit and the numpy/Python versions are recorded for the reader but do
+not decide (a commit that only edits the README changes no result; a changed source file shows
+up in the source hashes, committed or not).
+
+**Code, not text.** A Python file is hashed by its syntax tree with docstrings removed
+(:func:`source_digest`): comments, docstrings, blank lines and formatting change no hash, any
+change to what the code does does. jaxstale's own files are named by their path inside the
+package, and the experiments sub-package (which a wheel installs inside the package folder, an
+editable install beside it) is not part of ``source_sha``: the same code installed either way
+has the same fingerprint.
+
+**User code and what it calls.** A user object (a registered method builder, model builder,
+dataset loader) is hashed with everything it reaches in its own module
+(:func:`user_source_text`): the functions and classes named in its code that are defined in the
+same module (followed recursively), the plain values (numbers, strings, tuples, ...) it reads
+from module globals, and the functions and values captured in its closure. So editing a helper
+that a registered lambda calls, or a module constant it reads, refuses the old results.
+Library code it calls (optax, jax, jaxstale) is covered by the versions and ``source_sha``.
 
 Hashing is cheap: every file is read and hashed once per process (the digest is cached under
 its path, size and modification time, so an edited file is hashed again).
@@ -20,7 +36,7 @@ Example:
     >>> from jaxstale.runs import code_fingerprint, code_hash
     >>> fp = code_fingerprint(sources=["def build(hp): return hp"])
     >>> sorted(fp)
-    ['experiment_sha', 'git_commit', 'jaxstale', 'source_sha', 'user_sha', 'versions']
+    ['data_sha', 'experiment_sha', 'git_commit', 'jaxstale', 'source_sha', 'user_sha', 'versions']
     >>> sorted(fp["versions"])
     ['flax', 'jax', 'jaxlib', 'numpy', 'optax', 'python']
     >>> fp["experiment_sha"] is None  # no experiment modules given
@@ -33,6 +49,7 @@ Example:
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import importlib.metadata
@@ -43,12 +60,20 @@ import os
 import platform
 import re
 import subprocess
+import textwrap
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["RESULT_PARTS", "code_changes", "code_fingerprint", "code_hash"]
+__all__ = [
+    "RESULT_PARTS",
+    "code_changes",
+    "code_fingerprint",
+    "code_hash",
+    "source_digest",
+    "user_source_text",
+]
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the jaxstale package folder
 
@@ -58,6 +83,7 @@ RESULT_PARTS: dict[str, str] = {
     "source_sha": "jaxstale source",
     "experiment_sha": "experiment source",
     "user_sha": "user sources",
+    "data_sha": "dataset content",
     "versions.jax": "jax",
     "versions.jaxlib": "jaxlib",
     "versions.optax": "optax",
@@ -66,8 +92,54 @@ RESULT_PARTS: dict[str, str] = {
 
 _VERSIONED = ("jax", "jaxlib", "optax", "flax", "numpy")
 
-# (resolved path, size, mtime_ns) -> sha256 digest of the file's bytes
+# The sub-package that a wheel installs inside the jaxstale folder (an editable install maps it
+# to the checkout's experiments/): hashed as the experiment's modules, never as jaxstale source.
+_NOT_SOURCE = ("experiments",)
+
+# (resolved path, size, mtime_ns) -> sha256 digest of the file's code
 _FILE_DIGESTS: dict[tuple[str, int, int], bytes] = {}
+
+
+def _strip_docstrings(tree: ast.AST) -> ast.AST:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
+                node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def source_digest(text: str) -> str:
+    """The sha256 of Python source *code*: its syntax tree without docstrings.
+
+    Comments, docstrings, blank lines, indentation of the whole text and formatting do not
+    change it; any change to the code does. Text that does not parse (e.g. the source line of a
+    lambda cut out of a longer expression) is hashed as it is.
+
+    Args:
+      text: Python source.
+
+    Returns:
+      The hex digest.
+
+    Example:
+      >>> a = source_digest("def f(x):\\n    'Doc.'\\n    return x + 1  # one\\n")
+      >>> a == source_digest("def f(x):\\n\\n    return (x +\\n            1)\\n")
+      True
+      >>> a == source_digest("def f(x):\\n    return x + 2\\n")
+      False
+    """
+    try:
+        tree = ast.parse(textwrap.dedent(text))
+    except SyntaxError:
+        return hashlib.sha256(text.encode()).hexdigest()
+    dump = ast.dump(_strip_docstrings(tree), annotate_fields=False, include_attributes=False)
+    return hashlib.sha256(dump.encode()).hexdigest()
 
 
 def _file_digest(path: Path) -> bytes:
@@ -75,16 +147,26 @@ def _file_digest(path: Path) -> bytes:
     key = (str(path), st.st_size, st.st_mtime_ns)
     digest = _FILE_DIGESTS.get(key)
     if digest is None:
-        digest = hashlib.sha256(path.read_bytes()).digest()
+        raw = path.read_bytes()
+        try:
+            digest = bytes.fromhex(source_digest(raw.decode()))
+        except UnicodeDecodeError:
+            digest = hashlib.sha256(raw).digest()
         _FILE_DIGESTS[key] = digest
     return digest
 
 
-def _py_files(folder: Path) -> list[tuple[str, Path]]:
-    """Every ``.py`` file under ``folder`` (no caches, no hidden folders), by relative path."""
+def _py_files(folder: Path, skip: tuple[str, ...] = ()) -> list[tuple[str, Path]]:
+    """Every ``.py`` file under ``folder`` (no caches, no hidden folders, no top-level folder
+    named in ``skip``), by relative path."""
     found = []
     for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames[:] = [d for d in dirnames if d != "__pycache__" and not d.startswith(".")]
+        top = Path(dirpath) == folder
+        dirnames[:] = [
+            d
+            for d in dirnames
+            if d != "__pycache__" and not d.startswith(".") and not (top and d in skip)
+        ]
         for name in filenames:
             if name.endswith(".py"):
                 path = Path(dirpath) / name
@@ -119,17 +201,21 @@ def _module_files(module: ModuleType | str | os.PathLike[str]) -> list[tuple[str
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
+# Values read from a module's globals that are recorded by ``repr`` (plain data).
+_PLAIN = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset, list, dict, set)
 
-def _source_text(obj: Any) -> str:
-    """The source text of a user object: a string as is, else its source, else a stable repr."""
+
+def _own_text(obj: Any) -> str:
+    """The text of one object: its source when it has one (hashed as code), else its compiled
+    code, else a stable ``repr``."""
     if isinstance(obj, str):
         return obj
     if isinstance(obj, functools.partial):
         return "partial(" + "|".join(
-            [_source_text(obj.func), repr(obj.args), repr(sorted(obj.keywords.items()))]
+            [_own_text(obj.func), repr(obj.args), repr(sorted(obj.keywords.items()))]
         )
     try:
-        return inspect.getsource(obj)
+        return "code:" + source_digest(inspect.getsource(obj))
     except (OSError, TypeError):
         pass
     code = getattr(obj, "__code__", None)
@@ -137,6 +223,115 @@ def _source_text(obj: Any) -> str:
         name = f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')}"
         return name + ":" + marshal.dumps(code).hex()
     return _ADDRESS.sub("", repr(obj))  # addresses change from one process to the next
+
+
+def _defaults(obj: Any) -> str:
+    """A function's default argument values (set when its ``def`` ran, not in its code)."""
+    func = getattr(obj, "__func__", obj)
+    if not inspect.isfunction(func):
+        return ""
+    values = (func.__defaults__, func.__kwdefaults__)
+    return "" if values == (None, None) else _ADDRESS.sub("", "defaults=" + repr(values))
+
+
+def _names(code: Any) -> set[str]:
+    """The global names a code object (and the functions, classes and lambdas it defines) read."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _names(const)
+    return names
+
+
+def _functions(obj: Any) -> list[Any]:
+    """The Python functions inside ``obj``: itself, a partial's function, a class's methods."""
+    if isinstance(obj, functools.partial):
+        return [*_functions(obj.func), *(a for a in obj.args if callable(a))]
+    if inspect.isclass(obj):
+        found = []
+        for value in vars(obj).values():
+            value = getattr(value, "__func__", value)  # staticmethod / classmethod
+            if isinstance(value, property):
+                value = value.fget
+            if inspect.isfunction(value):
+                found.append(value)
+        return found
+    func = getattr(obj, "__func__", obj)  # a bound method
+    return [func] if inspect.isfunction(func) else []
+
+
+def _same_module(value: Any, home: dict[str, Any]) -> bool:
+    """Whether ``value`` is a function or class defined in the module whose globals are
+    ``home``."""
+    if inspect.isfunction(value):
+        return value.__globals__ is home
+    if inspect.isclass(value):
+        return getattr(value, "__module__", None) == home.get("__name__")
+    return False
+
+
+def user_source_text(obj: Any) -> str:
+    """The text that stands for a user object in a fingerprint: its own code and what it
+    reaches in its module.
+
+    Starting from ``obj`` (a function, lambda, class, ``functools.partial``, bound method or
+    string), collects every function or class of the same module named in its code, in its
+    closure or among a partial's arguments (recursively), and the plain values (numbers,
+    strings, containers) it reads from module globals or its closure. Each function or class
+    counts by its code (:func:`source_digest`: not its comments or docstrings); objects without
+    source text by their compiled code or a stable ``repr``. Modules and objects from other
+    modules (optax, jax, jaxstale) are not followed: their versions and ``source_sha`` cover
+    them.
+
+    Args:
+      obj: the user object.
+
+    Returns:
+      A text that changes whenever the code or values it depends on change.
+
+    Example:
+      >>> scale = 0.5
+      >>> def helper(g):
+      ...     return g * scale
+      >>> build = lambda hp: helper(hp)
+      >>> before = user_source_text(build)
+      >>> scale = 0.9  # a value a helper reads changed: so does the text
+      >>> user_source_text(build) == before
+      False
+    """
+    seen: dict[int, Any] = {}
+    parts: list[str] = []
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen[id(item)] = item  # keep it alive so its id is not reused
+        parts.append(_own_text(item) + _defaults(item))
+        for func in _functions(item):
+            home = func.__globals__
+            reached: list[tuple[str, Any]] = [
+                (name, home[name]) for name in sorted(_names(func.__code__)) if name in home
+            ]
+            cells = zip(func.__code__.co_freevars, func.__closure__ or (), strict=False)
+            for name, cell in cells:
+                try:
+                    reached.append((name, cell.cell_contents))
+                except ValueError:  # an empty cell
+                    continue
+            for name, value in reached:
+                if _same_module(value, home) or (
+                    inspect.isfunction(value) and value.__globals__ is home
+                ):
+                    stack.append(value)
+                elif isinstance(value, _PLAIN):
+                    parts.append(f"{name}={_ADDRESS.sub('', repr(value))}")
+    return "\n".join(parts)
+
+
+def _source_text(obj: Any) -> str:
+    """A user object's fingerprint text (:func:`user_source_text`)."""
+    return user_source_text(obj)
 
 
 def _version(dist: str) -> str | None:
@@ -168,8 +363,10 @@ def code_fingerprint(
     *,
     modules: Iterable[ModuleType | str | os.PathLike[str]] = (),
     sources: Iterable[Any] = (),
+    data: Iterable[str] = (),
 ) -> dict[str, Any]:
-    """Describes the code that computes a run: source hashes, library versions, git commit.
+    """Describes the code that computes a run: source hashes, data digests, library versions,
+    git commit.
 
     Args:
       modules: the experiment's own source: module objects (a package counts with all its
@@ -178,21 +375,27 @@ def code_fingerprint(
         locates the git repository. Files are named by their base name (folders by their
         relative paths), so the same code checked out elsewhere gives the same hash.
       sources: user code the results depend on that lives outside jaxstale and the experiment,
-        e.g. the builders of user-registered methods. Each item is a string (taken as source
-        text) or any object: its source text by :func:`inspect.getsource`; without one (defined
-        at a prompt) its compiled code; else its ``repr`` without memory addresses.
-        The order of the items does not matter.
+        e.g. the builders of user-registered methods, models and dataset loaders. Each item is
+        a string (taken as source text) or any object, with what it calls and reads in its own
+        module (:func:`user_source_text`). The order of the items does not matter.
+      data: content digests of the datasets the run reads (e.g.
+        ``Dataset.preprocessing["digest"]`` from :func:`jaxstale.data.load`); order-free.
 
     Returns:
       ``{"jaxstale": version, "source_sha": sha256 of every .py file of the jaxstale package
       (sorted by relative path), "experiment_sha": sha256 of ``modules``' files (None if none
-      given), "user_sha": sha256 of ``sources`` (None if none given), "versions": {"jax",
+      given), "user_sha": sha256 of ``sources`` (None if none given), "data_sha": sha256 of
+      ``data`` (None if none given), "versions": {"jax",
       "jaxlib", "optax", "flax", "numpy", "python"}, "git_commit": HEAD of the repository of the
       first module (else of the jaxstale package), or None when not in a git checkout or git is
       missing}``. Plain JSON; :func:`code_hash` condenses the parts that decide results.
 
     Raises:
       ValueError: a module has no source file, or a path does not exist.
+
+    Every ``.py`` file counts by its code (:func:`source_digest`): comments and docstrings do
+    not change a fingerprint. The package's ``experiments`` sub-package (inside the package
+    folder in a wheel, beside it in a checkout) is not part of ``source_sha``.
 
     Example:
       >>> fp = code_fingerprint()
@@ -201,12 +404,14 @@ def code_fingerprint(
     """
     files = [f for m in modules for f in _module_files(m)]
     user = sorted(hashlib.sha256(_source_text(s).encode()).hexdigest() for s in sources)
+    digests = sorted(set(map(str, data)))
     where = files[0][1].parent if files else PACKAGE_DIR
     return {
         "jaxstale": _version("jaxstale"),
-        "source_sha": _hash_files(_py_files(PACKAGE_DIR)),
+        "source_sha": _hash_files(_py_files(PACKAGE_DIR, skip=_NOT_SOURCE)),
         "experiment_sha": _hash_files(files) if files else None,
         "user_sha": hashlib.sha256("\n".join(user).encode()).hexdigest() if user else None,
+        "data_sha": hashlib.sha256("\n".join(digests).encode()).hexdigest() if digests else None,
         "versions": {
             **{name: _version(name) for name in _VERSIONED},
             "python": platform.python_version(),

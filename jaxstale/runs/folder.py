@@ -39,7 +39,7 @@ Example:
     >>> run.run_id
     'edf980217e'
     >>> sorted(run.code)  # the fingerprint of the code computing it, recorded in config.json
-    ['experiment_sha', 'git_commit', 'jaxstale', 'source_sha', 'user_sha', 'versions']
+    ['data_sha', 'experiment_sha', 'git_commit', 'jaxstale', 'source_sha', 'user_sha', 'versions']
     >>> run.done({"seed": 0}) is None
     True
     >>> run.record({"seed": 0}, {"final_test_accuracy": float("nan")}, [{"step": 1, "loss": 2.0}])
@@ -204,13 +204,15 @@ class RunFolder:
         *,
         modules: Iterable[Any] = (),
         sources: Iterable[Any] = (),
+        data: Iterable[str] = (),
         root: str | os.PathLike[str] = RESULTS_DIR,
     ) -> RunFolder:
-        """The run folder of a command-line run: ``code_fingerprint(modules=, sources=)`` (the
-        experiment's modules; user code such as registered builders) with ``args.out`` and
+        """The run folder of a command-line run: ``code_fingerprint(modules=, sources=, data=)``
+        (the experiment's modules; user code such as registered builders; the datasets' content
+        digests) with ``args.out`` and
         ``args.force_resume``. A bad ``--out`` or stale results end the program with one line,
         ``<experiment>: error: <message>``, exit status 2 (like argparse), no traceback."""
-        fingerprint = code_fingerprint(modules=modules, sources=sources)
+        fingerprint = code_fingerprint(modules=modules, sources=sources, data=data)
         try:
             return cls(
                 experiment,

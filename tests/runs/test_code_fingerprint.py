@@ -6,6 +6,7 @@ import json
 import platform
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -31,6 +32,7 @@ def test_fingerprint_fields_versions_and_cache(tmp_path):
         "source_sha",
         "experiment_sha",
         "user_sha",
+        "data_sha",
         "versions",
         "git_commit",
     }
@@ -39,6 +41,7 @@ def test_fingerprint_fields_versions_and_cache(tmp_path):
     assert fp["versions"]["python"] == platform.python_version()
     assert fp["jaxstale"] == importlib.metadata.version("jaxstale")
     assert len(fp["source_sha"]) == 64 and fp["experiment_sha"] is None and fp["user_sha"] is None
+    assert fp["data_sha"] is None
     assert runs.code_fingerprint() == fp  # deterministic
     json.dumps(fp)  # plain JSON
 
@@ -46,6 +49,8 @@ def test_fingerprint_fields_versions_and_cache(tmp_path):
     exp.write_text("X = 1\n")
     a = runs.code_fingerprint(modules=[exp])["experiment_sha"]
     assert a is not None and runs.code_fingerprint(modules=[str(exp)])["experiment_sha"] == a
+    exp.write_text("X = 1  # a comment\n\n")  # comments and blank lines are not code
+    assert runs.code_fingerprint(modules=[exp])["experiment_sha"] == a
     exp.write_text("X = 22\n")  # an edited file is hashed again (size/mtime changed)
     assert runs.code_fingerprint(modules=[exp])["experiment_sha"] != a
     with pytest.raises(ValueError, match="not a file or folder"):
@@ -99,3 +104,87 @@ def test_git_commit_recorded_in_a_git_repository(tmp_path):
 def test_git_commit_is_none_without_git(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no git executable found
     assert runs.code_fingerprint()["git_commit"] is None
+
+
+def test_code_not_comments_or_docstrings_decides():
+    base = "def f(x):\n    return x + 1\n"
+    same = [
+        'def f(x):\n    """Adds one."""\n    return x + 1\n',
+        "# header\ndef f(x):  # inline\n\n    return (x +\n            1)\n",
+        '"""Module docstring."""\n' + base,
+    ]
+    for text in same:
+        assert runs.source_digest(text) == runs.source_digest(base), text
+    for text in ("def f(x):\n    return x + 2\n", "def f(y):\n    return y + 1\n"):
+        assert runs.source_digest(text) != runs.source_digest(base), text
+    assert runs.source_digest("lambda hp: (") != runs.source_digest("lambda hp: [")  # unparsable
+
+
+def test_same_code_installed_as_a_wheel_or_editable_has_one_fingerprint(tmp_path, monkeypatch):
+    """A wheel puts the experiments sub-package inside the package folder: it is not part of
+    jaxstale's source hash (it is hashed as the experiment's modules)."""
+    from jaxstale.runs import fingerprint
+
+    pkg = tmp_path / "jaxstale"
+    pkg.mkdir()
+    (pkg / "core.py").write_text("def f():\n    return 1\n")
+    monkeypatch.setattr(fingerprint, "PACKAGE_DIR", pkg)
+    editable = runs.code_fingerprint()["source_sha"]
+    (pkg / "experiments").mkdir()
+    (pkg / "experiments" / "exp.py").write_text("X = 1\n")
+    assert runs.code_fingerprint()["source_sha"] == editable
+    (pkg / "core.py").write_text('"""Doc."""\n\n\ndef f():  # same code\n    return 1\n')
+    assert runs.code_fingerprint()["source_sha"] == editable
+    (pkg / "core.py").write_text("def f():\n    return 2\n")
+    assert runs.code_fingerprint()["source_sha"] != editable
+
+
+def test_data_digests_are_a_result_part():
+    a = runs.code_fingerprint(data=["d1"])
+    assert a["data_sha"] is not None and runs.code_fingerprint(data=["d1", "d1"]) == a
+    b = runs.code_fingerprint(data=["d2"])
+    assert runs.code_hash(a) != runs.code_hash(b)
+    assert runs.code_changes(a, b) == ["dataset content"]
+
+
+_SCALE = 0.5
+
+
+def _helper(g):
+    return g * _SCALE
+
+
+def _uses_helper(hp):
+    return _helper(hp)
+
+
+def test_user_code_covers_helpers_and_values_it_reaches(monkeypatch):
+    """A registered lambda calling a helper of its module: editing the helper, a constant it
+    reads, or a value in a closure changes the fingerprint (issue 21: 'c' 0.5 -> 0.9)."""
+    build = lambda hp: _uses_helper(hp)
+    before = _fp(build)
+    monkeypatch.setattr(sys.modules[__name__], "_SCALE", 0.9)
+    assert _fp(build) != before
+    monkeypatch.setattr(sys.modules[__name__], "_SCALE", 0.5)
+    assert _fp(build) == before
+
+    def replaced(g):
+        return g * 3
+
+    monkeypatch.setattr(sys.modules[__name__], "_helper", replaced)
+    assert _fp(build) != before
+
+    def closure(c):
+        return lambda hp: hp * c
+
+    assert _fp(closure(0.5)) != _fp(closure(0.9))
+    assert _fp(closure(0.5)) == _fp(closure(0.5))
+
+
+def test_user_code_follows_class_methods():
+    class Model:
+        def __call__(self, x):
+            return _helper(x)
+
+    text = runs.user_source_text(Model)
+    assert "_SCALE=0.5" in text
