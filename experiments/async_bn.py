@@ -102,6 +102,8 @@ from .common import (
     add_seed_mode,
     add_tuning_args,
     chance,
+    check_memory,
+    check_model,
     data_config,
     lanes_for,
     load_data,
@@ -156,12 +158,24 @@ def check_config(p: Any, cfg: dict[str, Any], args: Any = None) -> data.Dataset:
     """Input errors argparse cannot see, as one-line usage errors (exit 2) before any output;
     returns the dataset (loaded once, to check the model against it)."""
     if len(cfg.get("_models", [cfg["model"]])) > 1:
-        p.error("--model: give one model")
+        p.error("argument --model: async_bn takes one model")
     if cfg["model"] not in models.model_names():
-        p.error(f"unknown model {cfg['model']!r}; choose from: {', '.join(models.model_names())}")
+        p.error(
+            f"argument --model: unknown model {cfg['model']!r}; choose from: "
+            f"{', '.join(models.model_names())}"
+        )
     if cfg["model_kw"] and cfg["model"] != "resnet20":
         p.error("--width applies to resnet20 only")
     ds = load_data(cfg, args, p)
+    params = check_model(p, cfg["model"], ds, cfg["model_kw"])
+    lanes = cfg["seeds"] * len(cfg["lrs"]) * len(cfg["decays"])
+    check_memory(
+        p,
+        {
+            "--workers": 4.0 * params * (2 * max(cfg["workers"]) + 4) * lanes,
+            "--steps": 8.0 * cfg["updates"] * (cfg["batch_size"] + 2) * lanes,
+        },
+    )
     m = models.create(
         cfg["model"],
         input_shape=tuple(ds.x_train.shape[1:]),

@@ -61,10 +61,13 @@ from .common import (
     add_seed_mode,
     add_tuning_args,
     chance,
+    check_memory,
+    check_model,
     lanes_for,
     load_data,
     make_delay,
     open_run,
+    refuse_unused,
     run_row,
     seed_mode,
     set_help,
@@ -529,9 +532,26 @@ def parser() -> Any:
         help="a paper-scale configuration (CIFAR-10, ResNet-20; needs prepared TFDS data and a "
         "GPU), with the paper's numbers beside ours; other flags override it",
     )
-    p.add_argument("--delay", default="gamma", choices=delays.DELAY_MODELS)
-    p.add_argument("--straggler-fraction", type=runs.number(float, low=0, high=1), default=0.0)
-    p.add_argument("--straggler-slowdown", type=runs.number(float, low=1), default=1.0)
+    p.add_argument(
+        "--delay",
+        default="gamma",
+        choices=delays.DELAY_MODELS,
+        help="delay model: gamma (workers with gamma-distributed step times, the default), "
+        "round_robin (worker m's gradient lands after the other M - 1), constant (every "
+        "gradient M - 1 updates stale)",
+    )
+    p.add_argument(
+        "--straggler-fraction",
+        type=runs.number(float, low=0, high=1),
+        default=0.0,
+        help="--delay gamma only: fraction of workers that are stragglers (default 0)",
+    )
+    p.add_argument(
+        "--straggler-slowdown",
+        type=runs.number(float, low=1),
+        default=1.0,
+        help="--delay gamma only: how many times slower a straggler's steps are (default 1)",
+    )
     p.add_argument(
         "--warmup-epochs",
         type=runs.number(int, low=0),
@@ -551,6 +571,38 @@ def parser() -> Any:
     return p
 
 
+def check_config(p: Any, cfg: dict[str, Any], args: Any, ds: Any) -> None:
+    """Input errors argparse cannot see, as one-line usage errors (exit 2) before anything is
+    written: one model, a model that fits the data, flags that would be ignored, sizes that
+    cannot fit in memory."""
+    if args.model and len(args.model) > 1:
+        p.error(f"argument --model: async_workers takes one model, got {','.join(args.model)}")
+    params = check_model(p, cfg["model"], ds, cfg["model_kw"])
+    unused = {}
+    if cfg["delay"] != "gamma":
+        why = f"applies to --delay gamma only, not {cfg['delay']}"
+        unused.update(straggler_fraction=why, straggler_slowdown=why)
+    if not set(LAMBDA_METHODS) & set(cfg["methods"]):
+        unused["lc_lambdas"] = f"applies to {' / '.join(LAMBDA_METHODS)} only, not in --methods"
+    refuse_unused(p, args, unused)
+    if cfg["batch_size"] > len(ds.x_train):
+        p.error(
+            f"argument --batch-size: {cfg['batch_size']} exceeds the {len(ds.x_train)} training "
+            "examples"
+        )
+    lanes = cfg["seeds"] * max(len(v) for v in cfg["lrs"].values()) * len(cfg["lc_lambdas"])
+    m = max(cfg["workers"])
+    check_memory(
+        p,
+        {
+            # the server's copies and every worker's pulled weights, per vmapped lane
+            "--workers": 4.0 * params * (m + 4) * lanes,
+            # the delay schedule and the batch order, per lane
+            "--steps": 8.0 * cfg["updates"] * (cfg["batch_size"] + 2 * m) * lanes,
+        },
+    )
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the sweep (resuming finished cells); returns ``{"rows", "paths", "table"}``."""
     t0 = time.perf_counter()
@@ -558,6 +610,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = p.parse_args(argv)
     cfg = config_from_args(args)
     ds = load_data(cfg, args, p)
+    check_config(p, cfg, args, ds)
     run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__], ds)
     keys = _cells(cfg)
     rows = run.run_grouped(

@@ -946,6 +946,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--force-resume", action="store_true", help="passed to every experiment")
     args = p.parse_args(argv)
     results = Path(args.results or ("results/claims-quick" if args.quick else "results/claims"))
+    if not args.run:
+        for flag, given in (("--only", args.only), ("--force-resume", args.force_resume)):
+            if given:
+                p.error(f"argument {flag}: applies with --run only (nothing would be run)")
+        if not any(results.glob("**/summary.json")):
+            p.error(
+                f"no finished run under {results}: nothing to report (run with --run first, or "
+                f"point --results at the run folders); {args.out} left as it is"
+            )
     if args.run:
         run_configs(args.only or list(RUNS), results, args.quick, args.force_resume)
     ctx = Context(results, args.quick)

@@ -102,7 +102,8 @@ def add_methods(
         "--methods",
         type=runs.name_list(names, kind),
         default=None,
-        help=f"comma-separated {kind} names (registered; default: {','.join(default)})",
+        help=f"comma-separated {kind} names, any of: {', '.join(names())} (those registered "
+        f"when the parser was built; default: {','.join(default)})",
     )
 
 

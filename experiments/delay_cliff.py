@@ -75,6 +75,8 @@ from .common import (
     add_seed_mode,
     add_tuning_args,
     chance,
+    check_memory,
+    check_model,
     data_config,
     lanes_for,
     load_data,
@@ -94,6 +96,7 @@ DELAYS = [0, 1, 2, 4, 8, 16]
 LRS = [0.001, 0.003, 0.01, 0.03, 0.1, 0.3]
 CLAIM_LRS = (0.01, 0.001)  # Jain et al.'s two rates
 KEY = ("method", "delay", "lr", "seed")
+HP = asyncdp.HParams(0.1, 0.9, 1)  # to read a method's mode
 
 
 # ----------------------------------------------------------------------------- the experiment
@@ -444,14 +447,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = p.parse_args(argv)
     if args.delays is not None and 0 not in args.delays:
         p.error(f"--delays must include 0 (the reference of 'stable'), got {args.delays}")
-    from jaxstale import models
-
-    if args.model and (len(args.model) > 1 or args.model[0] not in models.MODELS):
-        p.error(f"--model takes one of: {', '.join(models.MODELS)}; got {','.join(args.model)}")
+    if args.model and len(args.model) > 1:
+        p.error(f"argument --model: delay_cliff takes one model, got {','.join(args.model)}")
     cfg = config_from_args(args)
+    sync = [m for m in cfg["methods"] if asyncdp.build_method(m, HP).mode == "sync"]
+    if sync:
+        p.error(
+            f"argument --methods: {sync[0]} is synchronous (its workers step in lockstep): it "
+            "has no delay to vary here; choose asynchronous methods"
+        )
     ds = load_data(cfg, args, p)
     if cfg["batch_size"] > len(ds.x_train):
         p.error(f"--batch-size {cfg['batch_size']} exceeds the {len(ds.x_train)} training examples")
+    params = check_model(p, cfg["model"], ds, cfg["model_kw"])
+    lanes = cfg["seeds"] * len(cfg["lrs"])
+    check_memory(
+        p,
+        {
+            # the snapshot ring of max(d) + 1 versions and the server's copies, per lane
+            "--delays": 4.0 * params * (max(cfg["delays"]) + 5) * lanes,
+            "--steps": 8.0 * cfg["steps"] * (cfg["batch_size"] + 2) * lanes,
+        },
+    )
     run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__], ds)
     rows = run.run_grouped(
         _cells(cfg),

@@ -105,6 +105,8 @@ from .common import (
     add_tuning_args,
     at_selected,
     chance,
+    check_memory,
+    check_model,
     data_config,
     load_data,
     open_run,
@@ -552,6 +554,42 @@ def _check(p: Any, cfg: dict[str, Any]) -> None:
         )
 
 
+def _check_data(p: Any, cfg: dict[str, Any], ds: data.Dataset) -> None:
+    """The checks that need the data, as one-line usage errors: every model builds for it, has
+    one logit per class and is a sequence of blocks a pipeline can cut; the budget fits in
+    memory."""
+    largest = 0
+    for name in cfg["models"]:
+        largest = max(largest, check_model(p, name, ds, cfg["model_kw"].get(name)))
+        model = models.create(
+            name,
+            input_shape=tuple(ds.x_train.shape[1:]),
+            num_classes=ds.num_classes,
+            **cfg["model_kw"].get(name, {}),
+        )
+        if not isinstance(model, models.StagedModel):
+            p.error(
+                f"argument --model: a pipeline cuts a model into stages of blocks; {name!r} is a "
+                f"{type(model).__name__}, not a jaxstale.models.StagedModel (return one from "
+                "its register_model builder)"
+            )
+    if cfg["batch_size"] > len(ds.x_train):
+        p.error(
+            f"argument --batch-size: {cfg['batch_size']} exceeds the {len(ds.x_train)} "
+            "training examples"
+        )
+    lanes = cfg["seeds"] * len(cfg["lrs"])
+    n = max(cfg["stages"])
+    check_memory(
+        p,
+        {
+            # up to N weight versions (stashing) and N in-flight inputs per stage, per lane
+            "--stages": 4.0 * largest * (2 * n + 4) * lanes,
+            "--steps": 8.0 * cfg["steps"] * (cfg["batch_size"] + 4 * n) * lanes,
+        },
+    )
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the sweep (resuming finished cells); returns ``{"rows", "paths", "table",
     "selected", "path", "wall_s", "cpu_s"}``."""
@@ -563,6 +601,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfg = config_from_args(args)
     _check(p, cfg)
     ds = load_data(cfg, args, p)
+    _check_data(p, cfg, ds)
     runner = _Runner(cfg, ds)
     blocks = {name: runner.num_blocks(name) for name in cfg["models"]}
     keys = _cells(cfg, blocks)

@@ -60,6 +60,8 @@ from .common import (
     add_momentum,
     add_tuning_args,
     chance,
+    check_memory,
+    check_model,
     convergence,
     data_config,
     fit_grid,
@@ -241,15 +243,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     p = parser()
     args = p.parse_args(argv)
-    from jaxstale import models
-
-    unknown = [m for m in args.model or [] if m not in models.MODELS]
-    if unknown:
-        p.error(f"unknown model {unknown[0]!r}; choose from: {', '.join(models.MODELS)}")
     cfg = config_from_args(args)
     ds = load_data(cfg, args, p)
     if cfg["batch_size"] > len(ds.x_train):
         p.error(f"--batch-size {cfg['batch_size']} exceeds the {len(ds.x_train)} training examples")
+    params = max(check_model(p, m, ds) for m in cfg["models"])
+    lanes = cfg["seeds"] * len(cfg["lrs"])
+    check_memory(
+        p,
+        {
+            "--model": 4.0 * params * 4 * lanes,  # weights, gradient, momentum, update
+            "--steps": 8.0 * cfg["steps"] * (cfg["batch_size"] + 2) * lanes,
+        },
+    )
     run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__], ds)
     mu = cfg["momentum"]
     rows = fit_grid(

@@ -77,7 +77,31 @@ class _ListAction(argparse.Action):
         option_string: str | None = None,
     ) -> None:
         items = [v for value in values for v in str(value).split(",") if v]
+        repeated = _repeated(items)
+        if repeated is not None:
+            raise argparse.ArgumentError(self, f"{repeated!r} is given twice; give each once")
         setattr(namespace, self.dest, items)
+
+
+def _repeated(items: Iterable[Any]) -> Any:
+    """The first item that occurs twice (a repeated seed, rate or name would run the same cell
+    twice and count it as two samples), or None."""
+    seen: list[Any] = []
+    for item in items:
+        if item in seen:
+            return item
+        seen.append(item)
+    return None
+
+
+def _no_repeats(values: list[Any], text: str) -> list[Any]:
+    repeated = _repeated(values)
+    if repeated is not None:
+        raise argparse.ArgumentTypeError(
+            f"{repeated!r} is given twice in {text!r}; give each value once (a repeat would run "
+            f"the same cell twice and count it as two)"
+        )
+    return values
 
 
 def cli_parser(description: str | None = None) -> argparse.ArgumentParser:
@@ -114,7 +138,12 @@ def cli_parser(description: str | None = None) -> argparse.ArgumentParser:
     """
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--quick", action="store_true", help="small configuration (< 1 minute)")
-    p.add_argument("--out", default=None, help="run folder (default results/<experiment>/<id>/)")
+    p.add_argument(
+        "--out",
+        type=_folder,
+        default=None,
+        help="run folder (default results/<experiment>/<id>/)",
+    )
     p.add_argument(
         "--seeds", type=number(int, low=1), default=None, help="number of seeds (default 5)"
     )
@@ -147,6 +176,14 @@ def cli_parser(description: str | None = None) -> argparse.ArgumentParser:
         help="reuse finished cells of --out even if they were computed under different code",
     )
     return p
+
+
+def _folder(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "expected a folder path, got an empty string (it would write into the current folder)"
+        )
+    return text
 
 
 def _dataset_name(text: str) -> str:
@@ -215,20 +252,25 @@ def _list(item: Callable[[str], Any], what: str) -> Callable[[str], list[Any]]:
                 f"expected a comma-separated list of {what}, got {text!r}"
             )
         try:
-            return [item(t) for t in parts]
+            values = [item(t) for t in parts]
         except argparse.ArgumentTypeError as e:
             raise argparse.ArgumentTypeError(f"{e} (in {text!r})") from None
+        return _no_repeats(values, text)
 
     parse.__name__ = "list"
     return parse
 
 
 def int_list(**bounds: Any) -> Callable[[str], list[int]]:
-    """An argparse ``type`` for ``"1,4,16"``: ints, each checked like :func:`number`.
+    """An argparse ``type`` for ``"1,4,16"``: ints, each checked like :func:`number`, each
+    given once (every list flag refuses repeats: they would fake extra samples).
 
     Example:
         >>> int_list(low=1)("1,4,16")
         [1, 4, 16]
+        >>> int_list(low=1)("4,4")
+        Traceback (most recent call last):
+        argparse.ArgumentTypeError: 4 is given twice in '4,4'; give each value once ...)
     """
     return _list(number(int, **bounds), "ints")
 
@@ -271,7 +313,7 @@ def name_list(
             raise argparse.ArgumentTypeError(
                 f"expected a comma-separated list of {what}s, got {text!r}"
             )
-        return [item(t) for t in parts]
+        return _no_repeats([item(t) for t in parts], text)
 
     parse.__name__ = "list"
     return parse

@@ -77,12 +77,31 @@ def test_acceptance_check(tmp_path):
 
 def test_report_marks_missing_runs_and_links_every_claim(tmp_path):
     out = tmp_path / "docs" / "claims.md"
-    res = claims.main(["--results", str(tmp_path / "none"), "--out", str(out)])
+    finished = tmp_path / "some" / "other-run"  # one finished folder, no claim's configuration
+    finished.mkdir(parents=True)
+    (finished / "summary.json").write_text('{"experiment": "x", "rows": []}')
+    res = claims.main(["--results", str(tmp_path / "some"), "--out", str(out)])
     text = out.read_text()
     assert res["text"] == text
     for c in claims.CLAIMS:
         assert f'<a id="{c.id.lower()}"></a>' in text and f'<a href="#{c.id.lower()}">' in text
     assert "**not run**" in text
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["--only", "async-fixed-lr"], ["--force-resume"]],
+    ids=["empty-results", "only-without-run", "force-resume-without-run"],
+)
+def test_without_run_an_empty_results_folder_writes_nothing(argv, tmp_path, capsys):
+    out = tmp_path / "claims.md"
+    out.write_text("the committed report\n")
+    with pytest.raises(SystemExit) as e:
+        claims.main([*argv, "--results", str(tmp_path / "none"), "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and ": error: " in err[-1], err
+    assert out.read_text() == "the committed report\n"
+    assert not (tmp_path / "none").exists()
 
 
 def test_unknown_configuration_is_a_usage_error(capsys):
