@@ -102,8 +102,6 @@ from .common import (
     add_seed_mode,
     add_tuning_args,
     chance,
-    check_memory,
-    check_model,
     data_config,
     lanes_for,
     load_data,
@@ -113,6 +111,7 @@ from .common import (
     set_help,
     title,
 )
+from .config import check_memory, check_model, usage_errors
 
 EXPERIMENT = "async_bn"
 KEY = ("workers", "lr", "seed")  # the fields of a cell key: one training run
@@ -167,13 +166,12 @@ def check_config(p: Any, cfg: dict[str, Any], args: Any = None) -> data.Dataset:
     if cfg["model_kw"] and cfg["model"] != "resnet20":
         p.error("--width applies to resnet20 only")
     ds = load_data(cfg, args, p)
-    params = check_model(p, cfg["model"], ds, cfg["model_kw"])
+    params = check_model("model", cfg["model"], ds, cfg["model_kw"])
     lanes = cfg["seeds"] * len(cfg["lrs"]) * len(cfg["decays"])
     check_memory(
-        p,
         {
-            "--workers": 4.0 * params * (2 * max(cfg["workers"]) + 4) * lanes,
-            "--steps": 8.0 * cfg["updates"] * (cfg["batch_size"] + 2) * lanes,
+            "workers": 4.0 * params * (2 * max(cfg["workers"]) + 4) * lanes,
+            "steps": 8.0 * cfg["updates"] * (cfg["batch_size"] + 2) * lanes,
         },
     )
     m = models.create(
@@ -792,7 +790,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = parser()
     args = p.parse_args(argv)
     cfg = config_from_args(args)
-    ds = check_config(p, {**cfg, "_models": args.model or [cfg["model"]]}, args)
+    with usage_errors(p):
+        ds = check_config(p, {**cfg, "_models": args.model or [cfg["model"]]}, args)
     run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__], ds)
     rows = run.run_grouped(
         _cells(cfg), lambda ks: _run_group(cfg, ds, ks), vary=("seed",), desc=EXPERIMENT

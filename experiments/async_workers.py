@@ -61,13 +61,10 @@ from .common import (
     add_seed_mode,
     add_tuning_args,
     chance,
-    check_memory,
-    check_model,
     lanes_for,
     load_data,
     make_delay,
     open_run,
-    refuse_unused,
     run_row,
     seed_mode,
     set_help,
@@ -75,6 +72,7 @@ from .common import (
     title,
     tuned_tables,
 )
+from .config import check_memory, check_model, refuse_unused, usage_errors
 
 EXPERIMENT = "async_workers"
 DEFAULT_METHODS = (
@@ -577,14 +575,14 @@ def check_config(p: Any, cfg: dict[str, Any], args: Any, ds: Any) -> None:
     cannot fit in memory."""
     if args.model and len(args.model) > 1:
         p.error(f"argument --model: async_workers takes one model, got {','.join(args.model)}")
-    params = check_model(p, cfg["model"], ds, cfg["model_kw"])
+    params = check_model("model", cfg["model"], ds, cfg["model_kw"])
     unused = {}
     if cfg["delay"] != "gamma":
         why = f"applies to --delay gamma only, not {cfg['delay']}"
         unused.update(straggler_fraction=why, straggler_slowdown=why)
     if not set(LAMBDA_METHODS) & set(cfg["methods"]):
         unused["lc_lambdas"] = f"applies to {' / '.join(LAMBDA_METHODS)} only, not in --methods"
-    refuse_unused(p, args, unused)
+    refuse_unused(args, unused, {dest: p.get_default(dest) for dest in unused})
     if cfg["batch_size"] > len(ds.x_train):
         p.error(
             f"argument --batch-size: {cfg['batch_size']} exceeds the {len(ds.x_train)} training "
@@ -593,12 +591,11 @@ def check_config(p: Any, cfg: dict[str, Any], args: Any, ds: Any) -> None:
     lanes = cfg["seeds"] * max(len(v) for v in cfg["lrs"].values()) * len(cfg["lc_lambdas"])
     m = max(cfg["workers"])
     check_memory(
-        p,
         {
             # the server's copies and every worker's pulled weights, per vmapped lane
-            "--workers": 4.0 * params * (m + 4) * lanes,
+            "workers": 4.0 * params * (m + 4) * lanes,
             # the delay schedule and the batch order, per lane
-            "--steps": 8.0 * cfg["updates"] * (cfg["batch_size"] + 2 * m) * lanes,
+            "steps": 8.0 * cfg["updates"] * (cfg["batch_size"] + 2 * m) * lanes,
         },
     )
 
@@ -610,7 +607,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = p.parse_args(argv)
     cfg = config_from_args(args)
     ds = load_data(cfg, args, p)
-    check_config(p, cfg, args, ds)
+    with usage_errors(p):
+        check_config(p, cfg, args, ds)
     run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__], ds)
     keys = _cells(cfg)
     rows = run.run_grouped(

@@ -37,19 +37,18 @@ __all__ = [
     "add_tuning_args",
     "at_selected",
     "chance",
-    "check_memory",
-    "check_model",
     "convergence",
     "data_config",
     "fit_grid",
     "lanes_for",
+    "load_checked",
     "load_data",
-    "machine_memory",
     "make_delay",
+    "open_folder",
     "open_run",
+    "opened",
     "outcome",
     "paired_table",
-    "refuse_unused",
     "run_row",
     "seed_mode",
     "set_help",
@@ -149,80 +148,6 @@ def load_data(cfg: dict[str, Any], args: Any = None, p: Any = None) -> data.Data
             raise
         p.error(str(e))
         raise  # not reached: p.error exits
-
-
-def check_model(p: Any, name: str, ds: data.Dataset, model_kw: dict[str, Any] | None = None) -> int:
-    """One usage line (exit 2) unless model ``name`` builds for ``ds`` and maps one batch of its
-    inputs to logits ``[B, num_classes]`` (checked abstractly, no compute); returns its number
-    of parameters."""
-    import jax
-    import jax.numpy as jnp
-    from flax import nnx
-
-    if name not in models.model_names():
-        p.error(
-            f"argument --model: unknown model {name!r}; choose from: "
-            f"{', '.join(models.model_names())}"
-        )
-    shape = tuple(int(d) for d in ds.x_train.shape[1:])
-    try:
-        model = models.create(
-            name, input_shape=shape, num_classes=ds.num_classes, seed=0, **(model_kw or {})
-        )
-        graphdef, state = nnx.split(model)
-        x = jax.ShapeDtypeStruct((2, *shape), jnp.float32)
-        out = jax.eval_shape(lambda st, x: nnx.merge(graphdef, st)(x), state, x)
-    except (ValueError, TypeError) as e:
-        p.error(f"argument --model: {name!r} cannot take dataset {ds.name!r} {shape}: {e}")
-    if getattr(out, "shape", None) != (2, ds.num_classes):
-        p.error(
-            f"argument --model: {name!r} maps a batch of 2 inputs to logits of shape "
-            f"{getattr(out, 'shape', type(out).__name__)}; dataset {ds.name!r} needs "
-            f"(2, {ds.num_classes}) (its number of classes)"
-        )
-    return int(models.param_count(model))
-
-
-def machine_memory() -> int:
-    """Bytes of physical memory of this machine (``os.sysconf``; 2**62 where unknown)."""
-    import os
-
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (AttributeError, ValueError, OSError):
-        return 1 << 62
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if n < 1024 or unit == "PiB":
-            return f"{n:.3g} {unit}"
-        n /= 1024
-    return f"{n:.3g} PiB"  # not reached
-
-
-def check_memory(p: Any, terms: dict[str, float], limit: int | None = None) -> None:
-    """One usage line (exit 2) when a configuration cannot fit in memory: ``terms`` maps the
-    flag that drives each part of the estimate to its bytes (e.g. ``{"--workers": M * P * 4,
-    "--steps": steps * batch * 8}``); the flag of the largest part is named. ``limit``: the
-    memory available (default :func:`machine_memory`)."""
-    total = sum(terms.values())
-    limit = machine_memory() if limit is None else limit
-    if total > limit:
-        flag = max(terms, key=lambda k: terms[k])
-        p.error(
-            f"argument {flag}: this configuration needs about {_fmt_bytes(total)} of memory "
-            f"({flag}: {_fmt_bytes(terms[flag])}), more than this machine's {_fmt_bytes(limit)}"
-        )
-
-
-def refuse_unused(p: Any, args: Any, unused: dict[str, str]) -> None:
-    """One usage line (exit 2) for a flag that was given but would be ignored: ``unused`` maps
-    ``dest`` (argparse's attribute) to why it does not apply; a flag counts as given when its
-    value differs from the parser's default."""
-    for dest, why in unused.items():
-        if getattr(args, dest, None) != p.get_default(dest):
-            p.error(f"argument --{dest.replace('_', '-')}: {why}")
 
 
 def user_sources(cfg: dict[str, Any]) -> list[Any]:
@@ -361,6 +286,75 @@ def open_run(
         sources=[*user_sources(cfg), *sources],
         data=[digest] if digest else [],
     )
+
+
+def open_folder(
+    experiment: str,
+    cfg: dict[str, Any],
+    config: Any,
+    module: Any,
+    ds: data.Dataset,
+    sources: Sequence[Any] = (),
+) -> runs.RunFolder:
+    """:func:`open_run` for a typed config (``config.out``, ``config.force_resume``): a bad
+    folder raises :class:`jaxstale.runs.RunFolderError` (a ``ValueError``) instead of
+    exiting."""
+    import sys
+
+    from . import config as config_module
+
+    digest = (ds.preprocessing or {}).get("digest")
+    code = runs.code_fingerprint(
+        modules=(module, sys.modules[__name__], config_module),
+        sources=[*user_sources(cfg), *sources],
+        data=[digest] if digest else [],
+    )
+    return runs.RunFolder(
+        experiment, cfg, config.out, code=code, force_resume=bool(config.force_resume)
+    )
+
+
+# (experiment, config) -> (resolved config, dataset, run folder) of the last run(config) of that
+# experiment in this process, so that report(rows, config) writes where run(config) computed
+_OPENED: dict[str, tuple[Any, tuple[dict[str, Any], data.Dataset, runs.RunFolder]]] = {}
+
+
+def opened(
+    experiment: str,
+    config: Any,
+    module: Any,
+    prepare: Callable[[Any], tuple[dict[str, Any], data.Dataset]],
+    *,
+    fresh: bool = False,
+    sources: Sequence[Any] = (),
+) -> tuple[dict[str, Any], data.Dataset, runs.RunFolder]:
+    """The resolved config, dataset and run folder of a typed ``config``: ``prepare(config)``
+    resolves and checks it against its data (raising :class:`~experiments.config.ConfigError`),
+    then the folder is opened (:func:`open_folder`). Kept for the next call with the same
+    config (``report`` after ``run``); ``fresh=True`` (``run``) checks the code and data again.
+    One experiment keeps one config: a dataset can be large."""
+    last = _OPENED.get(experiment)
+    if fresh or last is None or last[0] != config:
+        cfg, ds = prepare(config)
+        folder = open_folder(experiment, cfg, config, module, ds, sources)
+        _OPENED[experiment] = (config, (cfg, ds, folder))
+    return _OPENED[experiment][1]
+
+
+def load_checked(cfg: dict[str, Any], config: Any) -> data.Dataset:
+    """:func:`load_data` for a typed config: a loader's error is a
+    :class:`~experiments.config.ConfigError` on ``dataset``; a batch larger than the training
+    set one on ``batch_size``."""
+    from .config import ConfigError
+
+    try:
+        ds = load_data(cfg, config)
+    except (ValueError, RuntimeError) as e:
+        raise ConfigError("dataset", str(e)) from None
+    b = cfg.get("batch_size")
+    if b is not None and b > len(ds.x_train):
+        raise ConfigError("batch_size", f"{b} exceeds the {len(ds.x_train)} training examples")
+    return ds
 
 
 def _fmt_lr(v: Any) -> str:

@@ -62,32 +62,33 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from jaxstale import asyncdp, data, runs
+from jaxstale import asyncdp, data, models, runs
 
 from .common import (
-    add_batch_size,
-    add_methods,
-    add_momentum,
-    add_seed_mode,
-    add_tuning_args,
     chance,
-    check_memory,
-    check_model,
-    data_config,
     lanes_for,
-    load_data,
+    load_checked,
     make_delay,
-    open_run,
+    opened,
     run_row,
     seed_mode,
-    set_help,
     splits,
     title,
     tuned_tables,
+)
+from .config import (
+    Base,
+    ConfigError,
+    check_memory,
+    check_model,
+    from_argv,
+    opt,
+    usage_errors,
 )
 
 EXPERIMENT = "delay_cliff"
@@ -102,26 +103,95 @@ HP = asyncdp.HParams(0.1, 0.9, 1)  # to read a method's mode
 # ----------------------------------------------------------------------------- the experiment
 
 
-def config_from_args(args: Any) -> dict[str, Any]:
-    quick = bool(args.quick)
-    steps = args.steps or (300 if quick else 1500)
-    return {
-        "quick": quick,
-        **data_config(args),
-        "model": (args.model or ["mlp"])[0],
-        "model_kw": {},
-        "methods": list(args.methods or DEFAULT_METHODS),
-        "delays": list(args.delays or ([0, 2, 8] if quick else DELAYS)),
-        "lrs": list(args.lrs or ([0.003, 0.03] if quick else LRS)),
-        "seeds": args.seeds or (2 if quick else 5),
-        "batch_size": args.batch_size,
-        "steps": steps,
-        "eval_every": min(50, max(1, steps // 5)),
-        "momentum": args.momentum,
-        "tolerance": args.tolerance,
-        "target": args.target,
-        "seed_mode": args.seed_mode,
-    }
+@dataclass(frozen=True)
+class Config(Base):
+    """delay_cliff's configuration (``None``: the default of :meth:`resolved`)."""
+
+    model: tuple[str, ...] | None = opt(
+        None, "model name (one; default mlp)", choices=models.model_names, kind="model"
+    )
+    steps: int | None = opt(None, "updates per run (default 1500; --quick 300)", low=1)
+    seeds: int | None = opt(None, "number of seeds (default 5; --quick 2)", low=1)
+    lrs: tuple[float, ...] | None = opt(
+        None,
+        "learning-rate grid (default 0.001,0.003,0.01,0.03,0.1,0.3; --quick 0.003,0.03)",
+        low=0,
+        low_open=True,
+    )
+    methods: tuple[str, ...] | None = opt(
+        None,
+        f"asynchronous methods (default {','.join(DEFAULT_METHODS)})",
+        choices=asyncdp.method_names,
+        kind="method",
+    )
+    delays: tuple[int, ...] | None = opt(
+        None,
+        "constant delays d, including 0, the reference of 'stable' (default 0,1,2,4,8,16; "
+        "--quick 0,2,8)",
+        low=0,
+    )
+    momentum: float = opt(0.9, "SGD momentum", low=0, high=1, high_open=True)
+    batch_size: int = opt(32, "mini-batch size", low=1)
+    tolerance: float = opt(
+        0.05,
+        "stable at d: no seed diverged and mean validation accuracy >= the method's best at "
+        "d = 0 minus this (0.05 = 5 points)",
+        low=0,
+        high=1,
+    )
+    target: float = opt(
+        0.95,
+        "validation accuracy whose first crossing is the time to accuracy",
+        low=0,
+        high=1,
+        low_open=True,
+    )
+    seed_mode: str = opt(
+        "auto",
+        "seeds and rates as vmapped lanes of one run, or one after the other (auto: by model "
+        "and backend)",
+        choices=("auto", "vmap", "sequential"),
+        kind="seed mode",
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.delays is not None and 0 not in self.delays:
+            raise ConfigError(
+                "delays", f"must include 0 (the reference of 'stable'), got {list(self.delays)}"
+            )
+        if self.model is not None and len(self.model) > 1:
+            raise ConfigError("model", f"delay_cliff takes one model, got {','.join(self.model)}")
+        for m in self.methods or ():
+            if asyncdp.build_method(m, HP).mode == "sync":
+                raise ConfigError(
+                    "methods",
+                    f"{m} is synchronous (its workers step in lockstep): it has no delay to "
+                    "vary here; choose asynchronous methods",
+                )
+
+    def resolved(self) -> dict[str, Any]:
+        """The run's config (decides its results; its hash names the folder)."""
+        quick = self.quick
+        steps = self.steps or (300 if quick else 1500)
+        return {
+            "quick": quick,
+            "dataset": self.dataset,
+            "standardize": self.standardize,
+            "model": (self.model or ("mlp",))[0],
+            "model_kw": {},
+            "methods": list(self.methods or DEFAULT_METHODS),
+            "delays": list(self.delays or ([0, 2, 8] if quick else DELAYS)),
+            "lrs": list(self.lrs or ([0.003, 0.03] if quick else LRS)),
+            "seeds": self.seeds or (2 if quick else 5),
+            "batch_size": self.batch_size,
+            "steps": steps,
+            "eval_every": min(50, max(1, steps // 5)),
+            "momentum": self.momentum,
+            "tolerance": self.tolerance,
+            "target": self.target,
+            "seed_mode": self.seed_mode,
+        }
 
 
 def _cells(cfg: dict[str, Any]) -> list[dict[str, Any]]:
@@ -412,75 +482,60 @@ def make_figures(
 # ----------------------------------------------------------------------------- main
 
 
-def parser() -> Any:
-    p = runs.cli_parser(__doc__.splitlines()[0])
-    add_methods(p, asyncdp.method_names, "method", DEFAULT_METHODS)
-    p.add_argument(
-        "--delays",
-        type=runs.int_list(low=0),
-        default=None,
-        help="comma-separated constant delays d, including 0, the reference "
-        "(default 0,1,2,4,8,16; --quick 0,2,8)",
-    )
-    add_tuning_args(p, lrs=LRS)
-    add_momentum(p, 0.9, "SGD momentum (default 0.9)")
-    add_batch_size(p)
-    p.add_argument(
-        "--tolerance",
-        type=runs.number(float, low=0, high=1),
-        default=0.05,
-        help="stable at d: no seed diverged and mean validation accuracy >= the method's best "
-        "at d = 0 minus this (default 0.05 = 5 points)",
-    )
-    add_seed_mode(p)
-    set_help(
-        p, steps="updates per run (default 1500; --quick 300)", model="model name (default mlp)"
-    )
-    return p
-
-
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Run the sweep (resuming finished cells); returns ``{"rows", "paths", "table",
-    "stable", "selected"}``."""
-    t0 = time.perf_counter()
-    p = parser()
-    args = p.parse_args(argv)
-    if args.delays is not None and 0 not in args.delays:
-        p.error(f"--delays must include 0 (the reference of 'stable'), got {args.delays}")
-    if args.model and len(args.model) > 1:
-        p.error(f"argument --model: delay_cliff takes one model, got {','.join(args.model)}")
-    cfg = config_from_args(args)
-    sync = [m for m in cfg["methods"] if asyncdp.build_method(m, HP).mode == "sync"]
-    if sync:
-        p.error(
-            f"argument --methods: {sync[0]} is synchronous (its workers step in lockstep): it "
-            "has no delay to vary here; choose asynchronous methods"
-        )
-    ds = load_data(cfg, args, p)
-    if cfg["batch_size"] > len(ds.x_train):
-        p.error(f"--batch-size {cfg['batch_size']} exceeds the {len(ds.x_train)} training examples")
-    params = check_model(p, cfg["model"], ds, cfg["model_kw"])
+def _prepare(config: Config) -> tuple[dict[str, Any], data.Dataset]:
+    """The resolved config and its dataset, checked against each other."""
+    cfg = config.resolved()
+    ds = load_checked(cfg, config)
+    params = check_model("model", cfg["model"], ds, cfg["model_kw"])
     lanes = cfg["seeds"] * len(cfg["lrs"])
     check_memory(
-        p,
         {
             # the snapshot ring of max(d) + 1 versions and the server's copies, per lane
-            "--delays": 4.0 * params * (max(cfg["delays"]) + 5) * lanes,
-            "--steps": 8.0 * cfg["steps"] * (cfg["batch_size"] + 2) * lanes,
+            "delays": 4.0 * params * (max(cfg["delays"]) + 5) * lanes,
+            "steps": 8.0 * cfg["steps"] * (cfg["batch_size"] + 2) * lanes,
         },
     )
-    run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__], ds)
-    rows = run.run_grouped(
+    return cfg, ds
+
+
+def run(config: Config) -> list[dict[str, Any]]:
+    """Runs every (method, delay, lr, seed) cell not already in the run folder; returns the
+    rows.
+
+    Raises:
+      ConfigError: a value that does not fit the data or the machine (names the field).
+      jaxstale.runs.RunFolderError: ``out`` holds another config or results of other code.
+    """
+    cfg, ds, folder = opened(EXPERIMENT, config, sys.modules[__name__], _prepare, fresh=True)
+    return folder.run_grouped(
         _cells(cfg),
         lambda ks: _run_group(cfg, ds, ks),
         vary=("delay", "lr", "seed"),
         desc=EXPERIMENT,
     )
+
+
+def report(
+    rows: list[dict[str, Any]], config: Config, started: float | None = None
+) -> dict[str, Any]:
+    """Tables and figures into the run folder; returns ``{"rows", "paths", "table", "stable",
+    "selected"}``."""
+    cfg, ds, folder = opened(EXPERIMENT, config, sys.modules[__name__], _prepare)
     chance_acc = chance(ds)
     table, stable, selected = make_table(rows, cfg, chance_acc)
     figs = make_figures(rows, cfg, stable, chance_acc)
-    paths = run.report(table, figs, num_runs=len(rows), started=t0)
+    paths = folder.report(table, figs, num_runs=len(rows), started=started)
     return {"rows": rows, "paths": paths, "table": table, "stable": stable, "selected": selected}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """The command line over :func:`run` and :func:`report` (flags from :class:`Config`)."""
+    t0 = time.perf_counter()
+    config, p = from_argv(Config, argv, __doc__.splitlines()[0])
+    with usage_errors(p):
+        rows = run(config)
+        return report(rows, config, started=t0)
+    raise AssertionError("not reached")  # pragma: no cover (usage errors exit)
 
 
 if __name__ == "__main__":

@@ -105,8 +105,6 @@ from .common import (
     add_tuning_args,
     at_selected,
     chance,
-    check_memory,
-    check_model,
     data_config,
     load_data,
     open_run,
@@ -118,6 +116,7 @@ from .common import (
     title,
     tuned_tables,
 )
+from .config import check_memory, check_model, usage_errors
 
 EXPERIMENT = "pipeline_staleness"
 DEFAULT_METHODS = ("sync", "vanilla", "stash", "spectrain-v1", "spectrain-v2", "nesterov")
@@ -560,7 +559,7 @@ def _check_data(p: Any, cfg: dict[str, Any], ds: data.Dataset) -> None:
     memory."""
     largest = 0
     for name in cfg["models"]:
-        largest = max(largest, check_model(p, name, ds, cfg["model_kw"].get(name)))
+        largest = max(largest, check_model("model", name, ds, cfg["model_kw"].get(name)))
         model = models.create(
             name,
             input_shape=tuple(ds.x_train.shape[1:]),
@@ -581,11 +580,10 @@ def _check_data(p: Any, cfg: dict[str, Any], ds: data.Dataset) -> None:
     lanes = cfg["seeds"] * len(cfg["lrs"])
     n = max(cfg["stages"])
     check_memory(
-        p,
         {
             # up to N weight versions (stashing) and N in-flight inputs per stage, per lane
-            "--stages": 4.0 * largest * (2 * n + 4) * lanes,
-            "--steps": 8.0 * cfg["steps"] * (cfg["batch_size"] + 4 * n) * lanes,
+            "stages": 4.0 * largest * (2 * n + 4) * lanes,
+            "steps": 8.0 * cfg["steps"] * (cfg["batch_size"] + 4 * n) * lanes,
         },
     )
 
@@ -601,7 +599,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cfg = config_from_args(args)
     _check(p, cfg)
     ds = load_data(cfg, args, p)
-    _check_data(p, cfg, ds)
+    with usage_errors(p):
+        _check_data(p, cfg, ds)
     runner = _Runner(cfg, ds)
     blocks = {name: runner.num_blocks(name) for name in cfg["models"]}
     keys = _cells(cfg, blocks)

@@ -49,28 +49,23 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import optax
 
-from jaxstale import runs
+from jaxstale import data, models, runs
 
 from .common import (
-    add_batch_size,
-    add_momentum,
-    add_tuning_args,
     chance,
-    check_memory,
-    check_model,
     convergence,
-    data_config,
     fit_grid,
-    load_data,
-    open_run,
-    set_help,
+    load_checked,
+    opened,
     title,
     tuned_tables,
 )
+from .config import Base, check_memory, check_model, from_argv, opt, usage_errors
 
 EXPERIMENT = "sync_baseline"
 METHOD = "sgd"
@@ -80,23 +75,60 @@ QUICK_LRS = [0.01, 0.03]
 KEY = ("method", "model", "lr", "seed")
 
 
-def config_from_args(args: Any) -> dict[str, Any]:
-    """The run's config (everything that determines its results; its hash names the folder)."""
-    quick = bool(args.quick)
-    steps = args.steps or (200 if quick else 1500)
-    return {
-        "quick": quick,
-        **data_config(args),
-        "models": list(args.model or MODELS),
-        "lrs": list(args.lrs or (QUICK_LRS if quick else LRS)),
-        "seeds": args.seeds or (2 if quick else 5),
-        "steps": steps,
-        "batch_size": args.batch_size,
-        "eval_every": args.eval_every or (20 if quick else 50),
-        "momentum": args.momentum,
-        "target": args.target,
-        "flat_tol": args.flat_tol,
-    }
+@dataclass(frozen=True)
+class Config(Base):
+    """sync_baseline's configuration: :class:`~experiments.config.Base` plus its own fields.
+    ``None`` fields take the defaults of :meth:`resolved` (which depend on ``quick``)."""
+
+    model: tuple[str, ...] | None = opt(
+        None, "model name(s) (default mlp,cnn)", choices=models.model_names, kind="model"
+    )
+    steps: int | None = opt(None, "training steps per run (default 1500; --quick 200)", low=1)
+    seeds: int | None = opt(None, "number of seeds (default 5; --quick 2)", low=1)
+    lrs: tuple[float, ...] | None = opt(
+        None,
+        "learning-rate grid; each model uses the rate with the best validation accuracy "
+        "(default 0.001,0.003,0.01,0.03,0.1; --quick 0.01,0.03)",
+        low=0,
+        low_open=True,
+    )
+    batch_size: int = opt(32, "mini-batch size", low=1)
+    momentum: float = opt(0.9, "SGD momentum", low=0, high=1, high_open=True)
+    target: float = opt(
+        0.95,
+        "validation accuracy whose first crossing is the time to accuracy",
+        low=0,
+        high=1,
+        low_open=True,
+    )
+    eval_every: int | None = opt(None, "steps between evaluations (default 50; --quick 20)", low=1)
+    flat_tol: float = opt(
+        0.01,
+        "'flat since step Z': the mean validation accuracy stays within this of its last-third "
+        "plateau from Z on",
+        low=0,
+        high=1,
+        low_open=True,
+    )
+
+    def resolved(self) -> dict[str, Any]:
+        """The run's config (everything that decides its results; its hash names the folder),
+        the defaults filled in."""
+        quick = self.quick
+        return {
+            "quick": quick,
+            "dataset": self.dataset,
+            "standardize": self.standardize,
+            "models": list(self.model or MODELS),
+            "lrs": list(self.lrs or (QUICK_LRS if quick else LRS)),
+            "seeds": self.seeds or (2 if quick else 5),
+            "steps": self.steps or (200 if quick else 1500),
+            "batch_size": self.batch_size,
+            "eval_every": self.eval_every or (20 if quick else 50),
+            "momentum": self.momentum,
+            "target": self.target,
+            "flat_tol": self.flat_tol,
+        }
 
 
 def _curves(run: runs.RunFolder, rows: list[dict], model: str, lr: float) -> list[list[dict]]:
@@ -211,55 +243,37 @@ def make_table(rows: list[dict], cfg: dict[str, Any], ref: dict, grid: str) -> s
     )
 
 
-def parser() -> Any:
-    p = runs.cli_parser(__doc__.splitlines()[0])
-    add_tuning_args(p, lrs=LRS)
-    add_batch_size(p, 32, "mini-batch size (32)")
-    add_momentum(p, 0.9, "SGD momentum (default 0.9)")
-    p.add_argument(
-        "--eval-every",
-        type=runs.number(int, low=1),
-        default=None,
-        help="steps between evaluations (default 50; --quick 20)",
-    )
-    p.add_argument(
-        "--flat-tol",
-        type=runs.number(float, low=0, high=1, low_open=True),
-        default=0.01,
-        help="'flat since step Z': the mean validation accuracy stays within this of its "
-        "last-third plateau from Z on (default 0.01 = 1 point)",
-    )
-    set_help(
-        p,
-        steps="training steps per run (default 1500; --quick 200)",
-        model="model name(s) (default mlp cnn)",
-    )
-    return p
-
-
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Run the sweep (resuming finished cells); returns ``{"rows", "paths", "table",
-    "selected", "reference", "run"}``."""
-    t0 = time.perf_counter()
-    p = parser()
-    args = p.parse_args(argv)
-    cfg = config_from_args(args)
-    ds = load_data(cfg, args, p)
-    if cfg["batch_size"] > len(ds.x_train):
-        p.error(f"--batch-size {cfg['batch_size']} exceeds the {len(ds.x_train)} training examples")
-    params = max(check_model(p, m, ds) for m in cfg["models"])
+def _prepare(config: Config) -> tuple[dict[str, Any], data.Dataset]:
+    """The resolved config and its dataset, checked against each other (model fits the data,
+    batch fits the training set, the sweep fits in memory)."""
+    cfg = config.resolved()
+    ds = load_checked(cfg, config)
+    params = max(check_model("model", m, ds) for m in cfg["models"])
     lanes = cfg["seeds"] * len(cfg["lrs"])
     check_memory(
-        p,
         {
-            "--model": 4.0 * params * 4 * lanes,  # weights, gradient, momentum, update
-            "--steps": 8.0 * cfg["steps"] * (cfg["batch_size"] + 2) * lanes,
+            "model": 4.0 * params * 4 * lanes,  # weights, gradient, momentum, update
+            "steps": 8.0 * cfg["steps"] * (cfg["batch_size"] + 2) * lanes,
         },
     )
-    run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__], ds)
+    return cfg, ds
+
+
+def _open(config: Config, fresh: bool = False) -> tuple[dict, data.Dataset, runs.RunFolder]:
+    return opened(EXPERIMENT, config, sys.modules[__name__], _prepare, fresh=fresh)
+
+
+def run(config: Config) -> list[dict[str, Any]]:
+    """Trains every (model, rate, seed) cell not already in the run folder; returns the rows.
+
+    Raises:
+      ConfigError: a value that does not fit the data or the machine (names the field).
+      jaxstale.runs.RunFolderError: ``out`` holds another config or results of other code.
+    """
+    cfg, ds, folder = _open(config, fresh=True)
     mu = cfg["momentum"]
-    rows = fit_grid(
-        run,
+    return fit_grid(
+        folder,
         lambda lr: optax.sgd(lr, momentum=mu),
         ds,
         method=METHOD,
@@ -271,12 +285,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         eval_every=cfg["eval_every"],
         target=cfg["target"],
     )
-    curves_of = lambda m, lr: _curves(run, rows, m, lr)
+
+
+def report(
+    rows: list[dict[str, Any]], config: Config, started: float | None = None
+) -> dict[str, Any]:
+    """Writes the table, the figure and the summary into the run folder; returns ``{"rows",
+    "paths", "table", "selected", "reference", "run"}``."""
+    cfg, ds, folder = _open(config)
+    curves_of = lambda m, lr: _curves(folder, rows, m, lr)
     table, selected, ref = summarise(rows, cfg, curves_of, chance(ds))
     series = {
         model: {
             f"lr {lr:g}" + (" (selected)" if ref.get(model, {}).get("lr") == lr else ""): _curves(
-                run, rows, model, lr
+                folder, rows, model, lr
             )
             for lr in cfg["lrs"]
         }
@@ -285,17 +307,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     fig = runs.curves_figure(
         series,
         ys=("train_loss", "val_accuracy"),
-        title=f"Synchronous SGD-momentum {mu} on {cfg['dataset']}: validation curves per rate",
+        title=f"Synchronous SGD-momentum {cfg['momentum']} on {cfg['dataset']}: validation "
+        "curves per rate",
     )
-    paths = run.report(table, {"plot": fig}, num_runs=len(rows), started=t0)
+    paths = folder.report(table, {"plot": fig}, num_runs=len(rows), started=started)
     return {
         "rows": rows,
         "paths": paths,
         "table": table,
         "selected": selected,
         "reference": ref,
-        "run": run,
+        "run": folder,
     }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """The command line over :func:`run` and :func:`report` (flags from :class:`Config`): a bad
+    value is one usage line naming the flag, exit status 2, nothing written."""
+    t0 = time.perf_counter()
+    config, p = from_argv(Config, argv, __doc__.splitlines()[0])
+    with usage_errors(p):
+        rows = run(config)
+        return report(rows, config, started=t0)
+    raise AssertionError("not reached")  # pragma: no cover (usage errors exit)
 
 
 if __name__ == "__main__":
