@@ -54,6 +54,7 @@ References:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from typing import Any
@@ -65,6 +66,7 @@ from jaxstale.mesh import to_host
 
 __all__ = [
     "allgather_bytes",
+    "cluster_environment",
     "initialize",
     "is_main_process",
     "process_allgather_to_host",
@@ -150,6 +152,40 @@ def initialize() -> bool:
         **timeouts,
     )
     return True
+
+
+def cluster_environment() -> str | None:
+    """The cluster environment ``jax.distributed.initialize()`` would detect here, or ``None``.
+
+    Asks JAX's own detectors (``jax._src.clusters``), in JAX's order, leaving out the opt-in
+    ones (``mpi4py``): e.g. ``"ompi"`` under Open MPI's ``mpirun`` (``OMPI_MCA_orte_hnp_uri``),
+    ``"slurm"`` in a Slurm job step (``SLURM_JOB_ID``, ``SLURM_STEP_NODELIST``,
+    ``SLURM_NTASKS``, ``SLURM_PROCID``, ``SLURM_LOCALID``), the Cloud TPU and Kubernetes
+    environments. Without one, ``jax.distributed.initialize()`` with no arguments fails
+    ("coordinator_address should be defined"). If this JAX keeps no list of detectors it
+    returns ``"unknown"`` (let JAX decide).
+
+    Example:
+        >>> import os
+        >>> from unittest import mock
+        >>> from jaxstale.distributed import cluster_environment
+        >>> step = {"SLURM_JOB_ID": "7", "SLURM_STEP_NODELIST": "node1", "SLURM_NTASKS": "2",
+        ...         "SLURM_PROCID": "0", "SLURM_LOCALID": "0"}   # what srun sets
+        >>> with mock.patch.dict(os.environ, step):
+        ...     cluster_environment()
+        'slurm'
+    """
+    try:
+        from jax._src import clusters
+
+        kinds = [k for k in clusters.ClusterEnv._cluster_types if not k.opt_in_only_method]
+    except (ImportError, AttributeError):
+        return "unknown"
+    for kind in kinds:
+        with contextlib.suppress(Exception):  # a detector's own failure: not this cluster
+            if kind.is_env_present():
+                return kind.name or kind.__name__
+    return None
 
 
 def _config(name: str) -> Any:

@@ -85,7 +85,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from jaxstale.distributed import ENV_COORDINATOR, ENV_NUM_PROCESSES, ENV_PROCESS_ID, ENV_TIMEOUT
+from jaxstale.distributed import (
+    ENV_COORDINATOR,
+    ENV_NUM_PROCESSES,
+    ENV_PROCESS_ID,
+    ENV_TIMEOUT,
+    cluster_environment,
+)
 from jaxstale.distributed import initialize as initialize
 from jaxstale.distributed import is_main_process as is_main_process
 from jaxstale.distributed import process_allgather_to_host as process_allgather_to_host
@@ -191,11 +197,21 @@ def _child_main(target_argv: Sequence[str]) -> int:
 def _cluster_main(target_argv: Sequence[str]) -> int:
     """One process of a job started by a cluster's launcher (Slurm's ``srun``, Open MPI's
     ``mpirun``): ``jax.distributed.initialize()`` with JAX's own cluster detection, then the
-    target as the local bootstrap runs it."""
+    target as the local bootstrap runs it. Outside a cluster: one error line, exit status 2."""
     import jax
 
-    _resolve_target(target_argv)  # a bad target: one error line before JAX starts
-    jax.distributed.initialize()
+    _resolve_target(target_argv)  # a bad target: one error line (main) before JAX starts
+    if cluster_environment() is None:
+        raise ValueError(
+            "launch: --cluster: no cluster environment here (JAX detects Slurm's SLURM_* "
+            "variables in an srun job step, Open MPI's OMPI_* under mpirun, Cloud TPU, "
+            "Kubernetes): run this under the cluster's launcher, or start processes on this "
+            "machine with --processes P --devices-per-process D"
+        )
+    try:
+        jax.distributed.initialize()
+    except (ValueError, TypeError) as e:  # JAX's own check of what it detected
+        raise ValueError(f"launch: --cluster: jax.distributed.initialize() failed: {e}") from e
     return _child_main(target_argv)
 
 
@@ -546,7 +562,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options == ["--child"]:
         return _child_main(target)
     if options == ["--cluster"]:
-        return _cluster_main(target)
+        try:
+            return _cluster_main(target)
+        except ValueError as e:
+            print(" ".join(str(e).split()), file=sys.stderr)
+            return 2
     ns = _parser().parse_args(options)
     try:
         return launch(

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxstale._checks import debug_check
+from jaxstale._checks import check_int, debug_check
 
 __all__ = ["VersionBuffer"]
 
@@ -33,12 +33,14 @@ def _concrete_int(x: Any) -> int | None:
     if isinstance(x, jax.core.Tracer):
         return None
     if isinstance(x, bool):
-        raise TypeError(f"tau must be an integer, got the bool {x!r}")
+        raise TypeError(f"VersionBuffer.get: tau must be an integer, got the bool {x!r}")
     arr = np.asarray(x)
     if arr.shape != ():
-        raise ValueError(f"tau must be a scalar integer, got an array of shape {arr.shape}")
+        raise ValueError(
+            f"VersionBuffer.get: tau must be a scalar integer, got an array of shape {arr.shape}"
+        )
     if not np.issubdtype(arr.dtype, np.integer):
-        raise TypeError(f"tau must be an integer, got {arr.dtype} value {x!r}")
+        raise TypeError(f"VersionBuffer.get: tau must be an integer, got {arr.dtype} value {x!r}")
     return int(arr)
 
 
@@ -134,12 +136,12 @@ class VersionBuffer:
 
         Returns:
           A ``VersionBuffer`` with ``head = 0`` and ``count = 0``.
+
+        Raises:
+          TypeError: ``capacity`` is not an int (a bool, a float, a traced value).
+          ValueError: ``capacity < 1``.
         """
-        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)):
-            raise TypeError(f"capacity must be a Python int >= 1, got {capacity!r}")
-        capacity = int(capacity)
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        capacity = check_int(capacity, "capacity", "VersionBuffer.create", 1)
         versions = jax.tree.map(lambda leaf: _stack_leaf(leaf, capacity), tree)
         # head and count must be distinct buffers: both may be donated in the same call
         head, count = jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)
@@ -229,7 +231,8 @@ class VersionBuffer:
             tau = jnp.asarray(tau)
             if tau.shape != () or not jnp.issubdtype(tau.dtype, jnp.integer):
                 raise TypeError(
-                    f"tau must be an integer scalar, got shape {tau.shape} and dtype {tau.dtype}"
+                    f"VersionBuffer.get: tau must be an integer scalar, got shape {tau.shape} "
+                    f"and dtype {tau.dtype}"
                 )
             debug_check(
                 (tau >= 0) & (tau < self.capacity),

@@ -19,6 +19,7 @@ from pathlib import Path
 import jax
 import pytest
 
+from jaxstale import distributed
 from jaxstale import launch as L
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -300,7 +301,31 @@ def test_cluster_mode_joins_the_job_its_cluster_started(tmp_path):
     assert [o.strip().splitlines()[-1] for o in outs] == ["OK 0 2 4", "OK 1 2 4"]
 
 
+# What JAX's cluster detection reads (jax._src.clusters): Slurm's, Open MPI's, Kubernetes'.
+CLUSTER_VARIABLES = ("SLURM_", "OMPI_", "KUBERNETES_SERVICE_HOST", "JAX_COORDINATOR")
+
+
+def test_cluster_mode_outside_a_cluster_is_one_error_line(tmp_path):
+    """Not JAX's "coordinator_address should be defined" traceback: one line, exit status 2."""
+    script = _script(tmp_path, "never.py", "print('RAN', flush=True)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(CLUSTER_VARIABLES)}
+    cmd = [PY, "-m", "jaxstale.launch", "--cluster", "--", str(script)]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "RAN" not in done.stdout and "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("launch: --cluster: no cluster"), lines
+
+
 # --- in this process -------------------------------------------------------------------------
+
+
+def test_cluster_environment_is_what_jax_would_detect(monkeypatch):
+    for name in [k for k in os.environ if k.startswith(CLUSTER_VARIABLES)]:
+        monkeypatch.delenv(name)
+    assert distributed.cluster_environment() is None
+    monkeypatch.setenv("OMPI_MCA_orte_hnp_uri", "1531576320.0;tcp://10.0.0.1:34911")
+    assert distributed.cluster_environment() == "ompi"
 
 
 def test_initialize_is_a_noop_without_the_variables(monkeypatch):

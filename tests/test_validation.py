@@ -22,15 +22,32 @@ from jax.experimental import checkify
 from jaxstale import (
     DelaySchedule,
     VersionBuffer,
+    asyncdp,
+    data,
     dc_asgd,
     delays,
+    emulate_async,
     enable_traced_checks,
     gap_aware,
+    models,
     predict_weights,
+    run_async,
+    schedules,
     staleness_aware,
     staleness_schedule,
     weight_prediction,
 )
+from jaxstale.asyncdp import AsyncEmulator, HParams, build_method, register_method
+from jaxstale.asyncdp.methods import build_lc_asgd_async_bn
+from jaxstale.lc_asgd import (
+    ar_loss_predictor,
+    constant_steps,
+    delay_loss,
+    lc_asgd,
+    least_squares_steps,
+    rnn_loss_predictor,
+)
+from jaxstale.transforms import StalenessSchedule
 
 W = jnp.array([1.0, 2.0])
 G = jnp.array([0.5, -1.0])
@@ -387,6 +404,121 @@ ROWS = [
 ]
 
 
+NAN, INF, V, T = float("nan"), float("inf"), ValueError, TypeError
+APPLY = lambda p, s, x, train: (x @ p, s)
+XB, YB = np.ones((4, 2, 4), np.float32), np.zeros((4, 2), np.int32)
+SGD = lambda hp: optax.sgd(0.1)
+
+
+def emulate(fn=emulate_async, **kw):  # a bad argument is refused before anything runs
+    return fn(APPLY, "asgd", jnp.zeros((4, 2)), {}, delays.round_robin(2, 4), XB, YB, **kw)
+
+
+def hp(lr=0.1, mu=0.9, m=4, cap=None):
+    return build_method("sgd", HParams(lr, mu, m, cap))
+
+
+def lc(lam=0.1, **kw):
+    return lc_asgd(lam, **{"num_workers": 2, **kw})
+
+
+# Hyper-parameters of the API, refused at construction as the command line refuses them (NaN,
+# inf, out of range; a learning rate may be 0 on the API: no step, the statistics only), and
+# registered names (the command line takes comma-separated lists of them).
+# {(where, argument, error): {case: bad call}}
+BAD = {
+    ("staleness_schedule", "learning_rate", V): {
+        "-0.1 [user report]": lambda: staleness_schedule(-0.1),
+        "nan": lambda: staleness_schedule(NAN),
+        "inf": lambda: staleness_schedule(INF),
+    },
+    ("staleness_schedule", "learning_rate", T): {"str": lambda: staleness_schedule("1")},
+    ("staleness_schedule", "power", V): {
+        "nan": lambda: staleness_schedule(0.1, power=NAN),
+        "inf": lambda: staleness_schedule(0.1, power=INF),
+    },
+    ("StalenessSchedule", "learning_rate", V): {"-0.1": lambda: StalenessSchedule(-0.1)},
+    ("weight_prediction", "inner", T): {
+        "'sgd' [user report]": lambda: weight_prediction("sgd"),
+        "optax.sgd, not called": lambda: weight_prediction(optax.sgd),
+    },
+    ("lc_asgd", "lam", V): {
+        "nan [user report]": lambda: lc(NAN),
+        "inf": lambda: lc(INF),
+        "-inf": lambda: lc(-INF),
+    },
+    ("lc_asgd", "max_scale", V): {"inf": lambda: lc(max_scale=INF)},
+    ("lc_asgd", "horizon", V): {"0": lambda: lc(horizon=0)},
+    ("lc_asgd", "horizon", T): {"str": lambda: lc(horizon="8")},
+    ("lc_asgd", "capacity", T): {"float": lambda: lc(capacity=4.0)},
+    ("lc_asgd", "num_workers", V): {"M > capacity": lambda: lc(num_workers=5, capacity=4)},
+    ("ar_loss_predictor", "forget", V): {"nan": lambda: ar_loss_predictor(forget=NAN)},
+    ("ar_loss_predictor", "forget", T): {"str": lambda: ar_loss_predictor(forget="x")},
+    ("ar_loss_predictor", "rtol", V): {"nan": lambda: ar_loss_predictor(rtol=NAN)},
+    ("rnn_loss_predictor", "learning_rate", V): {
+        "inf": lambda: rnn_loss_predictor(learning_rate=INF)
+    },
+    ("rnn_loss_predictor", "window", V): {"0": lambda: rnn_loss_predictor(window=0)},
+    ("least_squares_steps", "ridge", V): {"inf": lambda: least_squares_steps(ridge=INF)},
+    ("least_squares_steps", "decay", V): {"nan": lambda: least_squares_steps(decay=NAN)},
+    ("constant_steps", "value", V): {"inf": lambda: constant_steps(INF)},
+    ("delay_loss", "horizon", V): {"0": lambda: delay_loss(ar_loss_predictor(), None, 1.0, 1, 0)},
+    ("emulate_async", "learning_rate", V): {
+        "-0.1 [user report]": lambda: emulate(learning_rate=-0.1),
+        "nan": lambda: emulate(learning_rate=NAN),
+        "inf": lambda: emulate(learning_rate=INF),
+        "one nan of two": lambda: emulate(learning_rate=[0.1, NAN]),
+    },
+    ("emulate_async", "learning_rate", T): {"str": lambda: emulate(learning_rate="0.1")},
+    ("emulate_async", "momentum", V): {
+        "-1 [user report]": lambda: emulate(learning_rate=0.1, momentum=-1),
+        "1": lambda: emulate(learning_rate=0.1, momentum=1.0),
+        "nan": lambda: emulate(learning_rate=0.1, momentum=NAN),
+    },
+    ("run_async", "learning_rate", V): {"-0.1": lambda: emulate(run_async, learning_rate=-0.1)},
+    ("run", "learning_rate", V): {"-0.1": lambda: emulate(asyncdp.run, learning_rate=-0.1)},
+    ("make", "learning_rate", V): {
+        "-1": lambda: asyncdp.make(
+            "emulate", APPLY, "sgd", delays.constant(0, 2), XB, YB, learning_rate=-1
+        )
+    },
+    ("AsyncEmulator", "momentum", V): {
+        "1.5": lambda: AsyncEmulator(APPLY, "asgd", 2, momentum=1.5)
+    },
+    ("AsyncEmulator.init", "learning_rate", V): {
+        "-1": lambda: AsyncEmulator(APPLY, "asgd", 2).init(W, {}, learning_rate=-1.0)
+    },
+    ("build_method", "learning_rate", V): {"-0.1": lambda: hp(lr=-0.1)},
+    ("build_method", "momentum", V): {"1": lambda: hp(mu=1.0), "nan": lambda: hp(mu=NAN)},
+    ("build_method", "num_workers", V): {"0": lambda: hp(m=0)},
+    ("build_method", "num_workers", T): {"float": lambda: hp(m=2.0)},
+    ("build_method", "capacity", V): {"< M": lambda: hp(m=4, cap=2)},
+    ("build_lc_asgd_async_bn", "momentum", V): {
+        "1": lambda: build_lc_asgd_async_bn(HParams(0.1, 0.0, 2), momentum=1.0)
+    },
+    ("register_method", "name", V): {
+        "'a,b' [user report]": lambda: register_method("a,b", SGD),
+        "a space": lambda: register_method("my sgd", SGD),
+    },
+    ("register_method", "name", T): {"empty": lambda: register_method("", SGD)},
+    ("register_model", "name", V): {
+        "a comma": lambda: models.register_model("a,b", SGD),
+        "a tab": lambda: models.register_model("a\tb", SGD),
+    },
+    ("register_dataset", "name", V): {"a newline": lambda: data.register_dataset("d\n", SGD)},
+    ("VersionBuffer.create", "capacity", V): {"0": lambda: VersionBuffer.create(W, 0)},
+    ("VersionBuffer.create", "capacity", T): {"float": lambda: VersionBuffer.create(W, 2.0)},
+    ("gpipe", "num_stages", V): {"0": lambda: schedules.gpipe(0, 4)},
+    ("one_f_one_b", "num_batches", T): {"float": lambda: schedules.one_f_one_b(2, 4.0)},
+    ("pipedream_2bw", "delay", V): {"1.0": lambda: schedules.pipedream_2bw(2, 4, delay=1.0)},
+}
+ROWS += [
+    (f"{where} {argument} {case}", call, error, where, argument)
+    for (where, argument, error), calls in BAD.items()
+    for case, call in calls.items()
+]
+
+
 @pytest.mark.parametrize(
     ("call", "error", "where", "argument"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS]
 )
@@ -408,6 +540,14 @@ def test_good_inputs_pass_the_same_checks():
     update(staleness_aware(), staleness=0)
     schedule(pulled=np.array([0, 1, 2])).validate()
     checked(lambda s: predict_weights(W, predictor_state(), s), jnp.int32(3))
+    # the API's own boundaries: a learning rate of 0 (statistics only), λ < 0, traced values
+    staleness_schedule(0.0, power=0.0)
+    staleness_schedule(lambda count: -1.0)  # a schedule is not checked
+    lc(-0.5, num_workers=jnp.int32(2), capacity=4, max_scale=2.0)
+    constant_steps(0.0)
+    HParams(lambda count: 0.1, 0.0, 4, capacity=4).validate()
+    assert jax.jit(lambda m: HParams(m * 0.1, 0.5, m, 8).validate().num_workers)(4) == 4
+    assert hp(lr=0.0, mu=0.0, m=1, cap=1).mode == "async"
 
 
 # ---------------------------------------------------------------------------------------------

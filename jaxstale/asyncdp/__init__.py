@@ -50,6 +50,7 @@ from jaxstale.asyncdp.methods import Method as Method
 from jaxstale.asyncdp.methods import MethodSpec as MethodSpec
 from jaxstale.asyncdp.methods import as_spec as as_spec
 from jaxstale.asyncdp.methods import build_method as build_method
+from jaxstale.asyncdp.methods import check_hyperparameters
 from jaxstale.asyncdp.methods import lr_warmup as lr_warmup
 from jaxstale.asyncdp.methods import method_names as method_names
 from jaxstale.asyncdp.methods import register_method as register_method
@@ -112,7 +113,14 @@ def make(
     names and builders; ``warmup_steps`` ramps it from ``η/M``; ``extra_args`` are per-update
     arguments for the transforms (name -> ``[T]``; timed delay models add ``t_comm`` /
     ``t_comp``). Returns ``[(executor, run indices), ...]``.
+
+    Raises:
+        ValueError: among others, a learning rate that is negative, NaN or infinite, a
+            ``momentum`` outside ``[0, 1)``, an unknown ``executor``.
+        TypeError: a schedule that is not a :class:`~jaxstale.delays.DelaySchedule`, a
+            learning rate or momentum that is not a number.
     """
+    check_hyperparameters("make", learning_rate, momentum)
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; choose one of {EXECUTORS}")
     many = not isinstance(schedule, DelaySchedule)
@@ -225,7 +233,11 @@ def run(
     mini-batches (default: once, at the end) on ``eval_data`` (``{split: (x, y)}``, e.g.
     ``{"val": ..., "test": ...}``) or on ``(x_test, y_test)`` (the ``"test"`` split). Returns
     one :class:`EmulationResult` per run (a single one for a single run).
+
+    Raises:
+        ValueError, TypeError: bad arguments, before anything runs (see :func:`make`).
     """
+    _check_kwargs("run", kwargs)
     many = not isinstance(schedule, DelaySchedule)
     n = len(schedule) if many else 1
     ps, mss = _lanes(params, many, n, "params"), _lanes(model_state, many, n, "model_state")
@@ -247,8 +259,18 @@ def run(
     return results if many else results[0]
 
 
+def _check_kwargs(where: str, kwargs: dict[str, Any]) -> None:
+    """The learning rate(s) and momentum of a call, refused with ``where`` first (the caller)."""
+    check_hyperparameters(where, kwargs.get("learning_rate"), kwargs.get("momentum"))
+
+
 def emulate_async(*args: Any, **kwargs: Any) -> EmulationResult | list[EmulationResult]:
     """:func:`run` on the single-device emulator (``executor="emulate"``).
+
+    Raises:
+        ValueError: among others, a ``learning_rate`` that is negative, NaN or infinite, or a
+            ``momentum`` outside ``[0, 1)``, before anything runs (see :func:`make`).
+        TypeError: a learning rate or momentum that is not a number.
 
     Example:
         >>> import jax.numpy as jnp, numpy as np
@@ -260,11 +282,15 @@ def emulate_async(*args: Any, **kwargs: Any) -> EmulationResult | list[Emulation
         >>> r.staleness.tolist()
         [0, 1, 1, 1, 1, 1, 1, 1]
     """
+    _check_kwargs("emulate_async", kwargs)
     return run(*args, executor="emulate", **kwargs)
 
 
 def run_async(*args: Any, **kwargs: Any) -> EmulationResult | list[EmulationResult]:
     """:func:`run` on the ``"data"``-axis mesh executor (``executor="mesh"``).
+
+    Raises:
+        ValueError, TypeError: bad arguments, before anything runs (as :func:`emulate_async`).
 
     Example:
         >>> import jax.numpy as jnp, numpy as np
@@ -275,4 +301,5 @@ def run_async(*args: Any, **kwargs: Any) -> EmulationResult | list[EmulationResu
         ...           learning_rate=0.1).losses.shape   # SSGD: 8 batches, 4 updates
         (4,)
     """
+    _check_kwargs("run_async", kwargs)
     return run(*args, executor="mesh", **kwargs)

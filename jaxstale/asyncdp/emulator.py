@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxstale.asyncdp import server
-from jaxstale.asyncdp.methods import Method, MethodSpec, lr_warmup, resolve
+from jaxstale.asyncdp.methods import Method, MethodSpec, check_hyperparameters, lr_warmup, resolve
 from jaxstale.asyncdp.server import AsyncState
 from jaxstale.loop import Executor, Stats
 
@@ -53,7 +53,7 @@ class AsyncEmulator:
         method: a registered name, a builder ``HParams -> transformation | MethodSpec``, an
             optax transformation or a ``MethodSpec``.
         num_workers: the worker capacity ``C ≥ 1`` (``"sync"`` mode: exactly the runs' ``M``).
-        momentum: ``μ`` passed to builders (static).
+        momentum: ``μ`` in ``[0, 1)`` passed to builders (static).
         warmup_steps: linear learning-rate warm-up from ``η/M`` over this many updates.
         loss_fn: ``loss_fn(logits, labels)``; default mean cross-entropy.
         loop: ``"scan"``, ``"host"`` or ``"auto"`` (``"host"`` for models with convolutions).
@@ -91,6 +91,7 @@ class AsyncEmulator:
         if loop not in ("auto", "scan", "host"):
             raise ValueError(f"loop must be 'auto', 'scan' or 'host', got {loop!r}")
         lr_warmup(0.1, 1, warmup_steps)  # validates warmup_steps
+        check_hyperparameters("AsyncEmulator", momentum=momentum)
         self.build, self.apply, self.loss_fn = resolve(method), apply, loss_fn
         self.num_workers, self.momentum = int(num_workers), float(momentum)
         self.warmup_steps, self.loop, self.vmap = int(warmup_steps), loop, vmap
@@ -113,6 +114,7 @@ class AsyncEmulator:
     ) -> AsyncState:
         """The initial cluster (lanes stacked when ``vmap``): ``η`` and ``M ≤`` the capacity
         per lane (default: the capacity)."""
+        check_hyperparameters("AsyncEmulator.init", learning_rate)
         if self.loop == "auto":
             one = [a[0] if self.vmap else a for a in jax.tree.leaves(params)]
             self.loop = "host" if any(np.ndim(a) >= 3 for a in one) else "scan"

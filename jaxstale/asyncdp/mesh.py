@@ -41,7 +41,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxstale.asyncdp import server
-from jaxstale.asyncdp.methods import Method, MethodSpec, lr_warmup, resolve
+from jaxstale.asyncdp.methods import Method, MethodSpec, check_hyperparameters, lr_warmup, resolve
 from jaxstale.asyncdp.server import AsyncState
 from jaxstale.delays import DelaySchedule
 from jaxstale.loop import Executor, Stats
@@ -101,7 +101,7 @@ class AsyncMesh:
         num_workers: ``M``.
         mesh: a mesh with a ``"data"`` axis of ``D`` devices (default :func:`default_data_mesh`),
             holding a device of every process.
-        momentum: ``μ`` for builders.
+        momentum: ``μ`` in ``[0, 1)`` for builders.
         warmup_steps: learning-rate warm-up (updates), as in the emulator.
         loss_fn: ``loss_fn(logits, labels)``; default mean cross-entropy.
     """
@@ -125,6 +125,7 @@ class AsyncMesh:
             check_mesh(mesh, "data", m)  # raises with a clear message
         check_processes(mesh)
         lr_warmup(0.1, 1, warmup_steps)  # validates warmup_steps
+        check_hyperparameters("AsyncMesh", momentum=momentum)
         self.mesh, self.apply, self.loss_fn, self.build = mesh, apply, loss_fn, resolve(method)
         self.num_workers, self.momentum, self.warmup_steps = m, float(momentum), int(warmup_steps)
         d = int(dict(mesh.shape)["data"])
@@ -145,6 +146,7 @@ class AsyncMesh:
 
     def init(self, params: Any, model_state: Any, *, learning_rate: Any = 0.0) -> AsyncState:
         """The initial cluster on the mesh, snapshots sharded ``P('data')``."""
+        check_hyperparameters("AsyncMesh.init", learning_rate)
         hp = {
             "learning_rate": np.asarray(learning_rate, np.float32),
             "num_workers": np.asarray(self.num_workers, np.int32),

@@ -63,6 +63,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxstale._checks import check_int, check_name, check_range
 from jaxstale.asyncdp.bn import async_bn_update
 from jaxstale.lc_asgd.compensation import lc_asgd
 from jaxstale.transforms import dc_asgd, gap_aware, staleness_aware
@@ -81,6 +82,7 @@ __all__ = [
     "build_lc_asgd",
     "build_lc_asgd_async_bn",
     "build_method",
+    "check_hyperparameters",
     "lr_warmup",
     "method_names",
     "register_method",
@@ -114,6 +116,57 @@ class HParams(NamedTuple):
     momentum: float
     num_workers: int | jax.Array
     capacity: int | None = None
+
+    def validate(self, where: str = "HParams") -> HParams:
+        """``self``, after checking its concrete fields (traced ones and schedules are skipped).
+
+        Raises:
+            ValueError: ``learning_rate`` negative, NaN or infinite; ``momentum`` outside
+                ``[0, 1)``; ``num_workers < 1``; ``capacity < num_workers``.
+            TypeError: a field of the wrong type (e.g. ``num_workers=2.0``).
+
+        Example:
+            >>> from jaxstale.asyncdp import HParams
+            >>> HParams(0.1, 0.9, 4).validate().num_workers
+            4
+        """
+        check_hyperparameters(where, self.learning_rate, self.momentum)
+        m = None
+        if not isinstance(self.num_workers, jax.core.Tracer):
+            m = check_int(self.num_workers, "num_workers", where, 1)
+        if self.capacity is not None:
+            cap = check_int(self.capacity, "capacity", where, 1)
+            if m is not None and cap < m:
+                raise ValueError(f"{where}: capacity must be >= num_workers={m}, got {cap}")
+        return self
+
+
+def check_hyperparameters(where: str, learning_rate: Any = None, momentum: Any = None) -> None:
+    """Refuse a concrete learning rate that is negative, NaN or infinite and a momentum outside
+    ``[0, 1)``, with one line that starts with ``where`` (the function called).
+
+    ``learning_rate`` may be one value, a list or tuple of them (one per run), ``None`` (not
+    given) or an optax schedule (a callable: not checked); a traced value is not checked
+    (:func:`jaxstale._checks.check_range`). ``momentum`` (``None``: not given) is static: a
+    Python float.
+
+    Raises:
+        ValueError: a value out of range, NaN or infinite.
+        TypeError: a value that is not a real number.
+
+    Example:
+        >>> from jaxstale.asyncdp.methods import check_hyperparameters
+        >>> check_hyperparameters("emulate_async", -0.1)
+        Traceback (most recent call last):
+        ...
+        ValueError: emulate_async: learning_rate must be in [0, inf), got -0.1
+    """
+    many = isinstance(learning_rate, list | tuple)
+    for lr in learning_rate if many else [learning_rate]:
+        if lr is not None and not callable(lr):
+            check_range(lr, "learning_rate", where, 0)
+    if momentum is not None:
+        check_range(momentum, "momentum", where, 0, 1)
 
 
 class MethodSpec(NamedTuple):
@@ -186,6 +239,9 @@ def build_lc_asgd_async_bn(
         >>> build_lc_asgd_async_bn(HParams(0.1, 0.0, 4)).merge_model_state is not None
         True
     """
+    check_range(momentum, "momentum", "build_lc_asgd_async_bn", 0, 1)
+    if decay is not None and not callable(decay):
+        check_range(decay, "decay", "build_lc_asgd_async_bn", 0, 1, high_open=False)
     if decay is None:
         d: jax.typing.ArrayLike = 1.0 - momentum
     elif callable(decay):
@@ -295,6 +351,11 @@ def register_method(name: str, build: MethodBuilder, *, overwrite: bool = False)
     """Register ``build(hp: HParams) -> transformation | MethodSpec`` under ``name`` for both
     executors and the experiments (``--methods name``; built-ins cannot be replaced).
 
+    Raises:
+        TypeError: ``name`` is not a non-empty string, or ``build`` is not callable.
+        ValueError: ``name`` holds a comma or whitespace (``--methods`` takes a comma-separated
+            list), is a built-in, or is taken and ``overwrite`` is False.
+
     Example:
         >>> import optax
         >>> from jaxstale.asyncdp import register_method, build_method, HParams
@@ -302,8 +363,7 @@ def register_method(name: str, build: MethodBuilder, *, overwrite: bool = False)
         >>> build_method("plain-doc", HParams(0.1, 0.0, 4)).mode
         'async'
     """
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"method name must be a non-empty str, got {name!r}")
+    check_name(name, "register_method", "method name")
     if not callable(build):
         raise TypeError(f"build must be callable(HParams) -> transformation, got {build!r}")
     if name in BUILTIN or (name in METHODS and not overwrite):
@@ -335,12 +395,17 @@ def resolve(method: Method) -> MethodBuilder:
 def build_method(name: str, hp: HParams) -> MethodSpec:
     """Build a registered method into a :class:`MethodSpec` (a bare transformation: ``"async"``).
 
+    Raises:
+        ValueError, TypeError: an unknown ``name``, or bad hyper-parameters
+            (:meth:`HParams.validate`).
+
     Example:
         >>> from jaxstale.asyncdp import build_method, HParams
         >>> build_method("ssgd", HParams(0.1, 0.9, 4)).mode
         'sync'
     """
-    return as_spec(resolve(name)(hp))
+    build = resolve(name)
+    return as_spec(build(hp.validate("build_method")))
 
 
 def as_spec(method: optax.GradientTransformation | MethodSpec) -> MethodSpec:

@@ -40,6 +40,7 @@ References:
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import jax
@@ -47,6 +48,7 @@ import jax.numpy as jnp
 import optax
 from jax.typing import ArrayLike
 
+from jaxstale._checks import check_int, check_range
 from jaxstale.lc_asgd.loss_predictor import LossPredictor, ar_loss_predictor, delay_loss
 from jaxstale.lc_asgd.step_predictor import StepObservation, StepPredictor, least_squares_steps
 
@@ -113,14 +115,14 @@ def lc_asgd(
     the predictors do; the predictors still learn, so their error can be measured at ``λ = 0``.
 
     Args:
-        lam: ``λ`` (a float or a traced scalar).
+        lam: ``λ``, finite, of either sign (a float or a traced scalar).
         num_workers: ``M`` (an int, or a traced int32 scalar if ``capacity`` is given).
         capacity: static size of per-worker arrays (``≥ M``; default ``num_workers``).
         loss_predictor: default :func:`~jaxstale.lc_asgd.ar_loss_predictor` (AR(2)).
         step_predictor: default :func:`~jaxstale.lc_asgd.least_squares_steps`.
         horizon: ``H``, the static maximum ``k`` (the rollout length).
         use_true_staleness: use the ``staleness`` extra argument as ``k`` (an oracle ablation).
-        max_scale: optional upper clip of the scale ``s``.
+        max_scale: optional upper clip of the scale ``s`` (finite, ``> 0``).
         clip_sensitivity: clip each predicted loss's sensitivity ``∂ℓ̂_j/∂ℓ_m`` to ``[0, 1]``
             (:func:`~jaxstale.lc_asgd.delay_loss`; our safeguard against an explosive online
             fit: then ``1 ≤ s ≤ 1 + λk`` for ``λ ≥ 0``). ``False``: the exact derivative.
@@ -132,6 +134,11 @@ def lc_asgd(
         required. Without ``staleness`` it is tracked from the worker ids (every update must
         then pass through this transform). Without times the server clock is used: the worker
         pulled at ``t_comm = t − τ`` and computed for ``t_comp = τ + 1`` updates.
+
+    Raises:
+        ValueError: a concrete ``lam`` that is NaN or infinite, ``horizon < 1``, ``max_scale``
+            not finite and ``> 0``, or ``num_workers`` not an int in ``[1, capacity]``.
+        TypeError: a non-integer ``horizon`` or ``capacity``, a predictor of the wrong type.
 
     Example:
         >>> import jax.numpy as jnp, optax
@@ -154,22 +161,29 @@ def lc_asgd(
         Li, He, Ren, Mao. "Developing a Loss Prediction-based Asynchronous Stochastic Gradient
         Descent Algorithm for Distributed Training of Deep Neural Networks", ICPP 2020.
     """
-    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
-        raise ValueError(f"horizon must be an int >= 1, got {horizon!r}")
-    if max_scale is not None and not max_scale > 0:
-        raise ValueError(f"max_scale must be > 0 or None, got {max_scale}")
+    name = "lc_asgd"
+    check_range(lam, "lam", name, -math.inf)  # finite, either sign
+    horizon = check_int(horizon, "horizon", name, 1)
+    if max_scale is not None:
+        check_range(max_scale, "max_scale", name, 0, low_open=True, hint=" (or None)")
     if capacity is None:
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError(
-                f"num_workers must be an int >= 1 when capacity is None, got {num_workers!r}"
+                f"{name}: num_workers must be an int >= 1 when capacity is None, got "
+                f"{num_workers!r}"
             )
         capacity = num_workers
+    capacity = check_int(capacity, "capacity", name, 1)
+    if not isinstance(num_workers, jax.core.Tracer):  # a concrete M: an int in [1, capacity]
+        m = check_int(num_workers, "num_workers", name, 1)
+        if m > capacity:
+            raise ValueError(f"{name}: num_workers must be <= capacity={capacity}, got {m}")
     lp = ar_loss_predictor() if loss_predictor is None else loss_predictor
     sp = least_squares_steps() if step_predictor is None else step_predictor
     if not isinstance(lp, LossPredictor):
-        raise TypeError(f"loss_predictor must be a LossPredictor, got {type(lp).__name__}")
+        raise TypeError(f"{name}: loss_predictor must be a LossPredictor, got {type(lp).__name__}")
     if not isinstance(sp, StepPredictor):
-        raise TypeError(f"step_predictor must be a StepPredictor, got {type(sp).__name__}")
+        raise TypeError(f"{name}: step_predictor must be a StepPredictor, got {type(sp).__name__}")
     static_zero = isinstance(lam, int | float) and lam == 0
 
     def init_fn(params: Any) -> LCASGDState:

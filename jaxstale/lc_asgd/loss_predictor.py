@@ -32,6 +32,8 @@ import optax
 from flax import nnx
 from jax.typing import ArrayLike
 
+from jaxstale._checks import check_int, check_range
+
 __all__ = [
     "ARLossState",
     "LossPredictor",
@@ -56,14 +58,6 @@ class LossPredictor(NamedTuple):
     init: Callable[[], Any]
     update: Callable[[Any, ArrayLike], Any]
     rollout: Callable[[Any, ArrayLike, int], jax.Array]
-
-
-def _check_positive_int(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    return value
 
 
 class ARLossState(NamedTuple):
@@ -102,10 +96,15 @@ def ar_loss_predictor(order: int = 2, *, forget: float = 0.99, rtol: float = 1e-
     Args:
         order: ``p ≥ 1``.
         forget: forgetting factor ``f`` in ``(0, 1]`` (memory ``≈ 1/(1 − f)`` losses).
-        rtol: relative eigenvalue cut-off of the pseudo-inverse.
+        rtol: relative eigenvalue cut-off of the pseudo-inverse, in ``[0, 1)``.
 
     Returns:
         A :class:`LossPredictor` with state :class:`ARLossState`.
+
+    Raises:
+        ValueError: ``order < 1``, ``forget`` outside ``(0, 1]`` or ``rtol`` outside
+            ``[0, 1)`` (NaN included).
+        TypeError: a non-integer ``order``, a non-numeric ``forget`` or ``rtol``.
 
     Example:
         >>> import jax
@@ -122,11 +121,10 @@ def ar_loss_predictor(order: int = 2, *, forget: float = 0.99, rtol: float = 1e-
         Li, He, Ren, Mao. "Developing a Loss Prediction-based Asynchronous Stochastic Gradient
         Descent Algorithm for Distributed Training of Deep Neural Networks", ICPP 2020.
     """
-    p = _check_positive_int("order", order)
-    if not 0.0 < forget <= 1.0:
-        raise ValueError(f"forget must be in (0, 1], got {forget}")
-    if not 0.0 <= rtol < 1.0:
-        raise ValueError(f"rtol must be in [0, 1), got {rtol}")
+    name = "ar_loss_predictor"
+    p = check_int(order, "order", name, 1)
+    check_range(forget, "forget", name, 0, 1, low_open=True, high_open=False)
+    check_range(rtol, "rtol", name, 0, 1)
     prior = jnp.zeros((p + 1,), jnp.float32).at[1].set(1.0)
 
     def init() -> ARLossState:
@@ -153,7 +151,7 @@ def ar_loss_predictor(order: int = 2, *, forget: float = 0.99, rtol: float = 1e-
         return ARLossState(history, state.count + 1, gram, moment, coef)
 
     def rollout(state: ARLossState, latest: ArrayLike, horizon: int) -> jax.Array:
-        h = _check_positive_int("horizon", horizon)
+        h = check_int(horizon, "horizon", f"{name}.rollout", 1)
         hist = state.history.at[0].set(jnp.asarray(latest, jnp.float32))
         coef = jax.lax.stop_gradient(state.coef)
 
@@ -207,11 +205,16 @@ def rnn_loss_predictor(
     Args:
         hidden: GRU width (keep it tiny; 8 has 240 parameters).
         window: ``W``, the number of past losses the GRU reads.
-        learning_rate: Adam learning rate.
+        learning_rate: Adam learning rate (finite, ``> 0``; an optax schedule is not checked).
         seed: initialisation seed.
 
     Returns:
         A :class:`LossPredictor` with state :class:`RNNLossState`.
+
+    Raises:
+        ValueError: ``hidden < 1``, ``window < 1``, or a ``learning_rate`` that is not finite
+            and ``> 0``.
+        TypeError: a non-integer ``hidden`` or ``window``, a non-numeric ``learning_rate``.
 
     Example:
         >>> import jax
@@ -226,10 +229,11 @@ def rnn_loss_predictor(
         Li, He, Ren, Mao. "Developing a Loss Prediction-based Asynchronous Stochastic Gradient
         Descent Algorithm for Distributed Training of Deep Neural Networks", ICPP 2020.
     """
-    hidden = _check_positive_int("hidden", hidden)
-    w_len = _check_positive_int("window", window)
-    if not learning_rate > 0:
-        raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
+    name = "rnn_loss_predictor"
+    hidden = check_int(hidden, "hidden", name, 1)
+    w_len = check_int(window, "window", name, 1)
+    if not callable(learning_rate):
+        check_range(learning_rate, "learning_rate", name, 0, low_open=True)
     graphdef, params0 = nnx.split(_TinyGRU(hidden, nnx.Rngs(seed)), nnx.Param)
     tx = optax.adam(learning_rate)
 
@@ -276,7 +280,7 @@ def rnn_loss_predictor(
         return RNNLossState(params, opt_state, window, state.count + 1, scale)
 
     def rollout(state: RNNLossState, latest: ArrayLike, horizon: int) -> jax.Array:
-        h = _check_positive_int("horizon", horizon)
+        h = check_int(horizon, "horizon", f"{name}.rollout", 1)
         params = jax.lax.stop_gradient(state.params)
         scale = state.scale
         seq = state.window.at[-1].set(jnp.asarray(latest, jnp.float32)) / scale
@@ -330,7 +334,7 @@ def delay_loss(
         >>> [round(float(v), 4) for v in delay_loss(lp, s, 2.0, 3, horizon=8)]
         [6.0, 3.0]
     """
-    h = _check_positive_int("horizon", horizon)
+    h = check_int(horizon, "horizon", "delay_loss", 1)
     k = jnp.clip(jnp.asarray(steps, jnp.float32), 0.0, float(h))
     weights = jnp.clip(k - jnp.arange(h, dtype=jnp.float32), 0.0, 1.0)
     z = jnp.asarray(latest, jnp.float32)

@@ -50,6 +50,8 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from jaxstale._checks import check_range
+
 __all__ = [
     "LeastSquaresStepsState",
     "StepObservation",
@@ -112,14 +114,6 @@ def _check_workers(num_workers: ArrayLike, capacity: int | None) -> tuple[jax.Ar
     if isinstance(num_workers, int) and not 1 <= num_workers <= capacity:
         raise ValueError(f"num_workers must be in [1, capacity={capacity}], got {num_workers}")
     return jnp.asarray(num_workers, jnp.int32), capacity
-
-
-def _check_unit(name: str, value: float, *, closed_low: bool) -> float:
-    ok = (0.0 <= value <= 1.0) if closed_low else (0.0 < value <= 1.0)
-    if not ok:
-        interval = "[0, 1]" if closed_low else "(0, 1]"
-        raise ValueError(f"{name} must be in {interval}, got {value}")
-    return float(value)
 
 
 class LeastSquaresStepsState(NamedTuple):
@@ -188,10 +182,15 @@ def least_squares_steps(
         forget: forgetting factor ``f`` in ``(0, 1]`` of the least-squares fit (effective
             memory ``1/(1 − f)`` arrivals).
         decay: EMA factor in ``[0, 1]`` for the compute durations (0 = last value only).
-        ridge: ``ρ ≥ 0``, strength of the pull towards ``θ_prior``.
+        ridge: ``ρ ≥ 0`` (finite), strength of the pull towards ``θ_prior``.
 
     Returns:
         A :class:`StepPredictor`.
+
+    Raises:
+        ValueError: ``forget`` outside ``(0, 1]``, ``decay`` outside ``[0, 1]``, ``ridge``
+            negative or infinite (NaN included).
+        TypeError: a non-numeric argument.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -212,10 +211,11 @@ def least_squares_steps(
         Li, He, Ren, Mao. "Developing a Loss Prediction-based Asynchronous Stochastic Gradient
         Descent Algorithm for Distributed Training of Deep Neural Networks", ICPP 2020.
     """
-    forget = _check_unit("forget", forget, closed_low=False)
-    decay = _check_unit("decay", decay, closed_low=True)
-    if not ridge >= 0.0:
-        raise ValueError(f"ridge must be >= 0, got {ridge}")
+    name = "least_squares_steps"
+    check_range(forget, "forget", name, 0, 1, low_open=True, high_open=False)
+    check_range(decay, "decay", name, 0, 1, high_open=False)
+    check_range(ridge, "ridge", name, 0)
+    forget, decay = float(forget), float(decay)
     prior = jnp.array([0.0, 1.0], jnp.float32)
 
     def init(num_workers: ArrayLike, capacity: int | None = None) -> LeastSquaresStepsState:
@@ -275,10 +275,14 @@ def constant_steps(value: float | None = None) -> StepPredictor:
     """A step predictor that always predicts ``value`` (default ``M − 1``: round-robin).
 
     Args:
-        value: the constant prediction ``≥ 0``; ``None`` means ``M − 1``.
+        value: the constant prediction ``≥ 0`` (finite); ``None`` means ``M − 1``.
 
     Returns:
         A :class:`StepPredictor` whose state is the constant.
+
+    Raises:
+        ValueError: ``value`` negative, NaN or infinite.
+        TypeError: a non-numeric ``value``.
 
     Example:
         >>> from jaxstale.lc_asgd import constant_steps
@@ -286,8 +290,8 @@ def constant_steps(value: float | None = None) -> StepPredictor:
         >>> float(sp.predict(sp.init(8), 3))
         7.0
     """
-    if value is not None and not value >= 0:
-        raise ValueError(f"value must be >= 0 or None, got {value}")
+    if value is not None:
+        check_range(value, "value", "constant_steps", 0, hint=" (or None: M - 1)")
 
     def init(num_workers: ArrayLike, capacity: int | None = None) -> jax.Array:
         m, _ = _check_workers(num_workers, capacity)

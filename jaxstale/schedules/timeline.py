@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxstale._checks import check_int
+
 IDLE = 0
 FORWARD = 1
 BACKWARD = 2
@@ -128,14 +130,6 @@ class Schedule:
             for k in range(self.num_stages)
             if self.table[tick, k] != IDLE
         ]
-
-
-def _check_int(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
 
 
 def _one_f_one_b_order(
@@ -280,9 +274,9 @@ def gpipe(num_stages: int, num_batches: int, num_micro: int | None = None) -> Sc
     References:
         Huang et al., "GPipe", NeurIPS 2019, arXiv:1811.06965.
     """
-    n = _check_int("num_stages", num_stages)
-    nb = _check_int("num_batches", num_batches)
-    nm = _check_int("num_micro", n if num_micro is None else num_micro)
+    n = check_int(num_stages, "num_stages", "gpipe", 1)
+    nb = check_int(num_batches, "num_batches", "gpipe", 1)
+    nm = check_int(n if num_micro is None else num_micro, "num_micro", "gpipe", 1)
     orders = []
     for _k in range(n):
         o: list[tuple[int, int, int]] = []
@@ -319,8 +313,8 @@ def one_f_one_b(num_stages: int, num_batches: int) -> Schedule:
     References:
         Narayanan et al., "PipeDream", SOSP 2019.
     """
-    n = _check_int("num_stages", num_stages)
-    nb = _check_int("num_batches", num_batches)
+    n = check_int(num_stages, "num_stages", "one_f_one_b", 1)
+    nb = check_int(num_batches, "num_batches", "one_f_one_b", 1)
     items = [(b, 0) for b in range(nb)]
     orders = [_one_f_one_b_order(n, k, items) for k in range(n)]
     return _simulate("1f1b", n, nb, 1, orders, {"num_stages": n})
@@ -352,9 +346,9 @@ def one_f_one_b_flush(num_stages: int, num_batches: int, num_micro: int | None =
         Narayanan et al., "Memory-Efficient Pipeline-Parallel DNN Training", ICML 2021,
         arXiv:2006.09503.
     """
-    n = _check_int("num_stages", num_stages)
-    nb = _check_int("num_batches", num_batches)
-    nm = _check_int("num_micro", n if num_micro is None else num_micro)
+    n = check_int(num_stages, "num_stages", "one_f_one_b_flush", 1)
+    nb = check_int(num_batches, "num_batches", "one_f_one_b_flush", 1)
+    nm = check_int(n if num_micro is None else num_micro, "num_micro", "one_f_one_b_flush", 1)
     opts = {"num_stages": n, "num_micro": nm}
     return _simulate("1f1b-flush", n, nb, nm, _flush_orders(n, nb, nm), opts)
 
@@ -424,16 +418,20 @@ def pipedream_2bw(
         Training", ICML 2021, arXiv:2006.09503; code: https://github.com/msr-fiddle/pipedream
         (branch ``pipedream_2bw``).
     """
-    n = _check_int("num_stages", num_stages)
-    nb = _check_int("num_batches", num_batches)
-    nm = _check_int("num_micro", n if num_micro is None else num_micro)
-    if isinstance(delay, bool) or delay not in (0, 1):
-        raise ValueError(f"delay must be 0 (PipeDream-Flush) or 1 (2BW), got {delay!r}")
+    n = check_int(num_stages, "num_stages", "pipedream_2bw", 1)
+    nb = check_int(num_batches, "num_batches", "pipedream_2bw", 1)
+    nm = check_int(n if num_micro is None else num_micro, "num_micro", "pipedream_2bw", 1)
+    if isinstance(delay, bool) or not isinstance(delay, int | np.integer) or delay not in (0, 1):
+        raise ValueError(
+            f"pipedream_2bw: delay must be 0 (PipeDream-Flush) or 1 (2BW), got {delay!r}"
+        )
     opts = {"num_stages": n, "num_micro": nm, "delay": delay}
     if delay == 0:
         return _simulate("2bw", n, nb, nm, _flush_orders(n, nb, nm), opts)
     if nm < n - 1:
-        raise ValueError(f"2bw needs num_micro >= num_stages - 1 = {n - 1}, got {nm}")
+        raise ValueError(
+            f"pipedream_2bw: 2bw needs num_micro >= num_stages - 1 = {n - 1}, got {nm}"
+        )
     items = [(b, m) for b in range(nb) for m in range(nm)]
     orders = [_one_f_one_b_order(n, k, items) for k in range(n)]
     return _simulate("2bw", n, nb, nm, orders, opts, delay=1)

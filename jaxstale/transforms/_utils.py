@@ -1,16 +1,18 @@
-"""Helpers shared by the transforms: required extra arguments, pytree and range checks."""
+"""Helpers shared by the transforms: required extra arguments, pytree and index checks.
+
+The range checks of hyper-parameters (:func:`~jaxstale._checks.check_range`,
+:func:`~jaxstale._checks.static_int`) live in :mod:`jaxstale._checks`, shared by the library.
+"""
 
 from __future__ import annotations
 
-import math
-import operator
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxstale._checks import debug_check
+from jaxstale._checks import check_range
 from jaxstale.versions import conform_structure
 
 PyTree = Any
@@ -98,83 +100,6 @@ def broadcast_prefix(prefix: PyTree, tree: PyTree, name: str, transform: str) ->
             f"(same container types, e.g. one value per stage sub-tree); got structure "
             f"{jax.tree.structure(prefix)} for parameters {jax.tree.structure(tree)}"
         ) from err
-
-
-def _show(value: Any) -> str:
-    """A short one-line rendering of a concrete value for an error message."""
-    arr = np.asarray(value)
-    if arr.shape == ():
-        return repr(arr.item())
-    return np.array2string(arr, separator=", ", threshold=6, max_line_width=10**6)
-
-
-def _is_real(dtype: Any) -> bool:
-    """An integer or floating dtype (bool, complex, strings and objects are not)."""
-    return bool(jnp.issubdtype(dtype, jnp.integer) or jnp.issubdtype(dtype, jnp.floating))
-
-
-def _interval(low: float, high: float, low_open: bool, high_open: bool) -> str:
-    return f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-
-
-def check_range(
-    value: Any,
-    name: str,
-    where: str,
-    low: float,
-    high: float = math.inf,
-    *,
-    low_open: bool = False,
-    high_open: bool = True,
-    hint: str = "",
-) -> None:
-    """Check that a hyper-parameter (a number or an array of numbers) lies in an interval.
-
-    A concrete value (a Python or numpy number, a concrete jax array) is checked now: outside
-    the interval (NaN is outside every interval; ``high = inf`` with ``high_open`` excludes
-    ``inf``) raises ``ValueError("<where>: <name> must be in [low, high), got v")``, a bool or
-    a non-numeric value ``TypeError``. A *traced* value (inside ``jax.jit``, ``lax.scan``,
-    ``jax.vmap``, or injected by ``optax.inject_hyperparams`` in a jitted step) cannot be
-    checked on the host: a ``checkify`` check is registered instead, which reports
-    ``"<where>: <name>=v is outside [low, high)"`` when the caller wraps the computation in
-    ``jax.experimental.checkify.checkify`` and does nothing otherwise (as
-    :meth:`jaxstale.VersionBuffer.get` does for a traced τ).
-    """
-    interval = _interval(low, high, low_open, high_open)
-    if isinstance(value, jax.core.Tracer):
-        if not _is_real(value.dtype):
-            raise TypeError(f"{where}: {name} must be a real number, got dtype {value.dtype}")
-        above = value > low if low_open else value >= low
-        below = value < high if high_open else value <= high
-        debug_check(
-            jnp.all(above & below), f"{where}: {name}={{value}} is outside {interval}", value=value
-        )
-        return
-    arr = np.asarray(value) if not isinstance(value, bool) else np.asarray(value, object)
-    if not _is_real(arr.dtype):
-        raise TypeError(f"{where}: {name} must be a real number, got {type(value).__name__}")
-    inside = (arr > low if low_open else arr >= low) & (arr < high if high_open else arr <= high)
-    if not np.all(inside):
-        raise ValueError(f"{where}: {name} must be in {interval}{hint}, got {_show(value)}")
-
-
-def static_int(value: Any, name: str, where: str, minimum: int) -> int:
-    """``int(value)`` for a hyper-parameter that fixes the state's shapes (must be concrete).
-
-    Raises ``TypeError`` for a bool, a non-integer or a traced value (the hint names
-    ``optax.inject_hyperparams``' ``static_args``) and ``ValueError`` below ``minimum``.
-    """
-    if isinstance(value, jax.core.Tracer):
-        raise TypeError(
-            f"{where}: {name} must be a concrete int (it fixes the state's shapes), got a traced "
-            f"value; with optax.inject_hyperparams pass static_args=({name!r},)"
-        )
-    if isinstance(value, bool) or np.asarray(value).dtype.kind not in "iu":
-        raise TypeError(f"{where}: {name} must be an int, got {type(value).__name__}")
-    result = operator.index(np.asarray(value).item())
-    if result < minimum:
-        raise ValueError(f"{where}: {name} must be >= {minimum}, got {result}")
-    return result
 
 
 def check_index(value: Any, name: str, where: str, size: int) -> jax.Array:

@@ -8,14 +8,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxstale.transforms._utils import (
-    MISSING,
-    check_index,
-    check_range,
-    current_and_stale,
-    require_extra,
-    static_int,
-)
+from jaxstale._checks import check_range, static_int
+from jaxstale.transforms._utils import MISSING, check_index, current_and_stale, require_extra
 
 __all__ = ["DCASGDState", "dc_asgd"]
 

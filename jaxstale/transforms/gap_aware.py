@@ -8,7 +8,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxstale.transforms._utils import MISSING, check_range, current_and_stale
+from jaxstale._checks import check_range
+from jaxstale.transforms._utils import MISSING, current_and_stale
 
 __all__ = ["GapAwareState", "gap_aware"]
 

@@ -8,7 +8,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxstale.transforms._utils import MISSING, broadcast_prefix, check_range, require_extra
+from jaxstale._checks import check_range
+from jaxstale.transforms._utils import MISSING, broadcast_prefix, require_extra
 
 __all__ = [
     "StalenessAwareState",
@@ -109,15 +110,36 @@ class StalenessScheduleState(NamedTuple):
     count: jax.Array  # type: ignore[assignment]  # shadows tuple.count, as in optax
 
 
+def _check_schedule_args(learning_rate: Any, power: Any, where: str) -> None:
+    """A concrete ``learning_rate`` finite and ``>= 0`` (a schedule is not checked), ``power``
+    finite and ``>= 0``."""
+    if not callable(learning_rate):
+        check_range(
+            learning_rate,
+            "learning_rate",
+            where,
+            0,
+            hint=" (a finite float >= 0, or an optax schedule)",
+        )
+    check_range(power, "power", where, 0)
+
+
 class StalenessSchedule:
     """A stateful optax schedule ``η_t(τ) = η(t) / max(τ, 1)^p`` reading the ``staleness`` arg.
 
     It implements optax's ``StatefulSchedule`` protocol (``init``, ``update``, ``__call__``), so
     ``optax.inject_hyperparams`` evaluates it on every update with the extra arguments given to
     ``update``: pass ``staleness=τ`` there. Build it with :func:`staleness_schedule`.
+
+    Raises:
+      ValueError: a concrete ``learning_rate`` that is negative, NaN or infinite, or a
+        ``power`` that is negative, NaN or infinite (as :func:`staleness_schedule`).
+      TypeError: a ``learning_rate`` that is neither a number nor a schedule, or a non-numeric
+        ``power``.
     """
 
-    def __init__(self, learning_rate: optax.ScalarOrSchedule, power: float = 1.0):
+    def __init__(self, learning_rate: optax.ScalarOrSchedule, power: float = 1.0) -> None:
+        _check_schedule_args(learning_rate, power, "StalenessSchedule")
         self.learning_rate = learning_rate
         self.power = power
 
@@ -175,12 +197,18 @@ def staleness_schedule(
     otherwise treated as fresh).
 
     Args:
-      learning_rate: the base learning rate ``η``, a float or an optax schedule.
+      learning_rate: the base learning rate ``η ≥ 0``, a float or an optax schedule (whose
+        values are not checked).
       power: ``p ≥ 0``, the exponent of the staleness.
 
     Returns:
       A :class:`StalenessSchedule` to pass as a hyperparameter of a factory wrapped in
       ``optax.inject_hyperparams``.
+
+    Raises:
+      ValueError: a concrete ``learning_rate`` or a ``power`` that is negative, NaN or infinite.
+      TypeError: a ``learning_rate`` that is neither a number nor a schedule, or a non-numeric
+        ``power``.
 
     Example:
       >>> import jax.numpy as jnp, optax
@@ -196,7 +224,5 @@ def staleness_schedule(
       Wei Zhang, Suyog Gupta, Xiangru Lian, Ji Liu, "Staleness-aware Async-SGD for Distributed
       Deep Learning", IJCAI 2016, https://arxiv.org/abs/1511.05950
     """
-    power = float(power)
-    if power < 0:
-        raise ValueError(f"staleness_schedule: power must be >= 0, got {power}")
-    return StalenessSchedule(learning_rate, power)
+    _check_schedule_args(learning_rate, power, "staleness_schedule")
+    return StalenessSchedule(learning_rate, float(power))

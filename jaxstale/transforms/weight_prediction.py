@@ -9,7 +9,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxstale.transforms._utils import broadcast_prefix, check_like, check_range
+from jaxstale._checks import check_range
+from jaxstale.transforms._utils import broadcast_prefix, check_like
 
 __all__ = [
     "WeightPredictionState",
@@ -77,6 +78,11 @@ def weight_prediction(
     Returns:
       An ``optax.GradientTransformationExtraArgs`` with a :class:`WeightPredictionState`.
 
+    Raises:
+      TypeError: ``inner`` is not an optax ``GradientTransformation`` (e.g. the name
+        ``"sgd"``, or the factory ``optax.sgd`` rather than ``optax.sgd(0.1)``).
+      ValueError: ``velocity_decay`` outside ``[0, 1)`` or NaN.
+
     Example:
       >>> import jax.numpy as jnp, optax
       >>> from jaxstale import predict_weights, weight_prediction
@@ -100,6 +106,12 @@ def weight_prediction(
       Weight Prediction", arXiv 2023, https://arxiv.org/abs/2312.00839,
       code https://github.com/guanleics/PipeOptim
     """
+    if not (callable(getattr(inner, "init", None)) and callable(getattr(inner, "update", None))):
+        hint = " (call the factory: optax.sgd(0.1), not optax.sgd)" if callable(inner) else ""
+        raise TypeError(
+            "weight_prediction: inner must be an optax GradientTransformation (the optimizer "
+            f"it wraps, e.g. optax.sgd(0.1, momentum=0.9)){hint}, got {type(inner).__name__}"
+        )
     inner = optax.with_extra_args_support(inner)
     if velocity_decay is not None:
         check_range(velocity_decay, "velocity_decay", "weight_prediction", 0, 1)
