@@ -49,30 +49,36 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from jaxstale import asyncdp, data, delays, runs
+from jaxstale import asyncdp, data, delays, models, runs
 
 from .common import (
-    add_batch_size,
-    add_methods,
-    add_seed_mode,
-    add_tuning_args,
     chance,
     lanes_for,
-    load_data,
+    load_checked,
     make_delay,
-    open_run,
+    opened,
     run_row,
     seed_mode,
-    set_help,
     splits,
     title,
     tuned_tables,
 )
-from .config import check_memory, check_model, refuse_unused, usage_errors
+from .config import (
+    Base,
+    ConfigError,
+    check_memory,
+    check_model,
+    from_argv,
+    opt,
+    refuse_unused,
+    usage_errors,
+)
+from .presets import PRESETS
 
 EXPERIMENT = "async_workers"
 DEFAULT_METHODS = (
@@ -90,75 +96,6 @@ DEFAULT_METHODS = (
 ONE_WORKER = ("sgd",)  # methods that only run with M = 1
 LAMBDA_METHODS = ("lc-asgd", "lc-asgd-async-bn")  # λ tuned with the rate
 KEY = ("method", "workers", "momentum", "lr", "lam", "seed")  # the fields of a cell key
-#: paper-scale configurations (``--preset``) for users with a GPU and prepared TFDS data: the
-#: papers' set-ups as far as the emulator goes, and the papers' own test errors (%) printed
-#: beside ours. Differences from the papers are named in ``"differs"``.
-PRESETS: dict[str, dict[str, Any]] = {
-    "dc-asgd-cifar10": {
-        "source": "Zheng et al., ICML 2017, Table 1 (CIFAR-10, ResNet-20, 160 epochs)",
-        "config": {
-            "dataset": "cifar10",
-            "standardize": "channel",
-            "model": "resnet20",
-            "methods": ["sgd", "ssgd", "asgd", "dc-asgd-c", "dc-asgd-a"],
-            "workers": [4, 8],
-            "momentum": [0.9],
-            "lrs": [0.05, 0.1, 0.2, 0.5],
-            "batch_size": 128,
-            "updates": 160 * 50_000 // 128,  # 160 epochs of 50,000 images, equal samples
-            "seeds": 5,
-        },
-        "differs": "no step decay of the rate (the paper divides it by 10 at epochs 80 and "
-        "120); no data augmentation; the rate is selected on our validation split",
-        "paper_error": {
-            ("sgd", 1): 8.65,
-            ("asgd", 4): 9.27,
-            ("ssgd", 4): 9.17,
-            ("dc-asgd-c", 4): 8.67,
-            ("dc-asgd-a", 4): 8.19,
-            ("asgd", 8): 10.26,
-            ("ssgd", 8): 10.10,
-            ("dc-asgd-c", 8): 9.27,
-            ("dc-asgd-a", 8): 8.57,
-        },
-    },
-    "lc-asgd-cifar10": {
-        "source": "Li et al., ICPP 2020 (CIFAR-10, ResNet-18; LC-ASGD with BN / Async-BN)",
-        "config": {
-            "dataset": "cifar10",
-            "standardize": "channel",
-            "model": "resnet20",
-            "methods": ["sgd", "ssgd", "asgd", "dc-asgd-a", "lc-asgd", "lc-asgd-async-bn"],
-            "workers": [4, 8, 16],
-            "momentum": [0.9],
-            "lrs": [0.05, 0.1, 0.2],
-            "batch_size": 128,
-            "updates": 160 * 50_000 // 128,
-            "seeds": 5,
-        },
-        "differs": "ResNet-20 instead of ResNet-18 (the zoo's CIFAR ResNet); no step decay, no "
-        "augmentation; the rate and λ are selected on our validation split",
-        "paper_error": {
-            ("sgd", 1): 5.15,
-            ("ssgd", 4): 5.67,
-            ("asgd", 4): 5.73,
-            ("dc-asgd-a", 4): 5.33,
-            ("lc-asgd", 4): 4.98,
-            ("lc-asgd-async-bn", 4): 4.87,
-            ("ssgd", 8): 6.19,
-            ("asgd", 8): 6.38,
-            ("dc-asgd-a", 8): 5.72,
-            ("lc-asgd", 8): 5.11,
-            ("lc-asgd-async-bn", 8): 4.96,
-            ("ssgd", 16): 6.41,
-            ("asgd", 16): 6.59,
-            ("dc-asgd-a", 16): 6.05,
-            ("lc-asgd", 16): 5.76,
-            ("lc-asgd-async-bn", 16): 5.52,
-        },
-    },
-}
-
 #: the learning-rate grid per momentum (×10 without momentum: the same effective step η/(1−μ))
 LRS = {0.9: [0.001, 0.003, 0.01, 0.03, 0.1], 0.0: [0.01, 0.03, 0.1, 0.3, 1.0]}
 
@@ -166,44 +103,140 @@ LRS = {0.9: [0.001, 0.003, 0.01, 0.03, 0.1], 0.0: [0.01, 0.03, 0.1, 0.3, 1.0]}
 # ----------------------------------------------------------------------------- the experiment
 
 
-def config_from_args(args: Any) -> dict[str, Any]:
-    quick = bool(args.quick)
-    pre = PRESETS[args.preset]["config"] if args.preset else {}
-    momenta = args.momentum or pre.get("momentum") or [0.9]
-    grid = args.lrs or pre.get("lrs")
-    lrs = {
-        str(mu): list(grid)
-        if grid
-        else ([0.003, 0.03] if quick else LRS.get(mu, LRS[0.9] if mu else LRS[0.0]))
-        for mu in momenta
-    }
-    return {
-        "quick": quick,
-        "preset": args.preset,
-        # a preset's dataset and standardisation unless the flags differ from their defaults
-        "dataset": pre.get("dataset", "digits") if args.dataset == "digits" else args.dataset,
-        "standardize": pre.get("standardize", "feature")
-        if args.standardize == "feature"
-        else args.standardize,
-        "model": (args.model or [pre.get("model", "mlp")])[0],
-        "model_kw": {},
-        "methods": list(args.methods or pre.get("methods") or DEFAULT_METHODS),
-        "workers": args.workers or pre.get("workers") or ([4, 16] if quick else [4, 8, 16, 32]),
-        "momentum": momenta,
-        "lrs": lrs,
-        "lc_lambdas": args.lc_lambdas or ([0.1] if quick else [-0.1, 0.1]),
-        "seeds": args.seeds or pre.get("seeds") or (2 if quick else 5),
-        "batch_size": args.batch_size or pre.get("batch_size") or 32,
-        "updates": args.steps or (300 if quick else pre.get("updates", 1500)),
-        "eval_every": 50,
-        "target": args.target,
-        "delay": args.delay,
-        "straggler_fraction": args.straggler_fraction,
-        "straggler_slowdown": args.straggler_slowdown,
-        "warmup_epochs": args.warmup_epochs,
-        "seed_mode": args.seed_mode,
-        "executor": args.executor,
-    }
+@dataclass(frozen=True)
+class Config(Base):
+    """async_workers' configuration (``None``: a preset's value, else the default of
+    :meth:`resolved`)."""
+
+    model: tuple[str, ...] | None = opt(
+        None, "model name (one; default mlp)", choices=models.model_names, kind="model"
+    )
+    steps: int | None = opt(
+        None, "mini-batches per run, the budget (default 1500; --quick 300)", low=1
+    )
+    seeds: int | None = opt(None, "number of seeds (default 5; --quick 2)", low=1)
+    lrs: tuple[float, ...] | None = opt(
+        None,
+        "learning-rate grid; each method and setting uses the rate with the best validation "
+        "accuracy (default by momentum: 0.9 -> 0.001,0.003,0.01,0.03,0.1; --quick 0.003,0.03)",
+        low=0,
+        low_open=True,
+    )
+    methods: tuple[str, ...] | None = opt(
+        None, f"methods (default {','.join(DEFAULT_METHODS)})", choices=asyncdp.method_names,
+        kind="method",
+    )  # fmt: skip
+    workers: tuple[int, ...] | None = opt(
+        None, "worker counts M (default 4,8,16,32; --quick 4,16; sgd runs at M = 1)", low=1
+    )
+    momentum: tuple[float, ...] | None = opt(
+        None, "momenta (default 0.9)", low=0, high=1, high_open=True
+    )
+    target: float = opt(
+        0.95,
+        "validation accuracy whose first crossing is the time to accuracy",
+        low=0,
+        high=1,
+        low_open=True,
+    )
+    lc_lambdas: tuple[float, ...] | None = opt(
+        None, "LC-ASGD's λ grid, tuned with the rate, sign included (default -0.1,0.1)"
+    )
+    batch_size: int | None = opt(None, "mini-batch size (default 32)", low=1)
+    preset: str | None = opt(
+        None,
+        "a paper-scale configuration (CIFAR-10, ResNet-20; needs prepared TFDS data and a GPU), "
+        "with the paper's numbers beside ours; other flags override it",
+        choices=sorted(PRESETS),
+        kind="preset",
+    )
+    delay: str = opt(
+        "gamma",
+        "delay model: gamma (workers with gamma-distributed step times), round_robin (worker "
+        "m's gradient lands after the other M - 1), constant (every gradient M - 1 updates "
+        "stale)",
+        choices=delays.DELAY_MODELS,
+        kind="delay model",
+    )
+    straggler_fraction: float = opt(
+        0.0, "--delay gamma only: fraction of workers that are stragglers", low=0, high=1
+    )
+    straggler_slowdown: float = opt(
+        1.0, "--delay gamma only: how many times slower a straggler's steps are", low=1
+    )
+    warmup_epochs: int = opt(0, "lr warm-up from lr/M (DANA: 5)", low=0)
+    seed_mode: str = opt(
+        "auto",
+        "seeds and rates as vmapped lanes of one run, or one after the other (auto: by model "
+        "and backend)",
+        choices=("auto", "vmap", "sequential"),
+        kind="seed mode",
+    )
+    executor: str = opt(
+        "emulate",
+        "emulate: one device (exact emulation); mesh: workers on a 'data' device axis (on a "
+        "CPU, emulate devices with XLA_FLAGS=--xla_force_host_platform_device_count=8); see "
+        "the README for what agrees with what",
+        choices=asyncdp.EXECUTORS,
+        kind="executor",
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.model is not None and len(self.model) > 1:
+            raise ConfigError("model", f"async_workers takes one model, got {','.join(self.model)}")
+        unused = {}
+        if self.delay != "gamma":
+            why = f"applies to --delay gamma only, not {self.delay}"
+            unused.update(straggler_fraction=why, straggler_slowdown=why)
+        methods = self.methods or (PRESETS[self.preset]["config"] if self.preset else {}).get(
+            "methods", DEFAULT_METHODS
+        )
+        if not set(LAMBDA_METHODS) & set(methods):
+            unused["lc_lambdas"] = f"applies to {' / '.join(LAMBDA_METHODS)} only, not in --methods"
+        refuse_unused(self, unused)
+
+    def resolved(self) -> dict[str, Any]:
+        """The run's config (decides its results; its hash names the folder)."""
+        quick = self.quick
+        pre = PRESETS[self.preset]["config"] if self.preset else {}
+        momenta = list(self.momentum or pre.get("momentum") or [0.9])
+        grid = self.lrs or pre.get("lrs")
+        lrs = {
+            str(mu): list(grid)
+            if grid
+            else ([0.003, 0.03] if quick else LRS.get(mu, LRS[0.9] if mu else LRS[0.0]))
+            for mu in momenta
+        }
+        return {
+            "quick": quick,
+            "preset": self.preset,
+            # a preset's dataset and standardisation unless the fields differ from their defaults
+            "dataset": pre.get("dataset", "digits") if self.dataset == "digits" else self.dataset,
+            "standardize": pre.get("standardize", "feature")
+            if self.standardize == "feature"
+            else self.standardize,
+            "model": (self.model or [pre.get("model", "mlp")])[0],
+            "model_kw": {},
+            "methods": list(self.methods or pre.get("methods") or DEFAULT_METHODS),
+            "workers": list(
+                self.workers or pre.get("workers") or ([4, 16] if quick else [4, 8, 16, 32])
+            ),
+            "momentum": momenta,
+            "lrs": lrs,
+            "lc_lambdas": list(self.lc_lambdas or ([0.1] if quick else [-0.1, 0.1])),
+            "seeds": self.seeds or pre.get("seeds") or (2 if quick else 5),
+            "batch_size": self.batch_size or pre.get("batch_size") or 32,
+            "updates": self.steps or (300 if quick else pre.get("updates", 1500)),
+            "eval_every": 50,
+            "target": self.target,
+            "delay": self.delay,
+            "straggler_fraction": self.straggler_fraction,
+            "straggler_slowdown": self.straggler_slowdown,
+            "warmup_epochs": self.warmup_epochs,
+            "seed_mode": self.seed_mode,
+            "executor": self.executor,
+        }
 
 
 def _cells(cfg: dict[str, Any]) -> list[dict[str, Any]]:
@@ -500,94 +533,12 @@ def rows_async_ref(rows: list[dict]) -> str:
 # ----------------------------------------------------------------------------- main
 
 
-def parser() -> Any:
-    p = runs.cli_parser(__doc__.splitlines()[0])
-    add_methods(p, asyncdp.method_names, "method", DEFAULT_METHODS)
-    p.add_argument(
-        "--workers",
-        type=runs.int_list(low=1),
-        default=None,
-        help="comma-separated worker counts M (default 4,8,16,32; sgd runs at M = 1)",
-    )
-    p.add_argument(
-        "--momentum",
-        type=runs.float_list(low=0, high=1, high_open=True),
-        default=None,
-        help="comma-separated momenta (default 0.9)",
-    )
-    add_tuning_args(p, lrs=LRS[0.9])
-    p.add_argument(
-        "--lc-lambdas",
-        type=runs.float_list(),
-        default=None,
-        help="LC-ASGD's λ grid, tuned with the rate, sign included (default -0.1,0.1)",
-    )
-    add_batch_size(p, None, "mini-batch size (32)")
-    p.add_argument(
-        "--preset",
-        choices=sorted(PRESETS),
-        default=None,
-        help="a paper-scale configuration (CIFAR-10, ResNet-20; needs prepared TFDS data and a "
-        "GPU), with the paper's numbers beside ours; other flags override it",
-    )
-    p.add_argument(
-        "--delay",
-        default="gamma",
-        choices=delays.DELAY_MODELS,
-        help="delay model: gamma (workers with gamma-distributed step times, the default), "
-        "round_robin (worker m's gradient lands after the other M - 1), constant (every "
-        "gradient M - 1 updates stale)",
-    )
-    p.add_argument(
-        "--straggler-fraction",
-        type=runs.number(float, low=0, high=1),
-        default=0.0,
-        help="--delay gamma only: fraction of workers that are stragglers (default 0)",
-    )
-    p.add_argument(
-        "--straggler-slowdown",
-        type=runs.number(float, low=1),
-        default=1.0,
-        help="--delay gamma only: how many times slower a straggler's steps are (default 1)",
-    )
-    p.add_argument(
-        "--warmup-epochs",
-        type=runs.number(int, low=0),
-        default=0,
-        help="lr warm-up from lr/M (DANA: 5)",
-    )
-    add_seed_mode(p)
-    p.add_argument(
-        "--executor",
-        default="emulate",
-        choices=asyncdp.EXECUTORS,
-        help="emulate: one device (exact emulation); mesh: workers on a 'data' device axis "
-        "(same results). On a CPU, emulate devices with "
-        "XLA_FLAGS=--xla_force_host_platform_device_count=8",
-    )
-    set_help(p, steps="mini-batches per run, the budget (default 1500; --quick 300)")
-    return p
-
-
-def check_config(p: Any, cfg: dict[str, Any], args: Any, ds: Any) -> None:
-    """Input errors argparse cannot see, as one-line usage errors (exit 2) before anything is
-    written: one model, a model that fits the data, flags that would be ignored, sizes that
-    cannot fit in memory."""
-    if args.model and len(args.model) > 1:
-        p.error(f"argument --model: async_workers takes one model, got {','.join(args.model)}")
+def _prepare(config: Config) -> tuple[dict[str, Any], data.Dataset]:
+    """The resolved config and its dataset, checked against each other (the model fits the
+    data, the batch the training set, the sweep the memory)."""
+    cfg = config.resolved()
+    ds = load_checked(cfg, config)
     params = check_model("model", cfg["model"], ds, cfg["model_kw"])
-    unused = {}
-    if cfg["delay"] != "gamma":
-        why = f"applies to --delay gamma only, not {cfg['delay']}"
-        unused.update(straggler_fraction=why, straggler_slowdown=why)
-    if not set(LAMBDA_METHODS) & set(cfg["methods"]):
-        unused["lc_lambdas"] = f"applies to {' / '.join(LAMBDA_METHODS)} only, not in --methods"
-    refuse_unused(args, unused, {dest: p.get_default(dest) for dest in unused})
-    if cfg["batch_size"] > len(ds.x_train):
-        p.error(
-            f"argument --batch-size: {cfg['batch_size']} exceeds the {len(ds.x_train)} training "
-            "examples"
-        )
     lanes = cfg["seeds"] * max(len(v) for v in cfg["lrs"].values()) * len(cfg["lc_lambdas"])
     m = max(cfg["workers"])
     check_memory(
@@ -598,33 +549,50 @@ def check_config(p: Any, cfg: dict[str, Any], args: Any, ds: Any) -> None:
             "steps": 8.0 * cfg["updates"] * (cfg["batch_size"] + 2 * m) * lanes,
         },
     )
+    return cfg, ds
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Run the sweep (resuming finished cells); returns ``{"rows", "paths", "table"}``."""
-    t0 = time.perf_counter()
-    p = parser()
-    args = p.parse_args(argv)
-    cfg = config_from_args(args)
-    ds = load_data(cfg, args, p)
-    with usage_errors(p):
-        check_config(p, cfg, args, ds)
-    run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__], ds)
-    keys = _cells(cfg)
-    rows = run.run_grouped(
-        keys,
+def run(config: Config) -> list[dict[str, Any]]:
+    """Runs every (method, M, momentum, lr, λ, seed) cell not already in the run folder;
+    returns the rows.
+
+    Raises:
+      ConfigError: a value that does not fit the data or the machine (names the field).
+      jaxstale.runs.RunFolderError: ``out`` holds another config or results of other code.
+    """
+    cfg, ds, folder = opened(EXPERIMENT, config, sys.modules[__name__], _prepare, fresh=True)
+    return folder.run_grouped(
+        _cells(cfg),
         lambda ks: _run_group(cfg, ds, ks),
         vary=("seed", "workers", "lr"),
         desc=EXPERIMENT,
     )
+
+
+def report(
+    rows: list[dict[str, Any]], config: Config, started: float | None = None
+) -> dict[str, Any]:
+    """Tables, figures and the staleness histogram into the run folder; returns ``{"rows",
+    "paths", "table", "selected"}``."""
+    cfg, ds, folder = opened(EXPERIMENT, config, sys.modules[__name__], _prepare)
     table, selected = make_table(rows, cfg, chance(ds))
-    figs = make_figures(rows, selected, lambda r: run.metrics({k: r[k] for k in KEY}), cfg)
+    figs = make_figures(rows, selected, lambda r: folder.metrics({k: r[k] for k in KEY}), cfg)
     counts = {
         str(m): c.tolist() for m in cfg["workers"] if (c := staleness_counts(rows, m)) is not None
     }
-    runs.atomic_write_text(run.path / "staleness.json", json.dumps(counts) + "\n")
-    paths = run.report(table, figs, num_runs=len(rows), started=t0)
+    runs.atomic_write_text(folder.path / "staleness.json", json.dumps(counts) + "\n")
+    paths = folder.report(table, figs, num_runs=len(rows), started=started)
     return {"rows": rows, "paths": paths, "table": table, "selected": selected}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """The command line over :func:`run` and :func:`report` (flags from :class:`Config`)."""
+    t0 = time.perf_counter()
+    config, p = from_argv(Config, argv, __doc__.splitlines()[0])
+    with usage_errors(p):
+        rows = run(config)
+        return report(rows, config, started=t0)
+    raise AssertionError("not reached")  # pragma: no cover (usage errors exit)
 
 
 if __name__ == "__main__":

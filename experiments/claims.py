@@ -25,7 +25,6 @@ refused, as for any experiment (re-run, or ``--force-resume``).
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import importlib
 import itertools
@@ -926,7 +925,7 @@ def report(ctx: Context, out: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = runs.OneLineParser(description=__doc__.splitlines()[0])
     p.add_argument("--run", action="store_true", help="run (or resume) the configurations first")
     p.add_argument(
         "--quick", action="store_true", help="smoke configurations (about a minute each)"

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from jaxstale import data, models
+from jaxstale import data, models, runs
 
 __all__ = [
     "Base",
@@ -263,19 +263,23 @@ class _Items(argparse.Action):
         if any(not p for p in parts):
             raise argparse.ArgumentError(self, f"expected a comma-separated list, got {values!r}")
         convert = self.const or str
-        try:
-            setattr(namespace, self.dest, [convert(p) for p in parts])
-        except ValueError:
-            raise argparse.ArgumentError(
-                self, f"expected {convert.__name__}s, got {','.join(parts)!r}"
-            ) from None
+        items = []
+        for part in parts:
+            try:
+                items.append(convert(part))
+            except ValueError:
+                what = "an int" if convert is int else f"a {convert.__name__}"
+                raise argparse.ArgumentError(
+                    self, f"expected {what}, got {part!r} (in {','.join(parts)!r})"
+                ) from None
+        setattr(namespace, self.dest, items)
 
 
 def parser(cls: type[Base], description: str | None = None) -> argparse.ArgumentParser:
     """The command line of a config class: one flag per field (``--field-name``), with the
     field's help, default and choices (the registries as they are now). Only the flags given
     appear in the parsed namespace; defaults come from the dataclass."""
-    p = argparse.ArgumentParser(description=description, argument_default=argparse.SUPPRESS)
+    p = runs.OneLineParser(description=description, argument_default=argparse.SUPPRESS)
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         meta = dict(f.metadata)

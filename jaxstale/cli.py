@@ -7,7 +7,8 @@ Command line (``python -m jaxstale ...`` is the same)::
     jaxstale <experiment> --help           its flags
     jaxstale --help | --version
 
-An experiment is a public module of :mod:`jaxstale.experiments` other than ``common``, and
+An experiment is a public module of :mod:`jaxstale.experiments` other than its shared helpers
+(``common``, ``config``, ``presets``), and
 ``jaxstale <experiment> ARGS`` calls that module's ``main(ARGS)``. ``jaxstale.experiments`` is
 the repository's ``experiments/`` folder, shipped in the wheel (and mapped by an editable
 install) under that name; in a checkout that is not installed, the folder is the top-level
@@ -29,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 PROG = "jaxstale"
-_NOT_EXPERIMENTS = frozenset({"common"})  # shared helpers, not a command
+_NOT_EXPERIMENTS = frozenset({"common", "config", "presets"})  # shared helpers, not commands
 
 
 def _folders(name: str) -> list[Path]:

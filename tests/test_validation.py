@@ -565,10 +565,10 @@ CLI = [
     ("async_workers", ["--seeds", "0"], "--seeds", "expected an int in [1, inf)"),
     ("async_workers", ["--steps", "-5"], "--steps", "expected an int in [1, inf)"),
     ("async_workers", ["--target", "1.5"], "--target", "in (0, 1]"),
-    ("async_workers", ["--delay", "poisson"], "--delay", "invalid choice"),
+    ("async_workers", ["--delay", "poisson"], "--delay", "unknown delay model 'poisson'"),
     ("async_workers", ["--dataset", "imagenet"], "--dataset", "unknown dataset 'imagenet'"),
-    ("async_workers", ["--standardize", "zca"], "--standardize", "invalid choice"),
-    ("async_workers", ["--preset", "nope"], "--preset", "invalid choice"),
+    ("async_workers", ["--standardize", "zca"], "--standardize", "unknown standardisation"),
+    ("async_workers", ["--preset", "nope"], "--preset", "unknown preset 'nope'"),
     ("async_workers", ["--straggler-fraction", "2"], "--straggler-fraction", "in [0, 1]"),
     ("claims", ["--only", "nope"], "--only", "unknown configuration 'nope'"),
 ]

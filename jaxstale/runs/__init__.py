@@ -12,6 +12,7 @@
 * :mod:`~jaxstale.runs.cli` — the common command line and progress lines.
 """
 
+from jaxstale.runs.cli import OneLineParser as OneLineParser
 from jaxstale.runs.cli import cli_parser as cli_parser
 from jaxstale.runs.cli import float_list as float_list
 from jaxstale.runs.cli import int_list as int_list
@@ -47,6 +48,7 @@ from jaxstale.runs.tables import mean_std_table as mean_std_table
 __all__ = [
     "RESULTS_DIR",
     "RESULT_PARTS",
+    "OneLineParser",
     "RunFolder",
     "RunFolderError",
     "StaleResultsError",

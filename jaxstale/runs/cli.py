@@ -6,12 +6,14 @@ import argparse
 import math
 import sys
 import time
+import typing
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from jaxstale.data import STANDARDIZE_MODES
 
 __all__ = [
+    "OneLineParser",
     "cli_parser",
     "float_list",
     "int_list",
@@ -64,6 +66,15 @@ def progress(
         eta = f", ETA {_fmt_s(elapsed / i * (total - i))}" if total else ""
         of = f"/{total}" if total else ""
         print(f"[{desc}] {i}{of} done, {_fmt_s(elapsed)} elapsed{eta}", file=stream, flush=True)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``argparse.ArgumentParser`` whose errors are one line on stderr, ``<prog>: error:
+    <message>``, exit status 2: bad input is reported without the usage block (``--help``
+    shows it), so a script's log holds the error and nothing else."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 class _ListAction(argparse.Action):
@@ -136,7 +147,7 @@ def cli_parser(description: str | None = None) -> argparse.ArgumentParser:
       >>> args.force_resume
       False
     """
-    p = argparse.ArgumentParser(description=description)
+    p = OneLineParser(description=description)
     p.add_argument("--quick", action="store_true", help="small configuration (< 1 minute)")
     p.add_argument(
         "--out",
