@@ -51,6 +51,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from jaxstale._checks import check_name
+from jaxstale._tfds import load_tfds
 
 __all__ = [
     "DATASETS",
@@ -327,7 +328,7 @@ def load(
     if name == "digits":
         raw = _load_digits()
     elif name in _TFDS:
-        raw = _load_tfds(name, data_dir)
+        raw = load_tfds(name, data_dir, *_TFDS[name])
     else:
         raw = _check_raw(name, _REGISTRY[name](data_dir))
     return _prepare(name, raw, float(validation), standardize)
@@ -383,7 +384,7 @@ def _digest(num_classes: int, *parts: Any) -> str:
         else:
             a = np.ascontiguousarray(part)
             h.update(f"|{a.dtype.str}{a.shape}".encode())
-            h.update(memoryview(a).cast("B"))
+            h.update(a.data)
     return h.hexdigest()
 
 
@@ -479,87 +480,6 @@ def _load_digits() -> _Raw:
     train_idx = perm[~is_test[perm]]
     test_idx = perm[is_test[perm]]
     return x[train_idx], y[train_idx], x[test_idx], y[test_idx], 10
-
-
-def _prepare_hint(name: str, data_dir: str | None, prepared: bool) -> str:
-    where = f" --data_dir={data_dir}" if data_dir else ""
-    state = (
-        "is prepared but not readable by tfds.data_source (it needs the array_record format)"
-        if prepared
-        else "is not prepared"
-    )
-    return (
-        f"TFDS dataset {name!r} {state} in data_dir={data_dir or '~/tensorflow_datasets'} "
-        "(jaxstale reads prepared array_record files with tfds.data_source and never downloads). "
-        "On a machine with internet access (preparing needs TensorFlow: pip install "
-        f"tensorflow-cpu tensorflow-datasets) run `tfds build {name} --file_format=array_record"
-        f"{where}` (or tfds.builder({name!r}, data_dir=...).download_and_prepare("
-        "file_format='array_record')), then copy that directory here and pass data_dir= "
-        "(or set TFDS_DATA_DIR). Offline, use the embedded dataset: load('digits')."
-    )
-
-
-def _is_prepared(tfds: Any, name: str, data_dir: str | None) -> bool:
-    try:
-        return bool(tfds.builder(name, data_dir=data_dir).is_prepared())
-    except Exception:
-        return False
-
-
-def _load_tfds(name: str, data_dir: str | None) -> _Raw:
-    try:
-        import tensorflow_datasets as tfds
-    except ImportError as e:
-        raise RuntimeError(
-            f"Dataset {name!r} needs TensorFlow Datasets: pip install 'jaxstale[tfds]' "
-            "(tensorflow-datasets and importlib_resources; TensorFlow itself is not needed). "
-            "Offline, use the embedded dataset: load('digits')."
-        ) from e
-    shape, num_classes = _TFDS[name]
-    arrays: list[np.ndarray] = []
-    for split in ("train", "test"):
-        try:
-            # download=False: an unprepared dataset fails here at once instead of hanging on a
-            # download (under tfds.testing.mock_data this returns mock examples).
-            source = tfds.data_source(name, split=split, data_dir=data_dir, download=False)
-        except Exception as e:  # tfds raises several types (NotImplementedError, AssertionError…)
-            hint = _prepare_hint(name, data_dir, _is_prepared(tfds, name, data_dir))
-            raise RuntimeError(f"{hint} [tfds: {type(e).__name__}: {e}]") from e
-        arrays.extend(_read_source(source, shape, name))
-    x_train, y_train, x_test, y_test = arrays
-    return x_train, y_train, x_test, y_test, num_classes
-
-
-def _read_source(
-    source: Any, shape: tuple[int, int, int], name: str
-) -> tuple[np.ndarray, np.ndarray]:
-    """All examples of a tfds data source as (float32 NHWC / 255, int32 labels)."""
-    n = len(source)
-    x = np.empty((n, *shape), dtype=np.float32)
-    y = np.empty((n,), dtype=np.int32)
-    chunk = 1024
-    getitems = getattr(source, "__getitems__", None)
-    start = 0
-    while start < n:
-        keys = list(range(start, min(start + chunk, n)))
-        examples = None
-        if getitems is not None:
-            try:
-                examples = getitems(keys)
-            except TypeError:  # fails under tfds.testing.mock_data: read one at a time
-                getitems = None
-        if examples is None:
-            examples = [source[k] for k in keys]
-        for k, ex in zip(keys, examples, strict=True):
-            image = np.asarray(ex["image"])
-            if image.shape != shape:
-                raise RuntimeError(
-                    f"TFDS {name!r} example {k} has image shape {image.shape}, expected {shape}."
-                )
-            x[k] = image.astype(np.float32) / np.float32(255.0)
-            y[k] = int(ex["label"])
-        start += chunk
-    return x, y
 
 
 def batch_indices(n: int, *, batch_size: int, num_steps: int, seed: int) -> np.ndarray:
