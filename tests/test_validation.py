@@ -21,6 +21,7 @@ from jax.experimental import checkify
 
 from jaxstale import (
     DelaySchedule,
+    Policy,
     VersionBuffer,
     asyncdp,
     data,
@@ -31,6 +32,7 @@ from jaxstale import (
     gap_aware,
     models,
     predict_weights,
+    register_policy,
     run_async,
     schedules,
     staleness_aware,
@@ -506,6 +508,9 @@ BAD = {
         "a tab": lambda: models.register_model("a\tb", SGD),
     },
     ("register_dataset", "name", V): {"a newline": lambda: data.register_dataset("d\n", SGD)},
+    ("register_policy", "policy name", V): {
+        "a comma": lambda: register_policy(Policy("stash,2"), overwrite=True)
+    },
     ("VersionBuffer.create", "capacity", V): {"0": lambda: VersionBuffer.create(W, 0)},
     ("VersionBuffer.create", "capacity", T): {"float": lambda: VersionBuffer.create(W, 2.0)},
     ("gpipe", "num_stages", V): {"0": lambda: schedules.gpipe(0, 4)},

@@ -106,6 +106,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from jaxstale._checks import check_name
 from jaxstale.schedules import SCHEDULES, TARGETS
 
 __all__ = [
@@ -234,6 +235,7 @@ def register_policy(policy: Policy, *, overwrite: bool = False) -> None:
         'sequential'
     """
     _check(policy)
+    check_name(policy.name, "register_policy", "policy name")
     if policy.name in _BUILTIN or policy.name in _ALIASES:
         raise ValueError(f"policy {policy.name!r} is built in and cannot be replaced")
     if policy.name in POLICIES and not overwrite:
