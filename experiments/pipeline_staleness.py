@@ -88,6 +88,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -98,25 +99,26 @@ from jaxstale import data, loop, models, pipeline, runs, schedules
 
 from .common import (
     MIN_PAIRS,
-    add_batch_size,
-    add_methods,
-    add_momentum,
-    add_seed_mode,
-    add_tuning_args,
     at_selected,
     chance,
-    data_config,
-    load_data,
-    open_run,
+    load_checked,
+    opened,
     outcome,
     paired_table,
     seed_mode,
-    set_help,
     splits,
     title,
     tuned_tables,
 )
-from .config import check_memory, check_model, usage_errors
+from .config import (
+    Base,
+    ConfigError,
+    check_memory,
+    check_model,
+    from_argv,
+    opt,
+    usage_errors,
+)
 
 EXPERIMENT = "pipeline_staleness"
 DEFAULT_METHODS = ("sync", "vanilla", "stash", "spectrain-v1", "spectrain-v2", "nesterov")
@@ -158,32 +160,101 @@ def _factory_name(f: Callable[..., Any]) -> str:
 # ----------------------------------------------------------------------------- the experiment
 
 
-def config_from_args(args: Any) -> dict[str, Any]:
-    quick = bool(args.quick)
-    methods = list(args.methods or DEFAULT_METHODS)
-    names = list(args.model or ["mlp"])
-    return {
-        "quick": quick,
-        **data_config(args),
-        "models": names,
-        "model_kw": {m: dict(MODEL_KW.get(m, {})) for m in names},
-        "stages": list(args.stages or ([2, 4] if quick else [2, 4, 8])),
-        "methods": methods,
-        "optimizer": args.optimizer,
-        "momentum": args.momentum,
-        "lrs": list(args.lrs or (QUICK_LRS if quick else LRS)[args.optimizer]),
-        "seeds": args.seeds or (2 if quick else 5),
-        "steps": args.steps or (300 if quick else 1500),
-        "batch_size": args.batch_size,
-        "eval_every": 25 if quick else 50,  # rounds (one mini-batch each in the steady state)
-        "target": args.target,
-        "backward": args.backward,
-        "executor": args.executor,
-        "seed_mode": args.seed_mode,
-        # what each policy is (a registered one's definition decides its results)
-        "policies": {m: pipeline.get_policy(m)._asdict() for m in methods},
-        "schedules": {m: _factory_name(schedule_factory(m)) for m in methods},
-    }
+@dataclass(frozen=True)
+class Config(Base):
+    """pipeline_staleness's configuration (``None``: the default of :meth:`resolved`)."""
+
+    model: tuple[str, ...] | None = opt(
+        None, "model name(s) (default mlp)", choices=models.model_names, kind="model"
+    )
+    steps: int | None = opt(
+        None, "mini-batches per run, the budget (default 1500; --quick 300)", low=1
+    )
+    seeds: int | None = opt(None, "number of seeds (default 5; --quick 2)", low=1)
+    lrs: tuple[float, ...] | None = opt(
+        None,
+        "learning-rate grid; each policy and N uses the rate with the best validation accuracy "
+        "(default by optimizer: sgd 0.001,0.003,0.01,0.03; adam and nadam "
+        "0.0001,0.0003,0.001,0.003,0.01)",
+        low=0,
+        low_open=True,
+    )
+    stages: tuple[int, ...] | None = opt(None, "stage counts N (default 2,4,8; --quick 2,4)", low=1)
+    methods: tuple[str, ...] | None = opt(
+        None,
+        f"policies (default {','.join(DEFAULT_METHODS)})",
+        choices=lambda: list(pipeline.POLICIES),
+        kind="policy",
+    )
+    optimizer: str = opt(
+        "sgd", "per-stage optimizer (nadam: AsyncPP's)", choices=OPTIMIZERS, kind="optimizer"
+    )
+    momentum: float = opt(
+        0.9,
+        "SGD momentum μ, or Adam's β1; the NAG rule decays by it",
+        low=0,
+        high=1,
+        high_open=True,
+    )
+    target: float = opt(
+        0.95,
+        "validation accuracy whose first crossing is the time to accuracy",
+        low=0,
+        high=1,
+        low_open=True,
+    )
+    batch_size: int = opt(32, "mini-batch size", low=1)
+    backward: str = opt(
+        "saved",
+        "how a backward runs at other weights than its forward (see jaxstale.pipeline.program)",
+        choices=pipeline.BACKWARD_MODES,
+        kind="backward mode",
+    )
+    executor: str = opt(
+        "emulate",
+        "emulate: one device, runs as vmapped lanes; mesh: one device per stage on a 'stage' "
+        "axis, one run at a time (on a CPU, emulate devices with "
+        "XLA_FLAGS=--xla_force_host_platform_device_count=8); see the README for what agrees "
+        "with what",
+        choices=pipeline.EXECUTORS,
+        kind="executor",
+    )
+    seed_mode: str = opt(
+        "auto",
+        "emulator lanes: vmapped, or one after the other (auto: vmap for the MLP, sequential "
+        "for conv models on a CPU)",
+        choices=("auto", "vmap", "sequential"),
+        kind="seed mode",
+    )
+
+    def resolved(self) -> dict[str, Any]:
+        """The run's config (decides its results; its hash names the folder)."""
+        quick = self.quick
+        methods = list(self.methods or DEFAULT_METHODS)
+        names = list(self.model or ["mlp"])
+        return {
+            "quick": quick,
+            "dataset": self.dataset,
+            "standardize": self.standardize,
+            "models": names,
+            "model_kw": {m: dict(MODEL_KW.get(m, {})) for m in names},
+            "stages": list(self.stages or ([2, 4] if quick else [2, 4, 8])),
+            "methods": methods,
+            "optimizer": self.optimizer,
+            "momentum": self.momentum,
+            "lrs": list(self.lrs or (QUICK_LRS if quick else LRS)[self.optimizer]),
+            "seeds": self.seeds or (2 if quick else 5),
+            "steps": self.steps or (300 if quick else 1500),
+            "batch_size": self.batch_size,
+            "eval_every": 25 if quick else 50,  # rounds (one mini-batch each when steady)
+            "target": self.target,
+            "backward": self.backward,
+            "executor": self.executor,
+            "seed_mode": self.seed_mode,
+            # what each policy is (a registered one's definition decides its results)
+            "policies": {m: pipeline.get_policy(m)._asdict() for m in methods},
+            "schedules": {m: _factory_name(schedule_factory(m)) for m in methods},
+        }
 
 
 def make_tx(optimizer: str, lr: float, momentum: float) -> optax.GradientTransformation:
@@ -488,95 +559,37 @@ def make_figures(
 # ----------------------------------------------------------------------------- main
 
 
-def parser() -> Any:
-    p = runs.cli_parser(__doc__.splitlines()[0])
-    p.add_argument(
-        "--stages",
-        type=runs.int_list(low=1),
-        default=None,
-        help="comma-separated stage counts N (default 2,4,8; --quick 2,4)",
-    )
-    add_methods(p, lambda: list(pipeline.POLICIES), "policy", DEFAULT_METHODS)
-    p.add_argument(
-        "--optimizer",
-        default="sgd",
-        choices=OPTIMIZERS,
-        help="per-stage optimizer (default sgd; adam, nadam (AsyncPP's): their own rate grid "
-        + ",".join(f"{v:g}" for v in LRS["adam"])
-        + ")",
-    )
-    add_momentum(p, 0.9, "SGD momentum μ, or Adam's β1 (default 0.9); the NAG rule decays by it")
-    add_tuning_args(p, lrs=LRS["sgd"])
-    add_batch_size(p)
-    p.add_argument(
-        "--backward",
-        default="saved",
-        choices=pipeline.BACKWARD_MODES,
-        help="how a backward runs at other weights than its forward (default saved; see the "
-        "module docstring and jaxstale.pipeline.program)",
-    )
-    p.add_argument(
-        "--executor",
-        default="emulate",
-        choices=pipeline.EXECUTORS,
-        help="emulate: one device, runs as vmapped lanes; mesh: one device per stage on a "
-        "'stage' axis, one run at a time (same results). On a CPU, emulate devices with "
-        "XLA_FLAGS=--xla_force_host_platform_device_count=8",
-    )
-    add_seed_mode(
-        p,
-        "emulator lanes: vmapped, or one after the other (auto: vmap for the MLP, sequential "
-        "for conv models on a CPU)",
-    )
-    set_help(
-        p,
-        steps="mini-batches per run, the budget (default 1500; --quick 300)",
-        model=f"model name(s) (default mlp; one of {', '.join(models.model_names())})",
-    )
-    return p
-
-
-def _check(p: Any, cfg: dict[str, Any]) -> None:
-    """Input errors argparse cannot see, as one-line usage errors (exit 2) before any work."""
-    for name in cfg["models"]:
-        if name not in models.model_names():
-            p.error(f"argument --model: unknown model {name!r}; choose from: "
-                    f"{', '.join(models.model_names())}")  # fmt: skip
-    if cfg["dataset"] not in data.dataset_names():
-        p.error(f"argument --dataset: unknown dataset {cfg['dataset']!r}; choose from: "
-                f"{', '.join(data.dataset_names())}")  # fmt: skip
+def _prepare(config: Config) -> tuple[dict[str, Any], data.Dataset]:
+    """The resolved config and its dataset, checked against each other: every model builds
+    for the data, has one logit per class and is a sequence of blocks a pipeline can cut; the
+    mesh has a device per stage; the budget fits in memory."""
+    cfg = config.resolved()
     if cfg["executor"] == "mesh" and max(cfg["stages"]) > jax.device_count():
-        p.error(
-            f"argument --executor: mesh needs one device per stage, N={max(cfg['stages'])} > "
-            f"{jax.device_count()} devices (on a CPU set "
-            "XLA_FLAGS=--xla_force_host_platform_device_count=8)"
+        raise ConfigError(
+            "executor",
+            f"mesh needs one device per stage, N={max(cfg['stages'])} > {jax.device_count()} "
+            "devices (on a CPU set XLA_FLAGS=--xla_force_host_platform_device_count=8)",
         )
-
-
-def _check_data(p: Any, cfg: dict[str, Any], ds: data.Dataset) -> None:
-    """The checks that need the data, as one-line usage errors: every model builds for it, has
-    one logit per class and is a sequence of blocks a pipeline can cut; the budget fits in
-    memory."""
+    ds = load_checked(cfg, config)
     largest = 0
     for name in cfg["models"]:
-        largest = max(largest, check_model("model", name, ds, cfg["model_kw"].get(name)))
-        model = models.create(
-            name,
-            input_shape=tuple(ds.x_train.shape[1:]),
-            num_classes=ds.num_classes,
-            **cfg["model_kw"].get(name, {}),
-        )
+        kw = cfg["model_kw"].get(name, {})
+        largest = max(largest, check_model("model", name, ds, kw))
+        shape = tuple(ds.x_train.shape[1:])
+        model = models.create(name, input_shape=shape, num_classes=ds.num_classes, **kw)
         if not isinstance(model, models.StagedModel):
-            p.error(
-                f"argument --model: a pipeline cuts a model into stages of blocks; {name!r} is a "
+            raise ConfigError(
+                "model",
+                f"a pipeline cuts a model into stages of blocks; {name!r} is a "
                 f"{type(model).__name__}, not a jaxstale.models.StagedModel (return one from "
-                "its register_model builder)"
+                "its register_model builder)",
             )
-    if cfg["batch_size"] > len(ds.x_train):
-        p.error(
-            f"argument --batch-size: {cfg['batch_size']} exceeds the {len(ds.x_train)} "
-            "training examples"
-        )
+        if len(model.blocks) < min(cfg["stages"]):
+            raise ConfigError(
+                "stages",
+                f"{name!r} has {len(model.blocks)} blocks, fewer than N={min(cfg['stages'])} "
+                "stages",
+            )
     lanes = cfg["seeds"] * len(cfg["lrs"])
     n = max(cfg["stages"])
     check_memory(
@@ -586,50 +599,65 @@ def _check_data(p: Any, cfg: dict[str, Any], ds: data.Dataset) -> None:
             "steps": 8.0 * cfg["steps"] * (cfg["batch_size"] + 4 * n) * lanes,
         },
     )
+    return cfg, ds
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Run the sweep (resuming finished cells); returns ``{"rows", "paths", "table",
-    "selected", "path", "wall_s", "cpu_s"}``."""
-    t0 = time.perf_counter()
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    cpu0 = usage.ru_utime + usage.ru_stime
-    p = parser()
-    args = p.parse_args(argv)
-    cfg = config_from_args(args)
-    _check(p, cfg)
-    ds = load_data(cfg, args, p)
-    with usage_errors(p):
-        _check_data(p, cfg, ds)
+def _open(config: Config, fresh: bool = False) -> tuple[dict, data.Dataset, runs.RunFolder]:
+    # a policy's definition is in the config; a schedule factory of its own is user code
+    user = [SCHEDULES[m] for m in config.resolved()["methods"] if m in SCHEDULES]
+    return opened(EXPERIMENT, config, sys.modules[__name__], _prepare, fresh=fresh, sources=user)
+
+
+def run(config: Config) -> list[dict[str, Any]]:
+    """Runs every (model, N, policy, lr, seed) cell not already in the run folder (N up to the
+    model's blocks); returns the rows.
+
+    Raises:
+      ConfigError: a value that does not fit the data, the devices or the machine.
+      jaxstale.runs.RunFolderError: ``out`` holds another config or results of other code.
+    """
+    cfg, ds, folder = _open(config, fresh=True)
     runner = _Runner(cfg, ds)
     blocks = {name: runner.num_blocks(name) for name in cfg["models"]}
-    keys = _cells(cfg, blocks)
-    if not keys:
-        p.error(f"no (model, N) to run: every N exceeds the models' blocks {blocks}")
-    # a policy's definition is in the config; a schedule factory of its own is user code
-    user = [SCHEDULES[m] for m in cfg["methods"] if m in SCHEDULES]
-    run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__], ds, sources=user)
-    rows = run.run_grouped(keys, runner.group, vary=("seed", "lr"), desc=EXPERIMENT)
-    table, selected = make_table(rows, cfg, chance(ds))
-    figs = make_figures(rows, selected, lambda r: run.metrics({k: r[k] for k in KEY}), cfg)
-    wall = time.perf_counter() - t0
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = usage.ru_utime + usage.ru_stime - cpu0
-    table += (
-        f"\nThis invocation: {wall:.0f} s wall, {cpu:.0f} s CPU (user + sys), "
-        f"{len(rows)} runs, {runner.computed} computed now, the rest resumed.\n"
+    rows = folder.run_grouped(
+        _cells(cfg, blocks), runner.group, vary=("seed", "lr"), desc=EXPERIMENT
     )
-    paths = run.report(table, figs, num_runs=len(rows), started=t0)
-    print(f"[{EXPERIMENT}] CPU time {cpu:.0f} s (user + sys)", file=sys.stderr)
+    print(f"[{EXPERIMENT}] {runner.computed} runs computed now, the rest resumed", file=sys.stderr)
+    return rows
+
+
+def report(
+    rows: list[dict[str, Any]], config: Config, started: float | None = None
+) -> dict[str, Any]:
+    """Tables and figures into the run folder; returns ``{"rows", "paths", "table",
+    "selected", "path"}``. The table is a function of the rows (a resumed sweep writes the same
+    bytes); the time taken is printed, not tabled."""
+    cfg, ds, folder = _open(config)
+    table, selected = make_table(rows, cfg, chance(ds))
+    figs = make_figures(rows, selected, lambda r: folder.metrics({k: r[k] for k in KEY}), cfg)
+    paths = folder.report(table, figs, num_runs=len(rows), started=started)
     return {
         "rows": rows,
         "paths": paths,
         "table": table,
         "selected": selected,
-        "path": str(run.path),
-        "wall_s": wall,
-        "cpu_s": cpu,
+        "path": str(folder.path),
     }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """The command line over :func:`run` and :func:`report` (flags from :class:`Config`);
+    also returns ``wall_s`` and ``cpu_s`` (user + sys) of this invocation."""
+    t0 = time.perf_counter()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu0 = usage.ru_utime + usage.ru_stime
+    config, p = from_argv(Config, argv, __doc__.splitlines()[0])
+    with usage_errors(p):
+        out = report(run(config), config, started=t0)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = usage.ru_utime + usage.ru_stime - cpu0
+    print(f"[{EXPERIMENT}] CPU time {cpu:.0f} s (user + sys)", file=sys.stderr)
+    return {**out, "wall_s": time.perf_counter() - t0, "cpu_s": cpu}
 
 
 if __name__ == "__main__":
