@@ -84,6 +84,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -97,21 +98,23 @@ from jaxstale.asyncdp.methods import LC_BN_MOMENTUM as BN_MOMENTUM
 from jaxstale.asyncdp.methods import LC_LAMBDA, MethodSpec, build_lc_asgd
 
 from .common import (
-    add_batch_size,
-    add_momentum,
-    add_seed_mode,
-    add_tuning_args,
     chance,
-    data_config,
     lanes_for,
-    load_data,
+    load_checked,
     make_delay,
-    open_run,
+    opened,
     seed_mode,
-    set_help,
     title,
 )
-from .config import check_memory, check_model, usage_errors
+from .config import (
+    Base,
+    ConfigError,
+    check_memory,
+    check_model,
+    from_argv,
+    opt,
+    usage_errors,
+)
 
 EXPERIMENT = "async_bn"
 KEY = ("workers", "lr", "seed")  # the fields of a cell key: one training run
@@ -128,44 +131,105 @@ WIDTH = 8
 # ----------------------------------------------------------------------------- configuration
 
 
-def config_from_args(args: Any) -> dict[str, Any]:
-    quick = bool(args.quick)
-    decays = args.decays if args.decays is not None else ([] if quick else list(DECAYS))
-    model = args.model[0] if args.model else "resnet20"
-    width = args.width if args.width is not None else (WIDTH if model == "resnet20" else None)
-    return {
-        "quick": quick,
-        **data_config(args),
-        "model": model,
-        "model_kw": {} if width is None else {"width": width},
-        "workers": args.workers or ([1, 8] if quick else list(WORKERS)),
-        "lrs": args.lrs or list(LRS),
-        "decays": list(dict.fromkeys([DEFAULT_DECAY, *decays])),  # the default first
-        "lam": args.lam,
-        "momentum": args.momentum,
-        "seeds": args.seeds or (2 if quick else 5),
-        "batch_size": args.batch_size,
-        "updates": args.steps or (80 if quick else UPDATES),
-        "eval_every": args.eval_every or 40,
-        "target": args.target,
-        "delay": args.delay,
-        "seed_mode": args.seed_mode,
-    }
+@dataclass(frozen=True)
+class Config(Base):
+    """async_bn's configuration (``None``: the default of :meth:`resolved`)."""
+
+    model: tuple[str, ...] | None = opt(
+        None,
+        "model name (one, with batch norm; default resnet20)",
+        choices=models.model_names,
+        kind="model",
+    )
+    steps: int | None = opt(
+        None, f"updates per run, the budget (default {UPDATES}; --quick 80)", low=1
+    )
+    seeds: int | None = opt(None, "number of seeds (default 5; --quick 2)", low=1)
+    lrs: tuple[float, ...] | None = opt(
+        None,
+        "learning-rate grid, selected on validation (default 0.03,0.1)",
+        low=0,
+        low_open=True,
+    )
+    workers: tuple[int, ...] | None = opt(
+        None, "worker counts M (default 1,4,8,16; --quick 1,8)", low=1
+    )
+    decays: tuple[float, ...] | None = opt(
+        None,
+        f"the rates d of both policies, selected on validation; d = 1 - m = {DEFAULT_DECAY:g} is "
+        "always included (default 0.02,0.1,0.3; --quick none but that one)",
+        low=0,
+        high=1,
+        low_open=True,
+    )
+    lam: float = opt(LC_LAMBDA, "LC-ASGD's λ (fixed)")
+    momentum: float = opt(0.0, "SGD momentum (fixed)", low=0, high=1, high_open=True)
+    width: int | None = opt(
+        None, f"ResNet-20's first-stage channels (default {WIDTH}; the paper: 16)", low=1
+    )
+    batch_size: int = opt(32, "mini-batch size", low=1)
+    eval_every: int | None = opt(
+        None, "updates between validation evaluations (default 40, one epoch)", low=1
+    )
+    target: float = opt(
+        0.95,
+        "validation accuracy whose first crossing is the time to accuracy",
+        low=0,
+        high=1,
+        low_open=True,
+    )
+    delay: str = opt(
+        "gamma",
+        "delay model: gamma (gamma-timed workers), round_robin, constant",
+        choices=delays.DELAY_MODELS,
+        kind="delay model",
+    )
+    seed_mode: str = opt(
+        "auto",
+        "seeds as vmapped lanes of one run, or one after the other (auto: by model and backend)",
+        choices=("auto", "vmap", "sequential"),
+        kind="seed mode",
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.model is not None and len(self.model) > 1:
+            raise ConfigError("model", f"async_bn takes one model, got {','.join(self.model)}")
+        if self.width is not None and (self.model or ("resnet20",))[0] != "resnet20":
+            raise ConfigError("width", "applies to resnet20 only")
+
+    def resolved(self) -> dict[str, Any]:
+        """The run's config (decides its results; its hash names the folder)."""
+        quick = self.quick
+        decays = list(self.decays) if self.decays is not None else ([] if quick else list(DECAYS))
+        model = (self.model or ("resnet20",))[0]
+        width = self.width if self.width is not None else (WIDTH if model == "resnet20" else None)
+        return {
+            "quick": quick,
+            "dataset": self.dataset,
+            "standardize": self.standardize,
+            "model": model,
+            "model_kw": {} if width is None else {"width": width},
+            "workers": list(self.workers or ([1, 8] if quick else WORKERS)),
+            "lrs": list(self.lrs or LRS),
+            "decays": list(dict.fromkeys([DEFAULT_DECAY, *decays])),  # the default first
+            "lam": self.lam,
+            "momentum": self.momentum,
+            "seeds": self.seeds or (2 if quick else 5),
+            "batch_size": self.batch_size,
+            "updates": self.steps or (80 if quick else UPDATES),
+            "eval_every": self.eval_every or 40,
+            "target": self.target,
+            "delay": self.delay,
+            "seed_mode": self.seed_mode,
+        }
 
 
-def check_config(p: Any, cfg: dict[str, Any], args: Any = None) -> data.Dataset:
-    """Input errors argparse cannot see, as one-line usage errors (exit 2) before any output;
-    returns the dataset (loaded once, to check the model against it)."""
-    if len(cfg.get("_models", [cfg["model"]])) > 1:
-        p.error("argument --model: async_bn takes one model")
-    if cfg["model"] not in models.model_names():
-        p.error(
-            f"argument --model: unknown model {cfg['model']!r}; choose from: "
-            f"{', '.join(models.model_names())}"
-        )
-    if cfg["model_kw"] and cfg["model"] != "resnet20":
-        p.error("--width applies to resnet20 only")
-    ds = load_data(cfg, args, p)
+def _prepare(config: Config) -> tuple[dict[str, Any], data.Dataset]:
+    """The resolved config and its dataset, checked against each other: the model fits the
+    data and has batch-norm statistics; the sweep fits in memory."""
+    cfg = config.resolved()
+    ds = load_checked(cfg, config)
     params = check_model("model", cfg["model"], ds, cfg["model_kw"])
     lanes = cfg["seeds"] * len(cfg["lrs"]) * len(cfg["decays"])
     check_memory(
@@ -174,15 +238,13 @@ def check_config(p: Any, cfg: dict[str, Any], args: Any = None) -> data.Dataset:
             "steps": 8.0 * cfg["updates"] * (cfg["batch_size"] + 2) * lanes,
         },
     )
+    shape = tuple(ds.x_train.shape[1:])
     m = models.create(
-        cfg["model"],
-        input_shape=tuple(ds.x_train.shape[1:]),
-        num_classes=ds.num_classes,
-        **cfg["model_kw"],
+        cfg["model"], input_shape=shape, num_classes=ds.num_classes, **cfg["model_kw"]
     )
     if not any(np.size(leaf) for leaf in jax.tree.leaves(models.functional(m).state)):
-        p.error(f"model {cfg['model']!r} has no batch-norm statistics to compare")
-    return ds
+        raise ConfigError("model", f"{cfg['model']!r} has no batch-norm statistics to compare")
+    return cfg, ds
 
 
 def _cells(cfg: dict[str, Any]) -> list[dict[str, Any]]:
@@ -746,60 +808,39 @@ def make_figures(
 # ----------------------------------------------------------------------------- main
 
 
-def parser() -> Any:
-    p = runs.cli_parser(__doc__.splitlines()[0])
-    p.add_argument(
-        "--workers",
-        type=runs.int_list(low=1),
-        default=None,
-        help="comma-separated worker counts M (default 1,4,8,16; --quick 1,8)",
+def run(config: Config) -> list[dict[str, Any]]:
+    """Trains every (M, lr, seed) cell not already in the run folder, evaluating every
+    batch-norm policy and decay on the same weights; returns the rows.
+
+    Raises:
+      ConfigError: a value that does not fit the data or the machine (names the field).
+      jaxstale.runs.RunFolderError: ``out`` holds another config or results of other code.
+    """
+    cfg, ds, folder = opened(EXPERIMENT, config, sys.modules[__name__], _prepare, fresh=True)
+    return folder.run_grouped(
+        _cells(cfg), lambda ks: _run_group(cfg, ds, ks), vary=("seed",), desc=EXPERIMENT
     )
-    add_tuning_args(p, lrs=LRS)
-    p.add_argument(
-        "--decays",
-        type=runs.float_list(low=0, high=1, low_open=True),
-        default=None,
-        help=f"the rates d of both policies, selected on validation; d = 1 − m = "
-        f"{DEFAULT_DECAY:g} is always included (default 0.02,0.1,0.3; --quick 0.1)",
-    )
-    p.add_argument("--lam", type=runs.number(float), default=LC_LAMBDA, help="LC-ASGD's λ (fixed)")
-    add_momentum(p, 0.0, "SGD momentum (fixed; default 0)")
-    p.add_argument(
-        "--width",
-        type=runs.number(int, low=1),
-        default=None,
-        help=f"ResNet-20's first-stage channels (default {WIDTH}; the paper: 16)",
-    )
-    add_batch_size(p)
-    p.add_argument(
-        "--eval-every",
-        type=runs.number(int, low=1),
-        default=None,
-        help="updates between validation evaluations (default 40, one epoch)",
-    )
-    p.add_argument("--delay", default="gamma", choices=delays.DELAY_MODELS)
-    add_seed_mode(p)
-    set_help(p, steps=f"updates per run, the budget (default {UPDATES}; --quick 80)")
-    return p
+
+
+def report(
+    rows: list[dict[str, Any]], config: Config, started: float | None = None
+) -> dict[str, Any]:
+    """Tables and figures into the run folder; returns ``{"rows", "paths", "table",
+    "selected"}``."""
+    cfg, ds, folder = opened(EXPERIMENT, config, sys.modules[__name__], _prepare)
+    table, sel = make_table(rows, cfg, chance(ds))
+    figs = make_figures(rows, sel, lambda r: folder.metrics({k: r[k] for k in KEY}), cfg)
+    paths = folder.report(table, figs, num_runs=len(rows), started=started)
+    return {"rows": rows, "paths": paths, "table": table, "selected": sel}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Run the comparison (resuming finished cells); returns ``{"rows", "paths", "table",
-    "selected"}``."""
+    """The command line over :func:`run` and :func:`report` (flags from :class:`Config`)."""
     t0 = time.perf_counter()
-    p = parser()
-    args = p.parse_args(argv)
-    cfg = config_from_args(args)
+    config, p = from_argv(Config, argv, __doc__.splitlines()[0])
     with usage_errors(p):
-        ds = check_config(p, {**cfg, "_models": args.model or [cfg["model"]]}, args)
-    run = open_run(EXPERIMENT, cfg, args, sys.modules[__name__], ds)
-    rows = run.run_grouped(
-        _cells(cfg), lambda ks: _run_group(cfg, ds, ks), vary=("seed",), desc=EXPERIMENT
-    )
-    table, sel = make_table(rows, cfg, chance(ds))
-    figs = make_figures(rows, sel, lambda r: run.metrics({k: r[k] for k in KEY}), cfg)
-    paths = run.report(table, figs, num_runs=len(rows), started=t0)
-    return {"rows": rows, "paths": paths, "table": table, "selected": sel}
+        return report(run(config), config, started=t0)
+    raise AssertionError("not reached")  # pragma: no cover (usage errors exit)
 
 
 if __name__ == "__main__":

@@ -25,83 +25,119 @@ refused, as for any experiment (re-run, or ``--force-resume``).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
-import importlib
 import itertools
 import json
-import shlex
 import shutil
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from jaxstale import runs
+
+from . import async_bn, async_workers, delay_cliff, pipeline_staleness, sync_baseline
+from .config import Base, to_argv
 
 EXPERIMENT = "claims"
 
 
 @dataclass(frozen=True)
 class Run:
-    """One experiment configuration the claims read: ``python -m experiments.<experiment>
-    <argv>`` (``quick``: the extra flags of the smoke version)."""
+    """One experiment configuration the claims read: a typed ``config`` of the ``experiment``
+    module (its ``run`` and ``report`` compute it); ``quick``: the fields that make its smoke
+    version (``quick=True`` always)."""
 
-    experiment: str
-    argv: str = ""
-    quick: str = "--quick"
+    experiment: ModuleType
+    config: Base
+    quick: tuple[tuple[str, Any], ...] = ()
     what: str = ""
 
+    def at(self, quick: bool) -> Base:
+        """The configuration, or its smoke version."""
+        return (
+            dataclasses.replace(self.config, quick=True, **dict(self.quick))
+            if quick
+            else self.config
+        )
+
+    @property
+    def command(self) -> str:
+        """The equivalent command line (``python -m experiments.<name> <flags>``)."""
+        name = self.experiment.__name__.rpartition(".")[2]
+        return " ".join(["python -m experiments." + name, *to_argv(self.config)])
+
+
+_AW, _PS = async_workers.Config, pipeline_staleness.Config
+_FIVE = ("sgd", "asgd", "sa-asgd", "dc-asgd-a", "gap-aware")
 
 #: the configurations, by name (the run folder is ``<results>/<name>``)
 RUNS: dict[str, Run] = {
-    "async": Run("async_workers", what="the default: gamma-timed workers, momentum 0.9"),
+    "async": Run(async_workers, _AW(), what="the default: gamma-timed workers, momentum 0.9"),
     "async-fixed-lr": Run(
-        "async_workers",
-        "--delay round_robin --lrs 0.02 --workers 16 "
-        "--methods sgd,asgd,sa-asgd,dc-asgd-a,gap-aware",
-        "--quick --lrs 0.02",
+        async_workers,
+        _AW(delay="round_robin", lrs=(0.02,), workers=(16,), methods=_FIVE),
+        (("lrs", (0.02,)),),
         what="round-robin workers, one fixed rate (0.02) for every method, 1,500 updates",
     ),
     "async-raw": Run(
-        "async_workers",
-        "--standardize none --workers 16,32 --methods sgd,asgd,sa-asgd,dc-asgd-a,gap-aware,lc-asgd",
+        async_workers,
+        _AW(standardize="none", workers=(16, 32), methods=(*_FIVE, "lc-asgd")),
         what="raw inputs (pixels / 16), otherwise the default",
     ),
     "async-momentum0": Run(
-        "async_workers",
-        "--momentum 0 --workers 16,32 --methods sgd,asgd,gap-aware,dana",
+        async_workers,
+        _AW(momentum=(0.0,), workers=(16, 32), methods=("sgd", "asgd", "gap-aware", "dana")),
         what="no momentum (the rate grid ×10), for the momentum-helps claim",
     ),
     "async-m128": Run(
-        "async_workers",
-        "--delay round_robin --workers 64,128 --lrs 0.0003,0.001,0.003,0.01,0.03,0.1 "
-        "--methods sgd,asgd,sa-asgd,gap-aware,dc-asgd-a,dana,ga-dana",
-        "--quick --workers 64 --lrs 0.001,0.01",
+        async_workers,
+        _AW(
+            delay="round_robin",
+            workers=(64, 128),
+            lrs=(0.0003, 0.001, 0.003, 0.01, 0.03, 0.1),
+            methods=("sgd", "asgd", "sa-asgd", "gap-aware", "dc-asgd-a", "dana", "ga-dana"),
+        ),
+        (("workers", (64,)), ("lrs", (0.001, 0.01))),
         what="the moonshot: round-robin workers, M = 64 and 128 (τ = M − 1), a wider rate grid",
     ),
-    "pipeline": Run("pipeline_staleness", what="the default: N = 2, 4, 8, SGD momentum 0.9"),
+    "pipeline": Run(pipeline_staleness, _PS(), what="the default: N = 2, 4, 8, SGD momentum 0.9"),
     "pipeline-n8": Run(
-        "pipeline_staleness",
-        "--stages 8 --methods sync,2bw,pipemare,pipemare-lr,pipedream-lr",
-        "--quick --stages 8",
+        pipeline_staleness,
+        _PS(stages=(8,), methods=("sync", "2bw", "pipemare", "pipemare-lr", "pipedream-lr")),
+        (("stages", (8,)),),
         what="the moonshot: N = 8 with the policies made for deep pipelines",
     ),
     "pipeline-nadam": Run(
-        "pipeline_staleness",
-        "--stages 8 --optimizer nadam --methods sync,vanilla,asyncpp,nesterov",
-        "--quick --stages 8",
+        pipeline_staleness,
+        _PS(stages=(8,), optimizer="nadam", methods=("sync", "vanilla", "asyncpp", "nesterov")),
+        (("stages", (8,)),),
         what="N = 8 with NAdam (AsyncPP's optimizer) per stage",
     ),
     "pipeline-adam": Run(
-        "pipeline_staleness",
-        "--optimizer adam --stages 4,8 --methods sync,vanilla,stash,spectrain-v1,nesterov",
-        "--quick --optimizer adam --stages 4",
+        pipeline_staleness,
+        _PS(
+            optimizer="adam",
+            stages=(4, 8),
+            methods=("sync", "vanilla", "stash", "spectrain-v1", "nesterov"),
+        ),
+        (("stages", (4,)),),
         what="Adam per stage (β1 0.9): Adam-aware prediction (the last update of Adam itself)",
     ),
-    "cliff": Run("delay_cliff", what="the default: constant delays 0–16, four methods"),
-    "async-bn": Run("async_bn", what="the default: ResNet-20 (width 8), M = 1, 4, 8, 16"),
-    "sync": Run("sync_baseline", what="the default: the synchronous references and their budget"),
+    "cliff": Run(
+        delay_cliff, delay_cliff.Config(), what="the default: constant delays 0–16, four methods"
+    ),
+    "async-bn": Run(
+        async_bn, async_bn.Config(), what="the default: ResNet-20 (width 8), M = 1, 4, 8, 16"
+    ),
+    "sync": Run(
+        sync_baseline,
+        sync_baseline.Config(),
+        what="the default: the synchronous references and their budget",
+    ),
 }
 
 
@@ -447,12 +483,6 @@ def judge_acceptance(ctx: Context) -> Verdict:
     return Verdict(v, ev, [table])
 
 
-def _experiment(name: str) -> Any:
-    """An experiment module, for its own definitions of what it measures (e.g. the delay
-    cliff's "stable"), so that the report and the experiment's table cannot disagree."""
-    return importlib.import_module(f"{__package__ or 'experiments'}.{name}")
-
-
 def _pipe_cell(rows: Sequence[dict], method: str, n: int) -> list[dict[str, Any]]:
     return selected(rows, knob=("lr",), method=method, stages=n, model="mlp")
 
@@ -540,9 +570,7 @@ def _pipeline_verdict(ctx: Context, name: str) -> Verdict:
 
 def judge_cliff(ctx: Context) -> Verdict:
     rows, cfg = ctx.rows("cliff"), ctx.config("cliff")
-    stable = _experiment("delay_cliff").stable_rates(
-        rows, tolerance=cfg["tolerance"], chance_acc=chance_of(rows)
-    )
+    stable = delay_cliff.stable_rates(rows, tolerance=cfg["tolerance"], chance_acc=chance_of(rows))
     ds = sorted({r["delay"] for r in rows})
     methods = list(dict.fromkeys(r["method"] for r in rows))
     top = max(r["lr"] for r in rows)
@@ -574,7 +602,7 @@ def judge_cliff(ctx: Context) -> Verdict:
 
 
 def judge_async_bn(ctx: Context) -> Verdict:
-    exp = _experiment("async_bn")
+    exp = async_bn
     prow = exp.policy_rows(ctx.rows("async-bn"))
     sel = exp.select(prow, chance_of(prow))
     ms = sorted(sel["lr"])
@@ -823,18 +851,11 @@ CLAIMS: list[Claim] = [
 
 def run_configs(names: Sequence[str], results: Path, quick: bool, force: bool) -> None:
     """Run (or resume) the named configurations into ``results/<name>``."""
-    # the package this file runs from: experiments (a checkout) or jaxstale.experiments (a
-    # wheel); __name__ is "__main__" under python -m, __package__ is right in both cases
-    pkg = __package__ or "experiments"
     for name in names:
         spec = RUNS[name]
-        module = importlib.import_module(f"{pkg}.{spec.experiment}")
-        argv = [*shlex.split(spec.argv), *(shlex.split(spec.quick) if quick else ())]
-        argv += ["--out", str(results / name)]
-        if force:
-            argv.append("--force-resume")
-        print(f"[{EXPERIMENT}] {name}: python -m experiments.{spec.experiment} {' '.join(argv)}")
-        module.main(argv)
+        config = dataclasses.replace(spec.at(quick), out=str(results / name), force_resume=force)
+        print(f"[{EXPERIMENT}] {name}: {spec.command}{' (smoke)' if quick else ''}")
+        spec.experiment.report(spec.experiment.run(config), config)
 
 
 def report(ctx: Context, out: Path) -> str:
@@ -871,11 +892,7 @@ def report(ctx: Context, out: Path) -> str:
         "",
     ]
     for name, spec in RUNS.items():
-        flags = spec.argv
-        lines.append(
-            f"- `{name}`: `python -m experiments.{spec.experiment} {flags}`".rstrip()
-            + f" — {spec.what}"
-        )
+        lines.append(f"- `{name}`: `{spec.command}` — {spec.what}")
     lines += ["", "## Summary", ""]
     verdicts: dict[str, Verdict] = {}
     for c in CLAIMS:

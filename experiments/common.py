@@ -10,8 +10,10 @@ and the protocol every experiment follows (issue 13):
 * **statistics**: ≥ 5 seeds by default; cells are mean ± 95 % CI over the seeds that trained
   with the diverged fraction written in the cell; time to accuracy (updates until the
   validation accuracy first reaches ``--target``) next to final accuracy;
-* **runs**: :func:`open_run` (the code fingerprint includes user-registered methods; stale
-  results are refused), ``--quick`` marked as a smoke run in every table (:func:`title`).
+* **runs**: :func:`opened` / :func:`open_folder` (the code fingerprint includes the
+  user-registered methods, models and dataset loaders a config runs and the dataset's digest;
+  stale results are refused), ``--quick`` marked as a smoke run in every table
+  (:func:`title`); configurations are typed (:mod:`experiments.config`).
 
 Experiments do not import each other; what two of them need lives here.
 """
@@ -30,28 +32,20 @@ __all__ = [
     "MIN_PAIRS",
     "SMOKE",
     "Gather",
-    "add_batch_size",
-    "add_methods",
-    "add_momentum",
-    "add_seed_mode",
-    "add_tuning_args",
     "at_selected",
     "chance",
     "convergence",
-    "data_config",
     "fit_grid",
     "lanes_for",
     "load_checked",
     "load_data",
     "make_delay",
     "open_folder",
-    "open_run",
     "opened",
     "outcome",
     "paired_table",
     "run_row",
     "seed_mode",
-    "set_help",
     "splits",
     "title",
     "tuned_tables",
@@ -64,90 +58,14 @@ SMOKE = (
 )
 
 
-def add_tuning_args(p: Any, *, lrs: Sequence[float], target: float = 0.95, seeds: int = 5) -> None:
-    """The tuning flags: ``--lrs`` (the grid), ``--target`` (time-to-accuracy threshold on the
-    validation split); ``--seeds`` (from :func:`jaxstale.runs.cli_parser`) gets its default in
-    the help text."""
-    p.add_argument(
-        "--lrs",
-        type=runs.float_list(low=0, low_open=True),
-        default=None,
-        help=f"learning-rate grid, comma-separated; each method and setting uses the rate with "
-        f"the best validation accuracy (default {','.join(f'{v:g}' for v in lrs)})",
-    )
-    p.add_argument(
-        "--target",
-        type=runs.number(float, low=0, high=1, low_open=True),
-        default=target,
-        help=f"validation accuracy whose first crossing is the time to accuracy (default {target})",
-    )
-    set_help(p, seeds=f"number of seeds (default {seeds}; --quick: fewer)")
-
-
-def set_help(p: Any, **helps: str) -> None:
-    """Replace the help text of ``p``'s arguments by destination (e.g. ``steps``, ``model``:
-    the shared flags of :func:`jaxstale.runs.cli_parser`, whose defaults differ by experiment)."""
-    for action in p._actions:
-        if action.dest in helps:
-            action.help = helps[action.dest]
-
-
-def add_methods(
-    p: Any, names: Callable[[], Sequence[str]], kind: str, default: Sequence[str]
-) -> None:
-    """``--methods``: a comma-separated list of registered names (``names()`` at parse time, so
-    methods or policies registered after import are accepted)."""
-    p.add_argument(
-        "--methods",
-        type=runs.name_list(names, kind),
-        default=None,
-        help=f"comma-separated {kind} names, any of: {', '.join(names())} (those registered "
-        f"when the parser was built; default: {','.join(default)})",
-    )
-
-
-def add_momentum(p: Any, default: float, help: str) -> None:
-    """``--momentum``: one value in ``[0, 1)``."""
-    p.add_argument(
-        "--momentum",
-        type=runs.number(float, low=0, high=1, high_open=True),
-        default=default,
-        help=help,
-    )
-
-
-def add_batch_size(p: Any, default: int | None = 32, help: str = "mini-batch size") -> None:
-    """``--batch-size``: a positive int."""
-    p.add_argument("--batch-size", type=runs.number(int, low=1), default=default, help=help)
-
-
-def add_seed_mode(p: Any, help: str | None = None) -> None:
-    """``--seed-mode``: seeds (and rates) as vmapped lanes of one run or one after the other
-    (``auto``: :func:`seed_mode`)."""
-    p.add_argument("--seed-mode", default="auto", choices=("auto", "vmap", "sequential"), help=help)
-
-
-def data_config(args: Any, standardize: str | None = None) -> dict[str, Any]:
-    """The data part of every experiment's config: ``dataset`` and ``standardize`` (from the
-    flags, or ``standardize`` when an experiment's preset decides it)."""
-    return {"dataset": args.dataset, "standardize": standardize or args.standardize}
-
-
-def load_data(cfg: dict[str, Any], args: Any = None, p: Any = None) -> data.Dataset:
+def load_data(cfg: dict[str, Any], config: Any = None) -> data.Dataset:
     """The one data path of every experiment: ``cfg["dataset"]`` standardised as
-    ``cfg["standardize"]``, from ``args.data_dir`` (not part of the run id). With a parser
-    ``p``, a loader's error ends the program as a one-line usage error."""
-    try:
-        return data.load(
-            cfg["dataset"],
-            standardize=cfg["standardize"],
-            data_dir=getattr(args, "data_dir", None),
-        )
-    except (ValueError, RuntimeError) as e:
-        if p is None:
-            raise
-        p.error(str(e))
-        raise  # not reached: p.error exits
+    ``cfg["standardize"]``, from ``config.data_dir`` (not part of the run id)."""
+    return data.load(
+        cfg["dataset"],
+        standardize=cfg["standardize"],
+        data_dir=getattr(config, "data_dir", None),
+    )
 
 
 def user_sources(cfg: dict[str, Any]) -> list[Any]:
@@ -262,30 +180,6 @@ def convergence(
 def title(cfg: dict[str, Any], text: str) -> str:
     """A table title, with the smoke-run warning under ``--quick``."""
     return f"{SMOKE}\n\n{text}" if cfg.get("quick") else text
-
-
-def open_run(
-    experiment: str,
-    cfg: dict[str, Any],
-    args: Any,
-    module: Any,
-    ds: data.Dataset,
-    sources: Sequence[Any] = (),
-) -> runs.RunFolder:
-    """The run folder: named by ``cfg``, fingerprinted by jaxstale, ``module`` and this file,
-    the user code the config runs (:func:`user_sources`, plus ``sources``) and the content
-    digest of ``ds``; refuses results of other code or data."""
-    import sys
-
-    digest = (ds.preprocessing or {}).get("digest")
-    return runs.RunFolder.from_args(
-        experiment,
-        cfg,
-        args,
-        modules=(module, sys.modules[__name__]),
-        sources=[*user_sources(cfg), *sources],
-        data=[digest] if digest else [],
-    )
 
 
 def open_folder(

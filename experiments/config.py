@@ -53,6 +53,7 @@ __all__ = [
     "parser",
     "refuse_unused",
     "run_config",
+    "to_argv",
     "usage_errors",
     "validate",
 ]
@@ -328,6 +329,27 @@ def from_argv(
     with usage_errors(p):
         return cls(**vars(ns)), p
     raise AssertionError("not reached")  # pragma: no cover (p.error exits)
+
+
+def to_argv(cfg: Base) -> list[str]:
+    """The command line that builds ``cfg`` (its fields that differ from their defaults, the
+    run-id fields only): ``from_argv(type(cfg), to_argv(cfg))`` gives ``cfg`` back, less
+    ``data_dir``, ``out`` and ``force_resume``."""
+    argv: list[str] = []
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if value == f.default or not f.metadata.get("run_id", True):
+            continue
+        if isinstance(value, bool):
+            argv.append(flag(f.name))
+        elif isinstance(value, tuple):
+            argv += [
+                flag(f.name),
+                ",".join(map(repr if value and isinstance(value[0], float) else str, value)),
+            ]
+        else:
+            argv += [flag(f.name), repr(value) if isinstance(value, float) else str(value)]
+    return argv
 
 
 def run_config(cfg: Base) -> dict[str, Any]:

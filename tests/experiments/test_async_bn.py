@@ -17,7 +17,9 @@ TINY += ["--width", "4", "--lrs", "0.03,0.1"]
 
 
 def _cfg(argv):
-    return async_bn.config_from_args(async_bn.parser().parse_args(argv))
+    from experiments.config import from_argv
+
+    return from_argv(async_bn.Config, argv)[0].resolved()
 
 
 def test_end_to_end_rows_shared_weights_files_and_resume(tmp_path, monkeypatch):
@@ -173,9 +175,9 @@ def test_config_defaults_and_quick():
         (["--workers", "0,4"], "argument --workers: expected an int in [1, inf)"),
         (["--lrs", "-0.1"], "argument --lrs: expected a float in (0, inf)"),
         (["--seeds", "0"], "argument --seeds"),
-        (["--model", "mlp"], "model 'mlp' has no batch-norm statistics to compare"),
+        (["--model", "mlp"], "argument --model: 'mlp' has no batch-norm statistics to compare"),
         (["--model", "nope"], "unknown model 'nope'"),
-        (["--model", "mlp", "--width", "4"], "--width applies to resnet20 only"),
+        (["--model", "mlp", "--width", "4"], "argument --width: applies to resnet20 only"),
         (["--dataset", "nope"], "unknown dataset 'nope'"),
     ],
 )
@@ -187,7 +189,7 @@ def test_bad_input_is_a_one_line_usage_error_before_anything_is_written(
     with pytest.raises(SystemExit) as e:
         async_bn.main(argv)
     err = capsys.readouterr().err
-    assert e.value.code == 2 and message in err, err
+    assert e.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     assert not out.exists()
 
 
