@@ -7,8 +7,8 @@ Command line (``python -m jaxstale ...`` is the same)::
     jaxstale <experiment> --help           its flags
     jaxstale --help | --version
 
-An experiment is a public module of :mod:`jaxstale.experiments` other than its shared helpers
-(``common``, ``config``, ``presets``), and
+An experiment is a public module or package (``claims``) of :mod:`jaxstale.experiments` other
+than its shared helpers (``common``, ``config``, ``presets``), and
 ``jaxstale <experiment> ARGS`` calls that module's ``main(ARGS)``. ``jaxstale.experiments`` is
 the repository's ``experiments/`` folder, shipped in the wheel (and mapped by an editable
 install) under that name; in a checkout that is not installed, the folder is the top-level
@@ -98,7 +98,7 @@ def experiments() -> dict[str, str]:
     pkg = importlib.import_module(package)  # its __init__ is docs only: cheap
     found: dict[str, str] = {}
     for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
-        if info.ispkg or info.name.startswith("_") or info.name in _NOT_EXPERIMENTS:
+        if info.name.startswith("_") or info.name in _NOT_EXPERIMENTS:
             continue
         spec = importlib.util.find_spec(f"{package}.{info.name}")
         found[info.name] = _summary(spec.origin if spec is not None else None)

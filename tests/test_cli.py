@@ -17,14 +17,18 @@ from jaxstale import cli
 ROOT = Path(__file__).resolve().parents[1]
 # The experiments as the folder holds them: public modules except the shared helpers.
 EXPERIMENTS = sorted(
-    p.stem for p in (ROOT / "experiments").glob("*.py") if not p.stem.startswith("_")
+    [p.stem for p in (ROOT / "experiments").glob("*.py") if not p.stem.startswith("_")]
+    + [p.parent.name for p in (ROOT / "experiments").glob("*/__init__.py")]  # packages
 )
 for helper in ("common", "config", "presets"):  # shared helpers, not experiments
     EXPERIMENTS.remove(helper)
 
 
 def _summary(name):
-    doc = ast.get_docstring(ast.parse((ROOT / "experiments" / f"{name}.py").read_text()))
+    path = ROOT / "experiments" / f"{name}.py"
+    if not path.exists():  # a package
+        path = ROOT / "experiments" / name / "__init__.py"
+    doc = ast.get_docstring(ast.parse(path.read_text()))
     return doc.splitlines()[0]
 
 

@@ -1,4 +1,4 @@
-"""experiments/claims.py: verdicts from paired per-seed differences, conditions, the report."""
+"""experiments/claims/: verdicts from paired per-seed differences, conditions, the report."""
 
 import json
 

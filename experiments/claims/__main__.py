@@ -1,0 +1,5 @@
+"""``python -m experiments.claims``."""
+
+from . import main
+
+main()

@@ -1,0 +1,108 @@
+"""The configurations the claims read (:data:`RUNS`): an experiment module and its typed
+config, with the fields of its smoke version."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from .. import async_bn, async_workers, delay_cliff, pipeline_staleness, sync_baseline
+from ..config import Base, to_argv
+
+
+@dataclass(frozen=True)
+class Run:
+    """One experiment configuration the claims read: a typed ``config`` of the ``experiment``
+    module (its ``run`` and ``report`` compute it); ``quick``: the fields that make its smoke
+    version (``quick=True`` always)."""
+
+    experiment: ModuleType
+    config: Base
+    quick: tuple[tuple[str, Any], ...] = ()
+    what: str = ""
+
+    def at(self, quick: bool) -> Base:
+        """The configuration, or its smoke version."""
+        return (
+            dataclasses.replace(self.config, quick=True, **dict(self.quick))
+            if quick
+            else self.config
+        )
+
+    @property
+    def command(self) -> str:
+        """The equivalent command line (``python -m experiments.<name> <flags>``)."""
+        name = self.experiment.__name__.rpartition(".")[2]
+        return " ".join(["python -m experiments." + name, *to_argv(self.config)])
+
+
+_AW, _PS = async_workers.Config, pipeline_staleness.Config
+_FIVE = ("sgd", "asgd", "sa-asgd", "dc-asgd-a", "gap-aware")
+
+#: the configurations, by name (the run folder is ``<results>/<name>``)
+RUNS: dict[str, Run] = {
+    "async": Run(async_workers, _AW(), what="the default: gamma-timed workers, momentum 0.9"),
+    "async-fixed-lr": Run(
+        async_workers,
+        _AW(delay="round_robin", lrs=(0.02,), workers=(16,), methods=_FIVE),
+        (("lrs", (0.02,)),),
+        what="round-robin workers, one fixed rate (0.02) for every method, 1,500 updates",
+    ),
+    "async-raw": Run(
+        async_workers,
+        _AW(standardize="none", workers=(16, 32), methods=(*_FIVE, "lc-asgd")),
+        what="raw inputs (pixels / 16), otherwise the default",
+    ),
+    "async-momentum0": Run(
+        async_workers,
+        _AW(momentum=(0.0,), workers=(16, 32), methods=("sgd", "asgd", "gap-aware", "dana")),
+        what="no momentum (the rate grid ×10), for the momentum-helps claim",
+    ),
+    "async-m128": Run(
+        async_workers,
+        _AW(
+            delay="round_robin",
+            workers=(64, 128),
+            lrs=(0.0003, 0.001, 0.003, 0.01, 0.03, 0.1),
+            methods=("sgd", "asgd", "sa-asgd", "gap-aware", "dc-asgd-a", "dana", "ga-dana"),
+        ),
+        (("workers", (64,)), ("lrs", (0.001, 0.01))),
+        what="the moonshot: round-robin workers, M = 64 and 128 (τ = M − 1), a wider rate grid",
+    ),
+    "pipeline": Run(pipeline_staleness, _PS(), what="the default: N = 2, 4, 8, SGD momentum 0.9"),
+    "pipeline-n8": Run(
+        pipeline_staleness,
+        _PS(stages=(8,), methods=("sync", "2bw", "pipemare", "pipemare-lr", "pipedream-lr")),
+        (("stages", (8,)),),
+        what="the moonshot: N = 8 with the policies made for deep pipelines",
+    ),
+    "pipeline-nadam": Run(
+        pipeline_staleness,
+        _PS(stages=(8,), optimizer="nadam", methods=("sync", "vanilla", "asyncpp", "nesterov")),
+        (("stages", (8,)),),
+        what="N = 8 with NAdam (AsyncPP's optimizer) per stage",
+    ),
+    "pipeline-adam": Run(
+        pipeline_staleness,
+        _PS(
+            optimizer="adam",
+            stages=(4, 8),
+            methods=("sync", "vanilla", "stash", "spectrain-v1", "nesterov"),
+        ),
+        (("stages", (4,)),),
+        what="Adam per stage (β1 0.9): Adam-aware prediction (the last update of Adam itself)",
+    ),
+    "cliff": Run(
+        delay_cliff, delay_cliff.Config(), what="the default: constant delays 0–16, four methods"
+    ),
+    "async-bn": Run(
+        async_bn, async_bn.Config(), what="the default: ResNet-20 (width 8), M = 1, 4, 8, 16"
+    ),
+    "sync": Run(
+        sync_baseline,
+        sync_baseline.Config(),
+        what="the default: the synchronous references and their budget",
+    ),
+}
