@@ -472,16 +472,17 @@ def make_figures(
                 ax.axhline(ys[0], color="k", ls="--", lw=1, label=f"{method} (1 worker)")
                 continue
             style = runs.method_style(method, cfg["methods"])
-            ax.errorbar(xs, ys, yerr=es, capsize=3, label=method, **style)
+            runs.clipped_errorbar(ax, xs, ys, es, capsize=3, label=method, **style)
             if xd:
                 ax.plot(xd, [0] * len(xd), "x", color=style["color"])
         ax.set_xscale("log", base=2)
+        ax.set_xticks(cfg["workers"], [str(m) for m in cfg["workers"]])
         ax.set_xlabel("workers M")
         ax.set_ylabel("test accuracy % at the selected lr (x: all diverged)")
         ax.set_title(f"momentum {mu}")
         ax.grid(alpha=0.3)
     axes[-1].legend(fontsize="small")
-    fig.text(0.01, 0.0, _footer(cfg), fontsize="x-small", va="bottom", wrap=True)
+    runs.add_footer(fig, _footer(cfg))  # below the axis labels, never over them
     figs["accuracy_vs_workers"] = fig
 
     fig = Figure(figsize=(6, 4), layout="constrained")

@@ -536,7 +536,7 @@ def make_figures(
                     xd.append(n)
             style = runs.method_style(method, cfg["methods"])
             if xs:
-                ax.errorbar(xs, ys, yerr=es, capsize=3, label=method, **style)
+                runs.clipped_errorbar(ax, xs, ys, es, capsize=3, label=method, **style)
             if xd:
                 ax.plot(xd, [0] * len(xd), "x", color=style["color"])
         ns = sorted({r["stages"] for r in rows if r["model"] == name})

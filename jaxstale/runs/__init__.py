@@ -32,7 +32,11 @@ from jaxstale.runs.folder import StaleResultsError as StaleResultsError
 from jaxstale.runs.folder import atomic_write_text as atomic_write_text
 from jaxstale.runs.folder import config_hash as config_hash
 from jaxstale.runs.folder import to_json as to_json
+from jaxstale.runs.plots import add_footer as add_footer
+from jaxstale.runs.plots import axis_label as axis_label
+from jaxstale.runs.plots import clipped_errorbar as clipped_errorbar
 from jaxstale.runs.plots import curves_figure as curves_figure
+from jaxstale.runs.plots import finish_figure as finish_figure
 from jaxstale.runs.plots import method_style as method_style
 from jaxstale.runs.stats import format_ci as format_ci
 from jaxstale.runs.stats import format_steps as format_steps
@@ -52,13 +56,17 @@ __all__ = [
     "RunFolder",
     "RunFolderError",
     "StaleResultsError",
+    "add_footer",
     "atomic_write_text",
+    "axis_label",
     "cli_parser",
+    "clipped_errorbar",
     "code_changes",
     "code_fingerprint",
     "code_hash",
     "config_hash",
     "curves_figure",
+    "finish_figure",
     "float_list",
     "format_ci",
     "format_mean_std",

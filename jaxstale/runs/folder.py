@@ -79,6 +79,7 @@ from jaxstale.runs.files import (
     to_json,
 )
 from jaxstale.runs.fingerprint import code_changes, code_fingerprint, code_hash
+from jaxstale.runs.plots import finish_figure
 
 __all__ = [
     "RESULTS_DIR",
@@ -519,7 +520,9 @@ class RunFolder:
         Args:
           table_md: the markdown table (also what the experiment prints).
           figures: name -> matplotlib Figure, saved as ``<name>.png`` (``"plot"`` -> plot.png,
-            the main figure). Figures managed by pyplot are closed afterwards.
+            the main figure) after :func:`~jaxstale.runs.plots.finish_figure` (legends beside
+            the axes; the smoke-run mark when the config has ``"quick": true``). Figures
+            managed by pyplot are closed afterwards.
 
         Returns:
           Name -> path of each written file (``summary``, ``table``, ``metrics``, and each figure
@@ -540,6 +543,7 @@ class RunFolder:
         for name, fig in (figures or {}).items():
             path = self.path / f"{name}.png"
             if self._store is None:
+                finish_figure(fig, smoke=bool(self.config.get("quick")))
                 _atomic_savefig(fig, path)
             paths[name] = path
             if "matplotlib.pyplot" in sys.modules:

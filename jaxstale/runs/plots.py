@@ -15,7 +15,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["NUM_STYLES", "curves_figure", "method_style"]
+__all__ = [
+    "AXIS_LABELS",
+    "NUM_STYLES",
+    "SMOKE_MARK",
+    "add_footer",
+    "axis_label",
+    "clipped_errorbar",
+    "curves_figure",
+    "finish_figure",
+    "method_style",
+]
 
 # matplotlib's "tab10" colours, in order
 _COLORS = (
@@ -137,6 +147,84 @@ def _series_styles(
     return out
 
 
+#: readable axis names of the metric records' fields (accuracies are drawn in %)
+AXIS_LABELS: dict[str, str] = {
+    "step": "update (mini-batch)",
+    "epoch": "epoch",
+    "train_loss": "training loss (cross-entropy)",
+    "val_accuracy": "validation accuracy %",
+    "test_accuracy": "test accuracy %",
+    "train_accuracy": "training accuracy %",
+}
+
+#: the mark every figure of a ``--quick`` run carries (:func:`finish_figure`)
+SMOKE_MARK = "SMOKE RUN (--quick): a wiring check on a tiny budget, not a result"
+
+
+def axis_label(field: str) -> str:
+    """The axis name of a metric field (:data:`AXIS_LABELS`, else the field with spaces)."""
+    return AXIS_LABELS.get(field, field.replace("_", " "))
+
+
+def _scale(metric: str) -> float:
+    return 100.0 if metric.endswith("accuracy") else 1.0
+
+
+def clipped_errorbar(
+    ax: Any, xs: Any, ys: Any, half: Any, *, low: float = 0.0, high: float = 100.0, **kw: Any
+) -> Any:
+    """``ax.errorbar`` of ``ys ± half`` with the interval clipped to ``[low, high]`` (a
+    percentage cannot leave [0, 100] %, whatever a t interval over a few seeds says)."""
+    y = np.asarray(ys, dtype=float)
+    e = np.asarray(half, dtype=float)
+    below = np.clip(np.minimum(e, y - low), 0.0, None)
+    above = np.clip(np.minimum(e, high - y), 0.0, None)
+    return ax.errorbar(xs, y, yerr=np.vstack([below, above]), **kw)
+
+
+def finish_figure(fig: Any, *, smoke: bool = False) -> Any:
+    """Makes a figure ready to print: every legend outside its axes (to the right, so it hides
+    no data) and, for a smoke run, :data:`SMOKE_MARK` above everything. Idempotent; called by
+    :meth:`~jaxstale.runs.RunFolder.finish` on every figure it saves.
+
+    Example:
+      >>> from matplotlib.figure import Figure
+      >>> fig = Figure(); ax = fig.subplots(); _ = ax.plot([0, 1], label="a"); _ = ax.legend()
+      >>> fig = finish_figure(fig, smoke=True)
+      >>> bool(ax.get_legend().get_bbox_to_anchor().transformed(ax.transAxes.inverted()).x0 > 1)
+      True
+      >>> [t.get_text() for t in fig.texts] == [SMOKE_MARK]
+      True
+    """
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is None:
+            continue
+        anchor = legend.get_bbox_to_anchor().transformed(ax.transAxes.inverted())
+        if anchor.x0 >= 1.0:  # already beside the axes
+            continue
+        texts = [t.get_text() for t in legend.get_texts()]
+        handles, labels = ax.get_legend_handles_labels()
+        if labels != texts:
+            handles = list(legend.legend_handles)
+        size = legend.get_texts()[0].get_fontsize() if texts else None
+        legend.remove()
+        ax.legend(
+            handles,
+            texts,
+            fontsize=size,
+            loc="upper left",
+            bbox_to_anchor=(1.02, 1.0),
+            borderaxespad=0.0,
+        )
+    if smoke and not any(t.get_gid() == "smoke" for t in fig.texts):
+        fig.text(
+            0.5, 1.0, SMOKE_MARK, ha="center", va="bottom", color="#b00000",
+            fontweight="bold", gid="smoke",
+        )  # fmt: skip
+    return fig
+
+
 def _draw_panel(
     ax: Any,
     series: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]],
@@ -152,6 +240,8 @@ def _draw_panel(
         if curve is None:
             continue
         xs, mean, lo, hi, spread = curve
+        k = _scale(metric)  # accuracies in %, the tables' unit
+        mean, lo, hi = ([k * v for v in vals] for vals in (mean, lo, hi))
         step = max(1, math.ceil(len(xs) / 8))
         # Identical curves must both stay visible: later series are drawn on top, thinner and
         # with smaller markers placed at other points, so the earlier one shows around them.
@@ -168,8 +258,8 @@ def _draw_panel(
         if spread:
             ax.fill_between(xs, lo, hi, alpha=0.15, color=line.get_color(), linewidth=0)
         drawn[label] = (line, xs, mean)
-    ax.set_xlabel(x)
-    ax.set_ylabel(metric)
+    ax.set_xlabel(axis_label(x))
+    ax.set_ylabel(axis_label(metric))
     if log and drawn:
         ax.set_yscale("log")
     ax.grid(alpha=0.3)
@@ -239,7 +329,7 @@ def _legend(
         )
 
 
-def _add_footer(fig: Any, footer: str, fontsize: float = 7.0) -> None:
+def add_footer(fig: Any, footer: str, fontsize: float = 7.0) -> None:
     """Adds ``footer`` in small print below the panels, growing the figure to make room."""
     width_in = fig.get_figwidth()
     chars = max(40, int(width_in * 72 / (0.6 * fontsize)))
@@ -325,10 +415,10 @@ def curves_figure(
             ax = axes[r][c]
             panels.append(_draw_panel(ax, group_series, style_of, x, metric, metric in logy))
             if group:
-                ax.set_title(f"{group}: {metric}", fontsize="medium")
+                ax.set_title(f"{group}: {axis_label(metric)}", fontsize="medium")
         _legend(axes[r][-1], group_series, style_of, panels)
     if title:
         fig.suptitle(title)
     if footer:
-        _add_footer(fig, footer)
+        add_footer(fig, footer)
     return fig

@@ -108,3 +108,52 @@ def test_footer_is_drawn_small_at_the_bottom():
     assert buf.getvalue()[:4] == b"\x89PNG"
     assert not [t for t in curves_figure({"sgd": [_curve()]}).texts if t.get_gid() == "footer"]
     assert runs.curves_figure is curves_figure
+
+
+def test_figures_are_ready_to_print():
+    """Legends beside the data, percentages clipped to [0, 100], readable axes, the smoke mark
+    on every figure a --quick run saves (issue 21)."""
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from jaxstale.runs.plots import SMOKE_MARK, clipped_errorbar, finish_figure
+
+    fig = Figure()
+    ax = fig.subplots()
+    bars = clipped_errorbar(ax, [1, 2], [99.0, 1.0], [5.0, 5.0], label="a")
+    segments = bars.lines[2][0].get_segments()
+    assert [tuple(np.round(s[:, 1], 6)) for s in segments] == [(94.0, 100.0), (0.0, 6.0)]
+    ax.legend()
+    finish_figure(fig)
+    anchor = ax.get_legend().get_bbox_to_anchor().transformed(ax.transAxes.inverted())
+    assert anchor.x0 > 1.0 and [t.get_text() for t in ax.get_legend().get_texts()] == ["a"]
+    assert not fig.texts  # not a smoke run: no mark
+    finish_figure(finish_figure(fig, smoke=True), smoke=True)
+    assert [t.get_text() for t in fig.texts] == [SMOKE_MARK]  # once
+
+    curves = runs.curves_figure(
+        {"sgd": [[{"step": 1, "train_loss": 1.0, "val_accuracy": 0.5}]]},
+        ys=("train_loss", "val_accuracy"),
+    )
+    assert curves.axes[1].get_ylabel() == "validation accuracy %"
+    assert curves.axes[1].lines[0].get_ydata()[0] == 50.0
+    assert curves.axes[0].get_xlabel() == "update (mini-batch)"
+
+
+def test_a_quick_run_marks_every_figure_it_saves(tmp_path):
+    from matplotlib.figure import Figure
+
+    from jaxstale.runs.plots import SMOKE_MARK
+
+    figs = {"plot": Figure(), "other": Figure()}
+    for fig in figs.values():
+        fig.subplots().plot([0, 1])
+    folder = runs.RunFolder("demo", {"quick": True}, out=tmp_path / "q")
+    folder.record({"seed": 0}, {"final_test_accuracy": 0.5}, [])
+    folder.finish("table", figs)
+    assert all(SMOKE_MARK in [t.get_text() for t in f.texts] for f in figs.values())
+    full = {"plot": Figure()}
+    folder = runs.RunFolder("demo", {"quick": False}, out=tmp_path / "f")
+    folder.record({"seed": 0}, {"final_test_accuracy": 0.5}, [])
+    folder.finish("table", full)
+    assert not full["plot"].texts
