@@ -62,6 +62,7 @@ __all__ = [
     "Stats",
     "batch_indices",
     "batches",
+    "check_dataset",
     "dataset_names",
     "load",
     "register_dataset",
@@ -211,6 +212,48 @@ def register_dataset(
             f"Dataset {name!r} is already registered; pass overwrite=True to replace it."
         )
     _REGISTRY[name] = loader
+
+
+def check_dataset(ds: Any, where: str = "dataset") -> Any:
+    """``ds`` if it is well formed, else one ``ValueError`` line starting with ``where``:
+    inputs ``[N, ...]`` with finite values, integer labels ``[N]`` in ``[0, num_classes)``, the
+    same example shape in every split. A bad label or a NaN feature otherwise shows up much
+    later as a "diverged" run.
+
+    Example:
+      >>> import numpy as np
+      >>> x, y = np.zeros((4, 2, 2, 1), np.float32), np.array([0, 1, 2, 1])
+      >>> check_dataset(Dataset("toy", x, y, x, y, 2), "fit")
+      Traceback (most recent call last):
+      ValueError: fit: dataset 'toy': y_train must be in [0, 2), got [0, 2]
+    """
+    what = f"{where}: dataset {getattr(ds, 'name', '?')!r}:"
+    k = ds.num_classes
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+        raise ValueError(f"{what} num_classes must be a positive int, got {k!r}")
+    shape = None
+    for part in ("train", "val", "test"):
+        x, y = getattr(ds, f"x_{part}", None), getattr(ds, f"y_{part}", None)
+        if x is None and y is None and part == "val":
+            continue
+        x, y = np.asarray(x), np.asarray(y)
+        if x.ndim < 2 or y.ndim != 1 or len(x) != len(y):
+            raise ValueError(
+                f"{what} x_{part} must be [N, ...] and y_{part} [N] with the same N, got shapes "
+                f"{x.shape} and {y.shape}"
+            )
+        if shape is not None and x.shape[1:] != shape:
+            raise ValueError(
+                f"{what} x_{part} and x_train differ in shape: {x.shape[1:]} vs {shape}"
+            )
+        shape = x.shape[1:]
+        if not np.issubdtype(y.dtype, np.integer):
+            raise ValueError(f"{what} y_{part} must hold integers, got {y.dtype}")
+        if len(y) and not (0 <= y.min() and y.max() < k):
+            raise ValueError(f"{what} y_{part} must be in [0, {k}), got [{y.min()}, {y.max()}]")
+        if not np.issubdtype(x.dtype, np.number) or not np.isfinite(x).all():
+            raise ValueError(f"{what} x_{part} must hold finite numbers (NaN or inf found)")
+    return ds
 
 
 def registered_loader(name: str) -> Callable[[str | None], Any] | None:
@@ -434,31 +477,7 @@ def _check_raw(name: str, raw: Any) -> _Raw:
     if isinstance(num_classes, bool) or not isinstance(num_classes, int | np.integer):
         raise ValueError(f"Dataset {name!r}: num_classes must be an int, got {num_classes!r}.")
     num_classes = int(num_classes)
-    for part, x, y in (("train", x_train, y_train), ("test", x_test, y_test)):
-        if x.ndim < 2 or y.ndim != 1 or len(x) != len(y):
-            raise ValueError(
-                f"Dataset {name!r}: x_{part} must be [N, ...] (at least 2-D) and y_{part} [N] with "
-                f"the same N, got shapes {x.shape} and {y.shape}."
-            )
-        if not np.issubdtype(x.dtype, np.number) or (
-            np.issubdtype(x.dtype, np.inexact) and not np.isfinite(x).all()
-        ):
-            raise ValueError(
-                f"Dataset {name!r}: x_{part} must hold finite numbers (found NaN, inf or "
-                f"non-numeric values of dtype {x.dtype})."
-            )
-        if not np.issubdtype(y.dtype, np.integer):
-            raise ValueError(f"Dataset {name!r}: y_{part} must hold integers, got {y.dtype}.")
-        if len(y) and not (0 <= y.min() and y.max() < num_classes):
-            raise ValueError(
-                f"Dataset {name!r}: y_{part} must be in [0, {num_classes}), got "
-                f"[{y.min()}, {y.max()}]."
-            )
-    if x_train.shape[1:] != x_test.shape[1:]:
-        raise ValueError(
-            f"Dataset {name!r}: train and test inputs differ in shape: {x_train.shape[1:]} vs "
-            f"{x_test.shape[1:]}."
-        )
+    check_dataset(Dataset(name, x_train, y_train, x_test, y_test, num_classes), "load")
     if len(x_train) == 0:
         raise ValueError(f"Dataset {name!r} has no training example.")
     return (

@@ -47,6 +47,7 @@ import optax
 from flax import nnx
 
 from jaxstale import models
+from jaxstale.data import check_dataset, load
 from jaxstale.loop import Executor, Stats, accuracy
 from jaxstale.loop import run as run_loop
 from jaxstale.losses import cross_entropy
@@ -387,9 +388,7 @@ def evaluate(
 
 def _resolve_dataset(dataset: Any) -> Any:
     if isinstance(dataset, str):
-        from jaxstale import data
-
-        return data.load(dataset)
+        return load(dataset)
     for field in ("x_train", "y_train", "x_test", "y_test", "num_classes"):
         if not hasattr(dataset, field):
             raise TypeError(
@@ -480,7 +479,7 @@ def fit(
     if seed_mode not in SEED_MODES:
         raise ValueError(f"seed_mode must be one of {SEED_MODES} or 'auto', got {seed_mode!r}")
 
-    ds = _resolve_dataset(dataset)
+    ds = check_dataset(_resolve_dataset(dataset), "fit")
     tx = tx if isinstance(tx, optax.GradientTransformation) else tx()
     x_train, y_train = np.asarray(ds.x_train), np.asarray(ds.y_train)
     if len(x_train) < batch_size:
@@ -497,7 +496,9 @@ def fit(
                 **(model_kwargs or {}),
             )
         else:
-            module = model(seed)
+            module = models.check_logits(
+                model(seed), tuple(x_train.shape[1:]), int(ds.num_classes), "fit: model(seed)"
+            )
         return models.functional(module)
 
     from jaxstale import data

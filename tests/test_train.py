@@ -190,3 +190,33 @@ def test_bad_arguments(digits):
         train.fit("mlp", tx, object(), steps=2, batch_size=8)
     assert train.default_strategy("cnn", "cpu") == ("host", "sequential")
     assert train.default_strategy("anything", "gpu") == ("scan", "vmap")
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (lambda d: d._replace(y_train=d.y_train + 10), "y_train must be in [0, 10)"),
+        (
+            lambda d: d._replace(x_test=np.where(d.x_test == d.x_test.max(), np.nan, d.x_test)),
+            "x_test must hold finite numbers",
+        ),
+        (lambda d: d._replace(x_val=d.x_val[:, :4]), "x_val and x_train differ in shape"),
+    ],
+    ids=["labels beyond the classes", "NaN features", "split shapes"],
+)
+def test_fit_refuses_a_malformed_dataset_in_one_line(change, words):
+    """Once these trained and showed up as 'diverged' runs (issue 21)."""
+    ds = change(data.load("digits"))
+    with pytest.raises(ValueError) as e:
+        train.fit("mlp", optax.sgd(0.1), ds, steps=2, batch_size=8)
+    assert str(e.value).startswith("fit: dataset 'digits':") and words in str(e.value)
+
+
+def test_fit_refuses_a_model_with_the_wrong_number_of_logits():
+    def wide(seed):
+        return nnx.Sequential(
+            lambda x: x.reshape(x.shape[0], -1), nnx.Linear(64, 11, rngs=nnx.Rngs(seed))
+        )
+
+    with pytest.raises(ValueError, match=r"fit: model\(seed\): .* logits of shape \(2, 11\)"):
+        train.fit(wide, optax.sgd(0.1), "digits", steps=2, batch_size=8)

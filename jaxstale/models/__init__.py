@@ -15,6 +15,7 @@ from jaxstale.models.staged import functional_stages as functional_stages
 from jaxstale.models.staged import param_count as param_count
 from jaxstale.models.staged import split as split
 from jaxstale.models.zoo import MODELS as MODELS
+from jaxstale.models.zoo import check_logits as check_logits
 from jaxstale.models.zoo import cnn as cnn
 from jaxstale.models.zoo import create as create
 from jaxstale.models.zoo import mlp as mlp

@@ -25,11 +25,13 @@ __all__ = [
     "Dense",
     "Head",
     "Stem",
+    "check_logits",
     "cnn",
     "create",
     "mlp",
     "model_names",
     "register_model",
+    "registered_builder",
     "resnet20",
 ]
 
@@ -527,6 +529,36 @@ def create(
     if not isinstance(model, nnx.Module):
         raise TypeError(
             f"The builder of model {name!r} must return an nnx.Module, got {type(model).__name__}."
+        )
+    return check_logits(model, tuple(input_shape), num_classes, f"create: model {name!r}")
+
+
+def check_logits(
+    model: nnx.Module, input_shape: tuple[int, ...], num_classes: int, where: str = "model"
+) -> nnx.Module:
+    """``model`` if it maps a batch ``[2, *input_shape]`` to logits ``[2, num_classes]``
+    (traced abstractly with ``jax.eval_shape``: no compute, the model is not changed), else one
+    ``ValueError`` line starting with ``where``. A model with the wrong number of outputs would
+    otherwise train against out-of-range labels and show up as a "diverged" run.
+
+    Example:
+      >>> from flax import nnx
+      >>> check_logits(nnx.Linear(4, 3, rngs=nnx.Rngs(0)), (4,), 10, "fit")
+      Traceback (most recent call last):
+      ValueError: fit: maps a batch of 2 inputs (4,) to logits of shape (2, 3); ... (2, 10) needed
+    """
+    graphdef, state = nnx.split(model)
+    x = jax.ShapeDtypeStruct((2, *input_shape), jnp.float32)
+    try:
+        out = jax.eval_shape(lambda st, x: nnx.merge(graphdef, st)(x), state, x)
+    except Exception as e:  # a shape error deep in the user's module: say where it came from
+        raise ValueError(f"{where}: cannot take inputs {tuple(input_shape)}: {e}") from None
+    got = getattr(out, "shape", None)
+    if got != (2, num_classes):
+        raise ValueError(
+            f"{where}: maps a batch of 2 inputs {tuple(input_shape)} to logits of shape "
+            f"{got if got is not None else type(out).__name__}; the data has {num_classes} "
+            f"classes: (2, {num_classes}) needed"
         )
     return model
 
