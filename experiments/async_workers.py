@@ -273,7 +273,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
     b = cfg["batch_size"]
     spe = len(ds.x_train) // b
     updates = cfg["updates"]
-    is_sync = _mode(method, mu) == "sync"
+    is_sync = asyncdp.method_mode(method) == "sync"
     parts = (
         [[k for k in keys if k["workers"] == m] for m in sorted({k["workers"] for k in keys})]
         if is_sync
@@ -330,10 +330,6 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
             }
             out[id(k)] = run_row(r, spe, extra, cfg["target"])
     return [out[id(k)] for k in keys]
-
-
-def _mode(method: str, mu: float) -> str:
-    return asyncdp.build_method(method, asyncdp.HParams(0.1, mu, 1)).mode
 
 
 # ----------------------------------------------------------------------------- tables and plots

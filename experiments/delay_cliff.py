@@ -97,7 +97,6 @@ DELAYS = [0, 1, 2, 4, 8, 16]
 LRS = [0.001, 0.003, 0.01, 0.03, 0.1, 0.3]
 CLAIM_LRS = (0.01, 0.001)  # Jain et al.'s two rates
 KEY = ("method", "delay", "lr", "seed")
-HP = asyncdp.HParams(0.1, 0.9, 1)  # to read a method's mode
 
 
 # ----------------------------------------------------------------------------- the experiment
@@ -163,7 +162,7 @@ class Config(Base):
         if self.model is not None and len(self.model) > 1:
             raise ConfigError("model", f"delay_cliff takes one model, got {','.join(self.model)}")
         for m in self.methods or ():
-            if asyncdp.build_method(m, HP).mode == "sync":
+            if asyncdp.method_mode(m) == "sync":
                 raise ConfigError(
                     "methods",
                     f"{m} is synchronous (its workers step in lockstep): it has no delay to "

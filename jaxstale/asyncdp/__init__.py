@@ -43,6 +43,7 @@ from jaxstale.asyncdp.emulator import AsyncEmulator as AsyncEmulator
 from jaxstale.asyncdp.mesh import AsyncMesh as AsyncMesh
 from jaxstale.asyncdp.mesh import async_rounds as async_rounds
 from jaxstale.asyncdp.mesh import default_data_mesh as default_data_mesh
+from jaxstale.asyncdp.methods import METHOD_MODES as METHOD_MODES
 from jaxstale.asyncdp.methods import METHODS as METHODS
 from jaxstale.asyncdp.methods import MODES as MODES
 from jaxstale.asyncdp.methods import HParams as HParams
@@ -52,6 +53,7 @@ from jaxstale.asyncdp.methods import as_spec as as_spec
 from jaxstale.asyncdp.methods import build_method as build_method
 from jaxstale.asyncdp.methods import check_hyperparameters
 from jaxstale.asyncdp.methods import lr_warmup as lr_warmup
+from jaxstale.asyncdp.methods import method_mode as method_mode
 from jaxstale.asyncdp.methods import method_names as method_names
 from jaxstale.asyncdp.methods import register_method as register_method
 from jaxstale.asyncdp.methods import resolve as resolve

@@ -73,6 +73,7 @@ __all__ = [
     "LC_CAPACITY",
     "LC_LAMBDA",
     "METHODS",
+    "METHOD_MODES",
     "MODES",
     "HParams",
     "MethodSpec",
@@ -84,6 +85,7 @@ __all__ = [
     "build_method",
     "check_hyperparameters",
     "lr_warmup",
+    "method_mode",
     "method_names",
     "register_method",
     "resolve",
@@ -346,15 +348,33 @@ METHODS: dict[str, MethodBuilder] = {
 }
 BUILTIN = frozenset(METHODS)  # the names register_method cannot replace
 
+#: name -> mode (:data:`MODES`) of every registered method, declared, not learnt by building it:
+#: ``"sync"`` (all M workers in lockstep), ``"dana"`` (per-worker momentum, look-aheads sent),
+#: else ``"async"``. :func:`build_method` checks that a builder returns what it declared.
+METHOD_MODES: dict[str, str] = {
+    **dict.fromkeys(METHODS, "async"),
+    "ssgd": "sync",
+    "dana": "dana",
+    "dana-dc": "dana",
+    "ga-dana": "dana",
+}
 
-def register_method(name: str, build: MethodBuilder, *, overwrite: bool = False) -> None:
+
+def register_method(
+    name: str, build: MethodBuilder, *, mode: str = "async", overwrite: bool = False
+) -> None:
     """Register ``build(hp: HParams) -> transformation | MethodSpec`` under ``name`` for both
     executors and the experiments (``--methods name``; built-ins cannot be replaced).
+
+    ``mode`` declares what the builder returns (:data:`MODES`: a bare transformation or an
+    ``"async"`` spec; a ``MethodSpec`` of mode ``"sync"`` or ``"dana"``), so that experiments
+    know a method's mode without building it (:func:`method_mode`); :func:`build_method`
+    refuses a builder whose spec differs from its declaration.
 
     Raises:
         TypeError: ``name`` is not a non-empty string, or ``build`` is not callable.
         ValueError: ``name`` holds a comma or whitespace (``--methods`` takes a comma-separated
-            list), is a built-in, or is taken and ``overwrite`` is False.
+            list), is a built-in, or is taken and ``overwrite`` is False; ``mode`` unknown.
 
     Example:
         >>> import optax
@@ -368,7 +388,23 @@ def register_method(name: str, build: MethodBuilder, *, overwrite: bool = False)
         raise TypeError(f"build must be callable(HParams) -> transformation, got {build!r}")
     if name in BUILTIN or (name in METHODS and not overwrite):
         raise ValueError(f"method {name!r} is already registered (pass overwrite=True for yours)")
+    if mode not in MODES:
+        raise ValueError(f"register_method: mode must be one of {', '.join(MODES)}, got {mode!r}")
     METHODS[name] = build
+    METHOD_MODES[name] = mode
+
+
+def method_mode(name: str) -> str:
+    """The declared mode of a registered method (:data:`METHOD_MODES`), without building it.
+
+    Example:
+        >>> from jaxstale.asyncdp import method_mode
+        >>> method_mode("ssgd"), method_mode("dana"), method_mode("dc-asgd-a")
+        ('sync', 'dana', 'async')
+    """
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; registered: {', '.join(METHODS)}")
+    return METHOD_MODES[name]
 
 
 def method_names() -> tuple[str, ...]:
@@ -405,7 +441,14 @@ def build_method(name: str, hp: HParams) -> MethodSpec:
         'sync'
     """
     build = resolve(name)
-    return as_spec(build(hp.validate("build_method")))
+    spec = as_spec(build(hp.validate("build_method")))
+    declared = METHOD_MODES.get(name) if isinstance(name, str) else None
+    if declared is not None and spec.mode != declared:
+        raise ValueError(
+            f"build_method: method {name!r} was registered as mode {declared!r} but its builder "
+            f"returned a {spec.mode!r} MethodSpec (register_method(..., mode={spec.mode!r}))"
+        )
+    return spec
 
 
 def as_spec(method: optax.GradientTransformation | MethodSpec) -> MethodSpec:

@@ -198,3 +198,28 @@ def test_gap_aware_raw_is_the_raw_trace_and_equals_lab_without_momentum():
     a = emulate_async(_APPLY, "gap-aware-raw", w0, {}, sched, xb, yb, **kw0)
     b = emulate_async(_APPLY, "gap-aware", w0, {}, sched, xb, yb, **kw0)
     np.testing.assert_array_equal(a.params, b.params)
+
+
+def test_a_method_declares_its_mode_and_the_builder_must_agree():
+    """Experiments read a method's mode from the registry instead of building a throwaway spec
+    (issue 21); a builder that returns another mode than it declared is refused when built."""
+    import optax
+
+    from jaxstale.asyncdp import HParams, MethodSpec, build_method, method_mode, register_method
+
+    assert {m: method_mode(m) for m in ("sgd", "ssgd", "dana", "ga-dana", "lc-asgd")} == {
+        "sgd": "async", "ssgd": "sync", "dana": "dana", "ga-dana": "dana", "lc-asgd": "async",
+    }  # fmt: skip
+    hp = HParams(0.1, 0.9, 4)
+    for name in ("sgd", "ssgd", "dana", "dana-dc", "ga-dana", "dc-asgd-a"):
+        assert build_method(name, hp).mode == method_mode(name), name
+    lockstep = lambda hp: MethodSpec(optax.sgd(hp.learning_rate), mode="sync")
+    register_method("mode-doc", lockstep, mode="sync", overwrite=True)
+    assert method_mode("mode-doc") == "sync" and build_method("mode-doc", hp).mode == "sync"
+    register_method("mode-doc", lockstep, overwrite=True)  # declared "async" by default
+    with pytest.raises(ValueError, match=r"registered as mode 'async'.*'sync' MethodSpec"):
+        build_method("mode-doc", hp)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        register_method("mode-doc", lockstep, mode="lockstep", overwrite=True)
+    with pytest.raises(ValueError, match="unknown method"):
+        method_mode("nope")
