@@ -189,22 +189,25 @@ _FLUSH = [
     for sched in ("gpipe", "1f1b-flush")
     for p in ("sync", "vanilla", "stash", "spectrain-v1", "spectrain-v2", "nesterov")
 ]  # no staleness: every policy is synchronous SGD on these schedules
-_ALL = _FLUSH + [
-    ("1f1b", p, t)
-    for p in ("vanilla", "stash", "spectrain-v1", "spectrain-v2", "nesterov", "sync")
-    for t in (("sequential", "roundtrip") if p in ("spectrain-v1", "nesterov") else (None,))
-]
-# issue 16: 2BW (and a prediction on its stashed versions), PipeMare and its LR-only part,
-# AsyncPP's stashing, stashing + rescheduling
-_ALL += [
-    ("2bw", "2bw", None),
-    ("2bw", "spectrain-v1", None),
-    ("1f1b", PIPEMARE, None),
-    ("1f1b", PIPEMARE_LR, None),
-    ("1f1b", "asyncpp", None),
-    ("1f1b", PIPEDREAM_LR, None),
-    ("1f1b-flush", PIPEMARE, None),
-]
+
+
+def _registered_cases() -> list:
+    """Every registered policy on the schedule it runs (its own, e.g. 2BW's, else async 1F1B),
+    at both prediction targets where it predicts towards the round trip; PipeMare-style
+    rescheduling over the first update (``lr_anneal=1.0``) so that the short runs exercise it.
+    Built from the registry: a policy added with ``register_policy`` is parity-tested too."""
+    cases = []
+    for name, pol in POLICIES.items():
+        sched = pol.schedule or "1f1b"
+        run = pol._replace(lr_anneal=1.0) if pol.lr_anneal else name
+        both = pol.predict in ("spectrain", "nesterov") and pol.target == "roundtrip"
+        cases += [(sched, run, t) for t in (("sequential", "roundtrip") if both else (None,))]
+    return cases
+
+
+_ALL = _FLUSH + _registered_cases()
+# and two crossings: a prediction on 2BW's stashed versions, PipeMare under a flush
+_ALL += [("2bw", "spectrain-v1", None), ("1f1b-flush", PIPEMARE, None)]
 
 
 def _id(v):
