@@ -38,6 +38,30 @@ diverged. Records of a diverged lane continue (with null loss and accuracy) whil
 the same executor run on — they share one clock. Final weights that are not finite also count as
 divergence (at the last update). Nothing is raised.
 
+**Compiled steps** (:func:`jit`): every executor compiles its steps with :func:`jit`, so that a
+run's numbers do not depend on the runs it is batched with. On XLA:CPU it leaves out YNNPACK's
+*reduce* fusion (its dot and convolution fusions stay): YNNPACK sums a vmapped reduction — a
+bias gradient, ``reduce`` of ``f32[L, 32, 64]`` over the batch axis — in another order than
+XLA's own loop sums the same ``f32[32, 64]`` of one run, so a run alone and the same run as one
+of ``L ≥ 2`` vmapped lanes parted in the last bit from their first update (the pipeline's bias
+gradients; LC-ASGD's loss predictor, fed the worker's loss). With it and the losses' fixed-order
+:func:`jaxstale.losses.batch_mean`, measured on XLA:CPU for the MLP (every loss, curve point and
+final weight): the asynchronous emulator's lanes are its runs alone for every built-in method
+but Gap-Aware (300 updates, 8 lanes of two M and two rates; ASGD and LC-ASGD also in one group
+of 100 lanes); the pipeline's lanes are its runs alone (the six policies of
+``pipeline_staleness``, its ``--quick`` cells: N = 2 and 4, 300 steps; SGD, Adam and NAdam) and
+the mesh executor's runs (SGD and Adam). Where XLA still rewrites a lane by its company no
+option helps: in Gap-Aware's update the algebraic simplifier turns the bias correction ``v / (1
+− β^t)`` into ``v · (1 / (1 − β^t))`` when ``t`` is a per-lane vector (vmapped) and keeps the
+division for one run, so the two round apart from Gap-Aware's first stale update. The same
+rewrite, made in one executor's program and not the other's, parts the mesh executors from the
+emulators for SA-ASGD (``g / max(τ, 1)``), Gap-Aware and the pipeline's NAdam (its bias
+corrections, on a stage's flat vector). On other backends (GPU: cuBLAS and reduction tilings
+chosen per shape) nothing is promised beyond float32 rounding. A run folder keeps a sweep
+reproducible all the same: groups are a function of the configuration and a resume recomputes a
+missing cell in its group (:meth:`jaxstale.runs.RunFolder.run_grouped`), so a resumed or re-run
+sweep writes its table byte for byte.
+
 Example:
     >>> import jax, jax.numpy as jnp, numpy as np, optax
     >>> from jaxstale import loop, train
@@ -62,10 +86,57 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Executor", "Result", "Stats", "accuracy", "advance", "eval_splits", "run"]
+__all__ = [
+    "Executor",
+    "Result",
+    "Stats",
+    "accuracy",
+    "advance",
+    "compiler_options",
+    "eval_splits",
+    "jit",
+    "run",
+]
 
 State = Any
 Params = Any
+
+#: XLA:CPU's default YNNPACK fusions less ``REDUCE`` (see "Compiled steps" above)
+_CPU_OPTIONS = {
+    "xla_cpu_experimental_ynn_fusion_type": ",".join(
+        f"LIBRARY_FUSION_TYPE_{t}" for t in ("DOT", "INDIVIDUAL_DOT", "INDIVIDUAL_CONVOLUTION")
+    )
+}
+
+
+@functools.cache
+def compiler_options() -> dict[str, str] | None:
+    """The XLA options :func:`jit` compiles with: on XLA:CPU, YNNPACK without its reduce
+    fusion; None on other backends, or where this jaxlib does not know the option (then lanes
+    agree with runs alone only to float32 rounding)."""
+    if jax.default_backend() != "cpu":
+        return None
+    try:  # an experimental option: a jaxlib without it refuses to compile
+        jax.jit(lambda v: v + 1, compiler_options=_CPU_OPTIONS).lower(np.float32(0)).compile()
+    except Exception:  # any refusal means: compile without it
+        return None
+    return dict(_CPU_OPTIONS)
+
+
+def jit(fun: Callable[..., Any], **kwargs: Any) -> Any:
+    """``jax.jit(fun, **kwargs)`` with :func:`compiler_options`: how the executors compile
+    their steps, so that a run's numbers do not depend on the lanes it runs with.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, numpy as np
+        >>> from jaxstale.loop import jit
+        >>> f = lambda g: jnp.sum(g, axis=0)      # a bias gradient: a sum over the batch
+        >>> g = np.random.default_rng(0).normal(size=(4, 32, 64)).astype(np.float32)
+        >>> alone = np.stack([jit(f)(g[i]) for i in range(4)])
+        >>> bool((alone == jit(jax.vmap(f))(g)).all())   # plain jax.jit on CPU: 176 differ
+        True
+    """
+    return jax.jit(fun, compiler_options=compiler_options(), **kwargs)
 
 
 class Stats(NamedTuple):
@@ -197,7 +268,7 @@ def _counter(apply: Callable[..., Any], vmap: bool) -> Callable[..., jax.Array]:
 
     if vmap:
         count = jax.vmap(count, in_axes=(0, 0, None, None, None))
-    return jax.jit(count)
+    return jit(count)
 
 
 def accuracy(

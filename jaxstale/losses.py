@@ -2,6 +2,14 @@
 
 Both functions take ``logits`` of shape ``[B, C]`` and integer ``labels`` of shape ``[B]`` and
 return a scalar, so they can be used directly inside a jitted training step.
+
+The loss averages over the batch with :func:`batch_mean`, a sum in a fixed order made of
+element-wise additions: a run's loss values are then the same bits whether it is computed alone,
+as one lane of a ``jax.vmap`` over runs, or on a mesh. ``jnp.mean`` lowers to an XLA ``reduce``
+whose summation order XLA:CPU picks per program (measured: a ``[32]`` → scalar reduce fused into
+a value-and-grad step rounds differently from the same reduce as one row of a vmapped ``[L,
+32]`` → ``[L]`` one, in 2 of 16 lanes), which LC-ASGD, feeding the worker's loss into its
+update, turns into different weights.
 """
 
 from __future__ import annotations
@@ -10,7 +18,39 @@ import jax
 import jax.numpy as jnp
 import optax
 
-__all__ = ["accuracy", "cross_entropy"]
+__all__ = ["accuracy", "batch_mean", "cross_entropy"]
+
+
+def batch_mean(values: jax.Array) -> jax.Array:
+    r"""The mean over the leading axis, summed in a fixed order: pairwise halving by
+    element-wise additions, ``(v[:h] + v[h:2h])`` then the same on the result (an odd element out
+    is carried to the next level's end), divided by ``B``.
+
+    Element-wise additions are exactly rounded wherever XLA runs them, so the result does not
+    depend on the program around it (lanes of a ``jax.vmap``, fusion, device); its gradient is
+    ``1/B`` per element, bit for bit ``jnp.mean``'s.
+
+    Args:
+      values: ``[B, ...]``, ``B ≥ 1``.
+
+    Returns:
+      ``[...]``: the mean of ``values`` over its first axis.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from jaxstale.losses import batch_mean
+      >>> float(batch_mean(jnp.arange(5.0)))
+      2.0
+    """
+    v = jnp.asarray(values)
+    n = v.shape[0]
+    if n == 0:
+        raise ValueError("batch_mean: an empty batch has no mean")
+    while v.shape[0] > 1:
+        h = v.shape[0] // 2
+        head = v[:h] + v[h : 2 * h]
+        v = head if v.shape[0] % 2 == 0 else jnp.concatenate([head, v[2 * h :]])
+    return v[0] / jnp.asarray(n, v.dtype)
 
 
 def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
@@ -26,7 +66,7 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
       labels: ``[B]`` integer class indices ``y`` in ``[0, C)``.
 
     Returns:
-      The scalar mean loss (float32 for float32 logits).
+      The scalar mean loss (float32 for float32 logits), averaged by :func:`batch_mean`.
 
     Example:
       >>> import jax.numpy as jnp
@@ -35,7 +75,7 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
       >>> print(f"{float(cross_entropy(logits, jnp.array([0, 1]))):.4f}")  # log 2
       0.6931
     """
-    return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, labels))
+    return batch_mean(optax.softmax_cross_entropy_with_integer_labels(logits, labels))
 
 
 def accuracy(logits: jax.Array, labels: jax.Array) -> jax.Array:

@@ -49,6 +49,7 @@ from flax import nnx
 from jaxstale import models
 from jaxstale.data import check_dataset, load
 from jaxstale.loop import Executor, Stats, accuracy
+from jaxstale.loop import jit as loop_jit
 from jaxstale.loop import run as run_loop
 from jaxstale.losses import cross_entropy
 
@@ -192,7 +193,7 @@ def make_train_step(
       True
     """
     update = _make_update(apply, tx, loss_fn, extra_args)
-    return jax.jit(update, donate_argnums=(0, 1, 2)) if jit else update
+    return loop_jit(update, donate_argnums=(0, 1, 2)) if jit else update
 
 
 def _masked(update: Callable[..., Any]) -> Callable[[Carry, Any, Any], tuple[Carry, jax.Array]]:
@@ -226,7 +227,7 @@ def _compiled_loops(
 
     if loop == "host":
         fn = jax.vmap(step) if vmap else step
-        jitted = jax.jit(fn, donate_argnums=0)
+        jitted = loop_jit(fn, donate_argnums=0)
         return lambda n: jitted
 
     cache: dict[int, Callable[..., Any]] = {}
@@ -239,7 +240,7 @@ def _compiled_loops(
                     lambda c, xy: step(c, *xy), carry, (xs, ys), unroll=(loop == "unrolled")
                 )
 
-            cache[n] = jax.jit(jax.vmap(chunk) if vmap else chunk, donate_argnums=0)
+            cache[n] = loop_jit(jax.vmap(chunk) if vmap else chunk, donate_argnums=0)
         return cache[n]
 
     return get

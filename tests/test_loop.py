@@ -115,3 +115,32 @@ def test_named_eval_splits_are_recorded_and_final_per_split():
     assert res[1].final_accuracy == {"val": None, "test": None} and res[1].diverged
     with pytest.raises(ValueError, match="pair"):
         loop.run(ex, None, None, eval_data={"val": x})
+
+
+def test_jit_lanes_are_the_runs_alone_bit_for_bit():
+    """loop.jit: a vmapped lane is the run alone, bit for bit (XLA:CPU), for the gradient and
+    the loss of an MLP step; plain jax.jit rounds a bias gradient by the lane count there."""
+    import jax
+
+    from jaxstale import losses, models
+
+    f = models.functional(models.create("mlp", input_shape=(8, 8, 1), num_classes=10))
+    rng = np.random.default_rng(0)
+    lanes = 16
+    x = rng.normal(size=(lanes, 32, 8, 8, 1)).astype(np.float32)
+    y = rng.integers(0, 10, (lanes, 32)).astype(np.int32)
+    params = jax.tree.map(lambda a: np.stack([np.asarray(a)] * lanes), f.params)
+
+    def step(p, xx, yy):
+        return jax.value_and_grad(lambda q: losses.cross_entropy(f.apply(q, {}, xx, True)[0], yy))(
+            p
+        )
+
+    alone = [loop.jit(step)(f.params, x[i], y[i]) for i in range(lanes)]
+    many = loop.jit(jax.vmap(step))(params, x, y)
+    for i, (loss, grad) in enumerate(alone):
+        assert np.asarray(loss) == np.asarray(many[0])[i]
+        for a, b in zip(jax.tree.leaves(grad), jax.tree.leaves(many[1]), strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b)[i])
+    if jax.default_backend() == "cpu":
+        assert loop.compiler_options() is not None  # this jaxlib knows the option

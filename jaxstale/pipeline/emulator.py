@@ -46,7 +46,7 @@ import numpy as np
 import optax
 
 from jaxstale import schedules as S
-from jaxstale.loop import Executor, Stats
+from jaxstale.loop import Executor, Stats, jit
 from jaxstale.losses import cross_entropy
 from jaxstale.pipeline.program import Program
 from jaxstale.transforms import find_weight_prediction_state, predict_weights, weight_prediction
@@ -216,7 +216,7 @@ class PipelineEmulator:
         self.stash, self.predict = program.stashes, program.policy.predict is not None
         self.tx = stage_optimizer(tx, program)
         self.momentum, self.loss_fn = float(momentum), loss_fn
-        self.step = jax.jit(self._round, donate_argnums=(0,))
+        self.step = jit(self._round, donate_argnums=(0,))
         self.lane_fns: tuple[Callable[..., Any], Callable[..., Any]] | None = None  # lanes
 
     def init(
@@ -426,7 +426,7 @@ def _lane_fns(core: PipelineEmulator) -> tuple[Callable[..., Any], Callable[...,
     if core.lane_fns is None:
         vround = jax.vmap(core._round, in_axes=(0, None, None, 0, 0))
         read = lambda c: ([core.current(c, k) for k in range(core.num_stages)], list(c["bn"]))
-        core.lane_fns = (jax.jit(vround, donate_argnums=(0,)), jax.jit(jax.vmap(read)))
+        core.lane_fns = (jit(vround, donate_argnums=(0,)), jit(jax.vmap(read)))
     return core.lane_fns
 
 

@@ -48,7 +48,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxstale.loop import Executor, Stats
+from jaxstale.loop import Executor, Stats, jit
 from jaxstale.losses import cross_entropy
 from jaxstale.mesh import check_mesh, make_mesh, to_host, to_mesh
 from jaxstale.pipeline.emulator import (
@@ -192,7 +192,7 @@ class MeshPipeline:
         self.r_max = max([sum(math.prod(s) for s, _ in sp) for sp in self.res_specs] or [1]) or 1
         self.slots = max(*program.in_cap, *program.ct_cap, *program.res_cap, 1)
         self.capacity = max(program.stash_capacity)
-        self._tick = jax.jit(self._sharded(), donate_argnums=(0,))
+        self._tick = jit(self._sharded(), donate_argnums=(0,))
         # XLA:CPU runs the devices' collectives on a bounded thread pool: a tick dispatched
         # while the previous one is still waiting in a collective can take the threads that
         # one needs, and both hang. Emulated CPU devices therefore finish each tick first.
