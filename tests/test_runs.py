@@ -92,19 +92,27 @@ def test_resume_skips_finished_cells(tmp_path, capsys):
     assert again.done({"model": "mlp", "lr": 0.5, "seed": 0}) is None
 
 
-def test_run_grouped_passes_only_pending_seeds(tmp_path):
+def test_run_grouped_passes_whole_groups_of_pending_cells(tmp_path):
+    """A group with a missing cell runs with all its cells (a fresh run's company); only the
+    missing cells are recorded; a group whose cells are all done does not run."""
     run = RunFolder("exp", {}, root=tmp_path)
-    run.record(
-        {"model": "mlp", "lr": 0.1, "seed": 1}, *_cell({"model": "mlp", "lr": 0.1, "seed": 1})
-    )
+    done = [{"model": "mlp", "lr": 0.1, "seed": 1}]
+    done += [{"model": "cnn", "lr": 0.03, "seed": s} for s in (0, 1)]
+    for key in done:
+        run.record(key, *_cell(key))
     groups = []
 
     def fn(keys):
-        groups.append([k["seed"] for k in keys])
+        groups.append([(k["model"], k["lr"], k["seed"]) for k in keys])
         return [_cell(k) for k in keys]
 
     run.run_grouped(_keys(), fn, vary=("seed",))
-    assert groups == [[0], [0, 1], [0, 1], [0, 1]]
+    assert groups == [
+        [("mlp", 0.1, 0), ("mlp", 0.1, 1)],
+        [("mlp", 0.03, 0), ("mlp", 0.03, 1)],
+        [("cnn", 0.1, 0), ("cnn", 0.1, 1)],
+    ]
+    assert len(run.rows()) == 8 and run.disagreements == []
 
 
 def test_summary_schema_nan_as_null_and_files(tmp_path):

@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -314,3 +314,15 @@ def _fmt_wall(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.1f}min"
     return f"{seconds / 3600:.1f}h"
+
+
+def _interrupted(saved: int, total: int, path: Path) -> NoReturn:
+    """Ctrl-C in a sweep: one line on stderr, then ``SystemExit(130)`` without a traceback."""
+    end_bar = "\n" if getattr(sys.stderr, "isatty", lambda: False)() else ""
+    print(
+        f"{end_bar}interrupted: {saved}/{total} cells saved in {path}; "
+        "re-run the same command to resume",
+        file=sys.stderr,
+        flush=True,
+    )
+    raise SystemExit(130) from None

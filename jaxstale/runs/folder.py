@@ -12,8 +12,8 @@ DIR``)::
 
 The run-id is the first 10 hex characters of the SHA-1 of the canonical JSON of the config (the
 experiment name is not part of it, it is the parent folder), so the same config always maps to the
-same folder, and a re-run skips every cell whose file already exists (resume). A cell file holds
-the cell's row *and* its metrics, written together with one ``os.replace``; ``metrics.jsonl`` is
+same folder, and a re-run resumes, keeping each cell whose file exists (``run_grouped``). A cell
+file holds its row *and* its metrics, written together with one ``os.replace``; metrics.jsonl is
 derived from the cell files (rebuilt atomically on a run's first record and on ``finish``,
 appended in between), so an interrupted run never loses or half-writes anything it had finished.
 NaN and infinities are written as JSON ``null``.
@@ -58,9 +58,9 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from jaxstale.runs.cli import progress
 from jaxstale.runs.files import (
@@ -70,6 +70,7 @@ from jaxstale.runs.files import (
     _check_target,
     _diverged,
     _fmt_wall,
+    _interrupted,
     _join_group,
     _key_order,
     _now,
@@ -79,6 +80,7 @@ from jaxstale.runs.files import (
     to_json,
 )
 from jaxstale.runs.fingerprint import code_changes, code_fingerprint, code_hash
+from jaxstale.runs.groups import cell_groups, check_cell
 from jaxstale.runs.plots import finish_figure
 
 __all__ = [
@@ -141,7 +143,8 @@ class RunFolder:
 
     Attributes:
       experiment, config, run_id, path, code (the fingerprint), code_hash (its hash),
-      reused_cells (number of stored cells computed under other code and accepted).
+      reused_cells (number of stored cells computed under other code and accepted),
+      disagreements (finished cells :meth:`run_grouped` recomputed and found different).
     """
 
     def __init__(
@@ -172,6 +175,7 @@ class RunFolder:
         )
         self.code_hash = code_hash(self.code)
         self.reused_cells = 0
+        self.disagreements: list[str] = []
 
         config_path = self.path / "config.json"
         old: dict[str, Any] = {}
@@ -447,15 +451,18 @@ class RunFolder:
         vary: Sequence[str] = ("seed",),
         desc: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Like :meth:`run`, but pending cells that differ only in ``vary`` run in one call.
+        """Like :meth:`run`, but cells that differ only in ``vary`` run in one call: a *group*.
 
         This is how several seeds run together (e.g. under ``jax.vmap``) while each seed is still
-        its own cell: ``fn`` receives the list of pending keys of a group and returns one
-        ``(row, metrics)`` per key, in order. Finished cells are never passed to ``fn``.
+        its own cell: ``fn`` receives the keys of a group, returns one ``(row, metrics)`` per key.
+        Groups depend on ``keys`` alone (:func:`~jaxstale.runs.groups.cell_groups`); a group with a
+        missing cell is computed in full, in the company a fresh run gives its cells (XLA may round
+        a lane by its group: :mod:`jaxstale.loop`), so a resumed sweep writes the same table byte
+        for byte. Only missing cells are recorded; a recomputed finished cell unlike its file (but
+        for ``TIMING_FIELDS``) is a warning, an entry of :attr:`disagreements`; the file is kept.
 
-        A ``KeyboardInterrupt`` (Ctrl-C) keeps every cell recorded so far, prints one line to
-        stderr, ``interrupted: N/M cells saved in <path>; re-run the same command to resume``,
-        and raises ``SystemExit(130)`` (the shell's status for SIGINT; no traceback).
+        Ctrl-C keeps every cell recorded so far, prints ``interrupted: N/M cells saved in <path>;
+        re-run the same command to resume`` on stderr and raises ``SystemExit(130)`` (SIGINT's).
 
         Args:
           keys: cell keys.
@@ -470,47 +477,36 @@ class RunFolder:
           SystemExit: with code 130 on Ctrl-C.
         """
         key_list = [dict(k) for k in keys]
-        groups: dict[Hashable, list[dict[str, Any]]] = {}
-        for key in key_list:
-            if self.done(key) is None:
-                fixed = {k: v for k, v in key.items() if k not in vary}
-                groups.setdefault(to_json(fixed, canonical=True), []).append(key)
-        pending = sum(len(g) for g in groups.values())
-        saved = len(key_list) - pending
+        done = [self.done(k) is not None for k in key_list]
+        todo = [g for g in cell_groups(key_list, vary) if not all(done[i] for i in g)]
+        saved, redo = sum(done), sum(done[i] for g in todo for i in g)
         if saved:
             print(
-                f"[{self.experiment}] resuming {self.path}: {saved}/{len(key_list)} "
-                "cells already done",
+                f"[{self.experiment}] resuming {self.path}: {saved}/{len(key_list)} cells already "
+                "done" + (f"; {redo} recomputed with their groups and checked" if redo else ""),
                 file=sys.stderr,
             )
         try:
-            for group in progress(
-                list(groups.values()), total=len(groups), desc=desc or self.experiment
-            ):
-                results = list(fn(group))
+            for group in progress(todo, total=len(todo), desc=desc or self.experiment):
+                results = list(fn([key_list[i] for i in group]))
                 if len(results) != len(group):
                     raise ValueError(
                         f"cell function returned {len(results)} results for {len(group)}"
                     )
-                for key, (row, metrics) in zip(group, results, strict=True):
-                    self.record(key, row, metrics)
-                    saved += 1
+                for i, (row, metrics) in zip(group, results, strict=True):
+                    if done[i]:  # recomputed with its group: checked against its file, kept
+                        stored = self._load(self._cell_path(key_list[i])) or {}
+                        if msg := check_cell(self.experiment, stored, key_list[i], row, metrics):
+                            self.disagreements.append(msg)
+                    else:
+                        self.record(key_list[i], row, metrics)
+                        saved += 1
         except KeyboardInterrupt:
-            end_bar = "\n" if getattr(sys.stderr, "isatty", lambda: False)() else ""
-            print(
-                f"{end_bar}interrupted: {saved}/{len(key_list)} cells saved in {self.path}; "
-                "re-run the same command to resume",
-                file=sys.stderr,
-                flush=True,
-            )
-            raise SystemExit(130) from None
+            _interrupted(saved, len(key_list), self.path)
         self.create()
-        out: list[dict[str, Any]] = []
-        for key in key_list:
-            stored = self.done(key)
-            assert stored is not None
-            out.append(stored)
-        return out
+        out = [self.done(key) for key in key_list]
+        assert all(row is not None for row in out)
+        return cast(list[dict[str, Any]], out)
 
     # -- finish ---------------------------------------------------------------------------------
 
