@@ -36,7 +36,7 @@ import numpy as np
 from jaxstale.asyncdp import server
 from jaxstale.asyncdp.methods import Method, MethodSpec, check_hyperparameters, lr_warmup, resolve
 from jaxstale.asyncdp.server import AsyncState
-from jaxstale.loop import Executor, Stats
+from jaxstale.loop import Executor, Stats, jit
 
 __all__ = ["AsyncEmulator", "executor"]
 
@@ -106,7 +106,7 @@ class AsyncEmulator:
 
     def _compiled(self, name: str, fn: Callable, **kw: Any) -> Callable:
         if name not in self._jit:
-            self._jit[name] = jax.jit(jax.vmap(fn) if self.vmap else fn, **kw)
+            self._jit[name] = jit(jax.vmap(fn) if self.vmap else fn, **kw)
         return self._jit[name]
 
     def init(

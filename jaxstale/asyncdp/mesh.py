@@ -44,7 +44,7 @@ from jaxstale.asyncdp import server
 from jaxstale.asyncdp.methods import Method, MethodSpec, check_hyperparameters, lr_warmup, resolve
 from jaxstale.asyncdp.server import AsyncState
 from jaxstale.delays import DelaySchedule
-from jaxstale.loop import Executor, Stats
+from jaxstale.loop import Executor, Stats, jit
 from jaxstale.mesh import check_mesh, check_processes, fetch_global, make_mesh, to_mesh
 
 __all__ = ["AsyncMesh", "async_rounds", "default_data_mesh", "executor"]
@@ -133,7 +133,7 @@ class AsyncMesh:
         self.mode = self.spec({"learning_rate": 0.1, "num_workers": m}).mode
         self._rep = NamedSharding(mesh, PartitionSpec())
         self._data = NamedSharding(mesh, PartitionSpec("data"))
-        self._init = jax.jit(
+        self._init = jit(
             lambda p, ms, h: server.init_state(self.spec(h), p, ms, self.capacity, h)
         )
         self._round: Callable[..., Any] | None = None
@@ -157,7 +157,7 @@ class AsyncMesh:
             worker_model_state=jax.tree.map(lambda _: self._data, state.worker_model_state),
         )
         if self._round is None:  # pin the snapshots to their workers' devices across rounds
-            self._round = jax.jit(
+            self._round = jit(
                 self._round_fn, donate_argnums=(0,), out_shardings=(shardings, self._rep)
             )
         return to_mesh(state, shardings)

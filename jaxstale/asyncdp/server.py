@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxstale.asyncdp.methods import HParams, MethodBuilder, MethodSpec, as_spec, lr_warmup
-from jaxstale.losses import cross_entropy
+from jaxstale.losses import batch_mean, cross_entropy
 
 __all__ = [
     "AsyncState",
@@ -87,7 +87,24 @@ def build_spec(
     ``capacity`` is the executor's static worker capacity (per-worker state sizes)."""
     m = hparams["num_workers"]
     lr = lr_warmup(hparams["learning_rate"], m, warmup_steps)
-    return as_spec(build(HParams(lr, momentum, m, capacity)))
+    spec = as_spec(build(HParams(lr, momentum, m, capacity)))
+    return spec._replace(tx=_as_arrived(spec.tx))
+
+
+def _as_arrived(tx: optax.GradientTransformationExtraArgs) -> optax.GradientTransformationExtraArgs:
+    """``tx`` applied to the gradient as it arrived: an optimization barrier in front of it.
+
+    Without it XLA compiles the server's arithmetic fused with whatever produced the gradient —
+    the backward pass in the emulator, a row of the workers' stacked gradients on the mesh — and
+    rounded LC-ASGD's ``g·s`` and the momentum after it otherwise in the two: their weights
+    parted in the last bit at LC-ASGD's second update. Behind the barrier both compile the
+    update from a plain array (the mesh executor is then LC-ASGD's emulator bit for bit)."""
+
+    def update(updates: Any, state: Any, params: Any = None, **extra: Any) -> Any:
+        return tx.update(jax.lax.optimization_barrier(updates), state, params, **extra)
+
+    return optax.GradientTransformationExtraArgs(tx.init, update)
+
 
 
 def init_state(
@@ -220,10 +237,15 @@ def sync_update(
     spec: MethodSpec, s: AsyncState, grads: tuple[jax.Array, Any, Any]
 ) -> tuple[AsyncState, jax.Array]:
     """SSGD: ``grads = (losses, model_states, gradients)`` of the M workers, stacked, taken at
-    ``w_t``; average and apply once. Returns ``(state, mean loss)``."""
+    ``w_t``; average and apply once. Returns ``(state, mean loss)``.
+
+    The averages over the workers are :func:`jaxstale.losses.batch_mean` (a fixed order of
+    element-wise additions): the emulator sums a vmapped stack, the mesh executor rows that
+    live on different devices, and ``jnp.mean`` would reduce them in different orders."""
     loss, new_ms, g = grads
-    g = jax.tree.map(lambda a: jnp.mean(a, axis=0), g)
-    new_ms = jax.tree.map(lambda a: jnp.mean(a, axis=0).astype(a.dtype), new_ms)
+    g = jax.tree.map(batch_mean, g)
+    new_ms = jax.tree.map(_worker_mean, new_ms)
+    mean_loss = batch_mean(loss)
     u, opt_state = spec.tx.update(
         g,
         s.opt_state,
@@ -231,8 +253,15 @@ def sync_update(
         stale_params=s.params,
         staleness=jnp.int32(0),
         worker=jnp.int32(0),
-        worker_loss=jnp.mean(loss),
+        worker_loss=mean_loss,
     )
     params = optax.apply_updates(s.params, u)
     new = s._replace(params=params, model_state=new_ms, opt_state=opt_state)
-    return new._replace(step=s.step + 1), jnp.mean(loss)
+    return new._replace(step=s.step + 1), mean_loss
+
+
+def _worker_mean(a: jax.Array) -> jax.Array:
+    """The workers' mean of a stacked model-state leaf (floats in a fixed order)."""
+    if jnp.issubdtype(a.dtype, jnp.floating):
+        return batch_mean(a)
+    return jnp.mean(a, axis=0).astype(a.dtype)
