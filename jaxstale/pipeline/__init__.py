@@ -30,7 +30,7 @@ from jaxstale.loop import Executor
 from jaxstale.losses import cross_entropy
 from jaxstale.pipeline import emulator as _emulator
 from jaxstale.pipeline import mesh as _mesh
-from jaxstale.pipeline.emulator import compose as compose
+from jaxstale.pipeline.kernel import compose as compose
 from jaxstale.pipeline.policies import POLICIES as POLICIES
 from jaxstale.pipeline.policies import Policy as Policy
 from jaxstale.pipeline.policies import get_policy as get_policy

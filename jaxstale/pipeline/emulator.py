@@ -5,16 +5,16 @@ device exactly as a pipeline would train it: the :class:`~jaxstale.pipeline.prog
 rounds run in order, each a jitted function with donated buffers and its ticks unrolled (no
 ``lax.scan`` over conv layers — ``benchmarks/loop_strategies.py``), called from a host loop. A
 pass's weights are the stage's current ones, a stashed version or a prediction
-(:func:`pass_weights`); gradients are vector-Jacobian products per stage,
+(:func:`~jaxstale.pipeline.kernel.pass_weights`); gradients are vector-Jacobian products per stage,
 ``(W̄_k, x̄_k) = vjp((W, x) ↦ s_k(W, x))|_(W^B_k, x_k)(ȳ_k)``, with ``x_k`` the stage input kept
 since the forward (made with the forward weights) and ``W^B_k`` the backward weights. The stage
-optimizer (:func:`stage_optimizer`) scales each update by the program's ``lr_scale``. Where they
-differ (vanilla, prediction) the program's ``backward`` mode decides: ``"saved"`` keeps the
-forward's residuals and puts ``W^B_k`` only where the weights themselves are residuals
-(``x̄ = ȳ W_Bᵀ``; within 1.3x of a plain step); ``"recompute"`` recomputes the stage forward at
-``W^B_k`` (about 4/3 of a step). The loss stage fuses its F and B (they see one version in every
-schedule here); ops of absent mini-batches are masked; each stage's batch-norm statistics are
-updated once per forward pass.
+optimizer (:func:`~jaxstale.pipeline.kernel.stage_optimizer`) scales each update by the program's
+``lr_scale``. Where they differ (vanilla, prediction) the program's ``backward`` mode decides:
+``"saved"`` keeps the forward's residuals and puts ``W^B_k`` only where the weights themselves are
+residuals (``x̄ = ȳ W_Bᵀ``; within 1.3x of a plain step); ``"recompute"`` recomputes the stage
+forward at ``W^B_k`` (about 4/3 of a step). The loss stage fuses its F and B (they see one version
+in every schedule here); ops of absent mini-batches are masked; each stage's batch-norm statistics
+are updated once per forward pass.
 
 Example:
     >>> import numpy as np, optax
@@ -37,7 +37,7 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -48,140 +48,22 @@ import optax
 from jaxstale import schedules as S
 from jaxstale.loop import Executor, Stats, jit
 from jaxstale.losses import cross_entropy
+from jaxstale.pipeline.kernel import (
+    _tree_where,
+    compose,
+    pass_weights,
+    rebuild,
+    split_residuals,
+    stage_optimizer,
+)
 from jaxstale.pipeline.program import Program
-from jaxstale.transforms import find_weight_prediction_state, predict_weights, weight_prediction
 from jaxstale.versions import VersionBuffer
 
-__all__ = [
-    "PipelineEmulator",
-    "compose",
-    "executor",
-    "for_program",
-    "pass_weights",
-    "set_hyperparams",
-    "split_residuals",
-    "stage_optimizer",
-    "with_prediction",
-]
+__all__ = ["PipelineEmulator", "executor", "for_program", "set_hyperparams"]
 
 
 def _slot(b: jax.Array, m: int, nm: int, cap: int) -> jax.Array:
     return (b * nm + m) % cap
-
-
-def _tree_where(c: jax.Array, a: Any, b: Any) -> Any:
-    return jax.tree.map(lambda x, y: jnp.where(c, x, y), a, b)
-
-
-_COMPOSED: dict[tuple[int, ...], tuple[Callable[..., Any], Any]] = {}
-
-
-def compose(stages: Sequence[Any]) -> Callable[..., tuple[jax.Array, list[Any]]]:
-    """``apply(params, states, x, train)`` of the whole model from its stages (``Functional``
-    objects or ``(fn(params, x), params)`` pairs); the same object for the same stages."""
-    key = tuple(id(getattr(st, "apply", st)) for st in stages)
-    if key in _COMPOSED:
-        return _COMPOSED[key][0]
-    applies = [
-        st.apply if hasattr(st, "apply") else (lambda p, s, x, train, fn=st[0]: (fn(p, x), s))
-        for st in stages
-    ]
-
-    def apply(params: Sequence[Any], states: Sequence[Any], x: jax.Array, train: bool) -> Any:
-        out = []
-        for a, p, s in zip(applies, params, states, strict=True):
-            x, s = a(p, s, x, train)
-            out.append(s)
-        return x, out
-
-    _COMPOSED[key] = (apply, list(stages))  # keep the keyed stages alive
-    return apply
-
-
-def with_prediction(tx: optax.GradientTransformation) -> optax.GradientTransformation:
-    """``tx`` if it already remembers its last update, else ``weight_prediction(tx)``."""
-    try:
-        find_weight_prediction_state(jax.eval_shape(tx.init, jnp.zeros((1,))))
-        return tx
-    except ValueError:
-        return weight_prediction(tx)
-
-
-def _rescaled(tx: optax.GradientTransformation) -> optax.GradientTransformationExtraArgs:
-    """``tx`` with its updates multiplied by the ``lr_scale`` extra argument (default 1)."""
-    inner = optax.with_extra_args_support(tx)
-
-    def update_fn(updates: Any, state: Any, params: Any = None, **extra: Any) -> Any:
-        scale = extra.pop("lr_scale", 1.0)
-        upd, state = inner.update(updates, state, params, **extra)
-        return jax.tree.map(lambda u: (u * scale).astype(u.dtype), upd), state
-
-    return optax.GradientTransformationExtraArgs(inner.init, update_fn)
-
-
-def stage_optimizer(
-    tx: optax.GradientTransformation, program: Program
-) -> optax.GradientTransformationExtraArgs:
-    """The per-stage optimizer ``program`` runs: ``tx``, its updates scaled by the ``lr_scale``
-    extra argument where the policy reschedules the learning rate, and — where passes predict —
-    remembering the update applied (scaled), with PipeMare's average ``δ`` for its rule.
-
-    Both executors call ``update(g, state, w, lr_scale=program's lr_scale)``; without
-    rescheduling ``lr_scale`` is ignored and the updates are ``tx``'s bit for bit.
-    """
-    pol = program.policy
-    if pol.predict is None:
-        return _rescaled(tx) if program.rescales else optax.with_extra_args_support(tx)
-    if not program.rescales and pol.predict != "pipemare":
-        return with_prediction(optax.with_extra_args_support(tx))
-    if with_prediction(tx) is tx:
-        raise ValueError(
-            f"policy {pol.name!r} wraps the optimizer itself: pass tx without weight_prediction"
-        )
-    decay = pol.decay if pol.predict == "pipemare" else None
-    return weight_prediction(_rescaled(tx), velocity_decay=decay)
-
-
-def pass_weights(cur: Any, opt_state: Any, horizon: Any, rule: Any, momentum: float) -> Any:
-    """A pass's predicted weights: SpecTrain's (``rule`` 0), NAG's (1) extrapolation of
-    ``horizon`` updates from the optimizer's last update, or PipeMare's (2) ``horizon`` updates
-    back along the update average where the optimizer keeps it (``horizon`` 0: ``cur``)."""
-    w_s = predict_weights(cur, opt_state, horizon, rule="spectrain")
-    w_n = predict_weights(cur, opt_state, horizon, rule="nesterov", momentum=momentum)
-    out = _tree_where(rule == 1, w_n, w_s)
-    if find_weight_prediction_state(opt_state).velocity is not None:
-        w_p = predict_weights(cur, opt_state, horizon, rule="pipemare")
-        out = _tree_where(rule == 2, w_p, out)
-    return out
-
-
-def split_residuals(vjp_fn: Any, w: Any, x: Any) -> tuple[Any, list, list]:
-    """A VJP's ``(treedef, kinds, rest)``: which residual leaves are the weights, the input, or
-    other residuals (``rest``: what a forward must keep for a ``"saved"`` backward)."""
-    leaves, treedef = jax.tree.flatten(vjp_fn)
-    wl = jax.tree.leaves(w)
-    kinds: list[tuple[str, int]] = []
-    rest: list[Any] = []
-    for leaf in leaves:
-        i = next((i for i, a in enumerate(wl) if a is leaf), None)
-        if i is not None:
-            kinds.append(("w", i))
-        elif leaf is x:
-            kinds.append(("x", 0))
-        else:
-            kinds.append(("r", len(rest)))
-            rest.append(leaf)
-    return treedef, kinds, rest
-
-
-def rebuild(dead: Any, w: Any, x: Any, saved: Iterator[Any]) -> Any:
-    """The forward's linearisation from its ``saved`` residuals, with the backward weights ``w``
-    where the weights themselves are residuals (``dead``: a VJP of the same function for the
-    structure; XLA removes its computation)."""
-    treedef, kinds, _ = split_residuals(dead, w, x)
-    wl = jax.tree.leaves(w)
-    leaves = [wl[i] if kind == "w" else x if kind == "x" else next(saved) for kind, i in kinds]
-    return jax.tree.unflatten(treedef, leaves)
 
 
 class PipelineEmulator:

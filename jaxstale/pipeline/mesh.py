@@ -51,7 +51,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from jaxstale.loop import Executor, Stats, jit
 from jaxstale.losses import cross_entropy
 from jaxstale.mesh import check_mesh, make_mesh, to_host, to_mesh
-from jaxstale.pipeline.emulator import (
+from jaxstale.pipeline.kernel import (
     compose,
     pass_weights,
     rebuild,
@@ -450,7 +450,7 @@ def executor(
 ) -> Executor:
     """An :class:`~jaxstale.loop.Executor` of ``program`` on ``(xb, yb)`` on a ``"stage"`` mesh
     (default: the first ``N`` devices): the emulator executor's arguments, rounds, stats,
-    ``init`` and ``params`` (:func:`jaxstale.pipeline.emulator.executor`)."""
+    ``init`` and ``params`` (as :func:`jaxstale.pipeline.emulator.executor`)."""
     s = program.schedule
     if program.policy.predict == "nesterov" and momentum is None:
         raise ValueError(f"policy {program.policy.name!r} needs momentum=μ (the optimizer's μ)")
