@@ -285,16 +285,12 @@ def for_program(
     """The :class:`PipelineEmulator` of ``program``'s structure, cached by that structure and
     the identities of the stages' applies, ``tx`` and ``loss_fn``: pass the same objects for
     every seed and policy of a sweep and they share one compiled round."""
-    s, pol = program.schedule, program.policy
     key = (
         tuple(id(st.apply) for st in stages),
         id(tx),
         float(momentum),
         id(loss_fn),
-        (s.name, s.num_stages, s.num_micro, program.ticks, program.in_cap, program.ct_cap),
-        (program.res_cap, program.stash_capacity, program.stashes, pol.predict is not None),
-        (program.saves_residuals, program.rescales),
-        pol.decay if pol.predict == "pipemare" else None,
+        program.structure,
     )
     if key not in _CORES:
         core = PipelineEmulator(stages, program, tx, momentum=momentum, loss_fn=loss_fn)

@@ -420,14 +420,7 @@ def _core(
         id(loss_fn),
         micro.shape,
         str(micro.dtype),
-        program.schedule.num_stages,
-        program.schedule.num_micro,
-        program.policy.predict is not None,
-        program.policy.decay if program.policy.predict == "pipemare" else None,
-        program.rescales,
-        program.saves_residuals,
-        max(*program.in_cap, *program.ct_cap, *program.res_cap, 1),
-        max(program.stash_capacity),
+        program.structure,
     )
     if key not in _CORES:
         core = MeshPipeline(

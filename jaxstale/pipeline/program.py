@@ -25,7 +25,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -249,6 +249,30 @@ class Program(NamedTuple):
     def rescales(self) -> bool:
         """Whether updates are scaled (PipeMare's learning-rate rescheduling)."""
         return self.policy.lr_anneal is not None
+
+    @property
+    def structure(self) -> tuple[Any, ...]:
+        """Everything about this program that decides an executor's compiled code (its tables
+        are data): the schedule's kind and sizes, the round template, the slot capacities,
+        stashing, prediction (and PipeMare's decay), residuals and rescheduling. Both executors
+        key their compile caches on it (with the stages, optimizer and loss they run), so runs
+        of one structure share a compiled round."""
+        s, pol = self.schedule, self.policy
+        return (
+            s.name,
+            s.num_stages,
+            s.num_micro,
+            self.ticks,
+            self.in_cap,
+            self.ct_cap,
+            self.res_cap,
+            self.stash_capacity,
+            self.stashes,
+            pol.predict is not None,
+            pol.decay if pol.predict == "pipemare" else None,
+            self.saves_residuals,
+            self.rescales,
+        )
 
     def tick_table(self) -> dict[str, np.ndarray]:
         """The program per tick and stage: name -> ``[ticks, N]`` int32 arrays: ``op`` (0 idle or

@@ -116,3 +116,18 @@ def test_pipemare_tables_by_hand():
         assert got == [2 - k] * len(steady)
     # T as a fraction of the run: the registered 0.14 rounds to one update here (no scaling)
     assert (compile(s, "pipemare").tick_table()["lr_scale"] == 1.0).all()
+
+
+def test_the_program_carries_one_structural_key_for_both_executors():
+    """Programs that compile alike share a key; any change to the compiled code changes it."""
+    a = compile(schedules.one_f_one_b(4, 8), "stash")
+    assert a.structure == compile(schedules.one_f_one_b(4, 8), "stash").structure
+    assert a.structure == compile(schedules.one_f_one_b(4, 12), "stash").structure
+    others = [
+        compile(schedules.one_f_one_b(4, 8), "vanilla"),
+        compile(schedules.one_f_one_b(4, 8), "nesterov"),
+        compile(schedules.one_f_one_b(2, 8), "stash"),
+        compile(schedules.one_f_one_b(4, 8), "vanilla", backward="recompute"),
+    ]
+    assert len({a.structure, *(p.structure for p in others)}) == 1 + len(others)
+    hash(a.structure)
