@@ -8,12 +8,19 @@ by the server's :func:`~jaxstale.asyncdp.server.async_update` (SSGD:
 ``staleness``, ``worker``, ``worker_loss``, for timed delay models ``t_comm`` / ``t_comp``, and
 any per-update ``extra_args``.
 
-**Loops** (measured; DESIGN "compiled steps, measured loops"): one jitted, donated step. MLPs run
-it in a ``lax.scan`` over each evaluation interval; models with convolutions call it from a host
-loop (a conv weight gradient in a rolled scan is 12–50x slower on XLA:CPU). Runs (lanes: seeds,
-learning rates, worker counts) are ``vmap``-ed or run one after another on the same executable:
-the method is rebuilt inside the step from traced hyper-parameters and the snapshot stack has a
-fixed capacity, so a sweep compiles once per method.
+**Loops** (measured; DESIGN "compiled steps, measured loops"): one jitted step. MLPs run it in
+a ``lax.scan`` over each evaluation interval (the snapshots an ``[C, ...]`` stack: read with a
+dynamic slice, written in place); models with convolutions call it from a host loop (a conv
+weight gradient in a rolled scan is 12–50x slower on XLA:CPU), where a worker's weights are its
+own buffer: the step (:meth:`AsyncEmulator.row_step`, :func:`~jaxstale.asyncdp.server.update_rows`)
+reads them in place, and the worker's pull is the new weights themselves, so an emulated update
+reads and writes what the method's step does and no snapshot is copied (its bytes accessed stay
+within the synchronous step's + 2 × the parameters; ``benchmarks/async_emulation.py``); the
+stacks are read at a worker's first update of each call and written back at its end. Runs
+(lanes: seeds, learning rates, worker counts) are ``vmap``-ed (through the stack step) or run
+one after another on the same executable: the method is rebuilt inside the step from traced
+hyper-parameters and the snapshot stack has a fixed capacity, so a sweep compiles once per
+method.
 
 **M = 1 reproduces synchronous SGD bit for bit**: the snapshot is always ``w_t``, every τ = 0
 transform is the identity, and the final weights equal ``jaxstale.train.fit``'s
@@ -150,8 +157,75 @@ class AsyncEmulator:
 
     @property
     def compiled_step(self) -> Callable[[AsyncState, tuple], tuple[AsyncState, jax.Array]]:
-        """The jitted, donated :meth:`step` (vmapped with ``vmap``): a host loop's entry point."""
+        """The jitted, donated :meth:`step` (vmapped with ``vmap``): the host loop of lanes."""
         return self._compiled("step", self.step, donate_argnums=0)
+
+    def row_step(
+        self, s: AsyncState, model_states: Any, rows: tuple, inputs: tuple
+    ) -> tuple[AsyncState, Any, Any, jax.Array]:
+        """One update on the finishing worker's own rows (pure; the host loop's, without lanes):
+        ``s`` the cluster without its ``[C, ...]`` stacks, ``model_states`` its
+        ``worker_model_state``, ``rows = (w_i, velocity_i)`` what worker ``inputs[2]`` holds.
+        Returns ``(s, model_states, new, loss)``: ``new`` is the worker's new weights and
+        velocity in ``"dana"`` mode, ``((), ())`` in ``"async"`` mode, where it holds ``s.params``
+        itself (a program returning it twice would copy it). The model states stay a stack (a
+        few statistics; their update is then the same program as :meth:`step`'s)."""
+        x, y, worker, staleness, extra = inputs
+        w_i, v_i = rows
+        ms_i = server.index(model_states, worker)
+        out = server.worker_gradient(self.apply, self.loss_fn, w_i, ms_i, x, y)
+        spec = self.spec(s.hparams)
+        s, (w, ms, v) = server.update_rows(spec, s, worker, staleness, extra, out, (w_i, ms_i), v_i)
+        new = (w, v) if spec.mode == "dana" else ((), ())
+        return s, server.set_row(model_states, ms, worker), new, out[0]
+
+    @property
+    def compiled_row_step(self) -> Callable[..., tuple]:
+        """The jitted :meth:`row_step`, only ``model_states`` donated: its new weights are the
+        server's and the worker's (one buffer), and the previous ones may be another worker's."""
+        if self.vmap:
+            raise ValueError("lanes (vmap) run compiled_step: each lane has its own worker")
+        return self._compiled("row_step", self.row_step, donate_argnums=1)
+
+    def row_update(self, s: AsyncState, model_states: Any, rows: tuple, inputs: tuple) -> tuple:
+        """:attr:`compiled_row_step`, returning the worker's new ``(weights, velocity)`` (in
+        ``"async"`` mode the server's own weights: a pull copies nothing)."""
+        s, model_states, (w, v), loss = self.compiled_row_step(s, model_states, rows, inputs)
+        return s, model_states, (w if self.mode == "dana" else s.params, v), loss
+
+    def pull(self, state: AsyncState, worker: Any) -> tuple:
+        """Worker ``worker``'s rows ``(weights, velocity)`` out of the stacks."""
+        take = lambda st, i: tuple(server.index(t, i) for t in st)
+        return self._compiled("pull", take)((state.workers, state.velocity), np.int32(worker))
+
+    def _run_rows(
+        self,
+        state: AsyncState,
+        x: np.ndarray,
+        y: np.ndarray,
+        worker: np.ndarray,
+        staleness: np.ndarray,
+        extra: dict[str, np.ndarray],
+    ) -> tuple[AsyncState, list[jax.Array]]:
+        """The host loop without lanes: a worker's rows leave the stacks when it first finishes
+        in this call, pass from update to update by reference and go back at the end (meanwhile
+        the stacks and the rows of the workers that finished are both held)."""
+        rows: dict[int, tuple] = {}
+        s = state._replace(workers=(), worker_model_state=(), velocity=())
+        model_states, losses = state.worker_model_state, []
+        for i in range(worker.shape[-1]):
+            w = int(worker[i])
+            if w not in rows:
+                rows[w] = self.pull(state, w)
+            inputs = (x[i], y[i], worker[i], staleness[i], {k: v[i] for k, v in extra.items()})
+            s, model_states, rows[w], loss = self.row_update(s, model_states, rows[w], inputs)
+            losses.append(loss)
+        stacks = (state.workers, state.velocity)
+        put = lambda st, r, i: tuple(server.set_row(t, v, i) for t, v in zip(st, r, strict=True))
+        for w, r in rows.items():
+            stacks = self._compiled("put", put, donate_argnums=0)(stacks, r, np.int32(w))
+        state = s._replace(workers=stacks[0], worker_model_state=model_states, velocity=stacks[1])
+        return state, losses
 
     def run(
         self,
@@ -172,16 +246,18 @@ class AsyncEmulator:
             chunk = lambda s, inp: jax.lax.scan(self.step, s, inp)
             run = self._compiled("scan", chunk, donate_argnums=0)
             return run(state, (x, y, worker, staleness, extra))
-        step = self.compiled_step
         x, y = np.asarray(x), np.asarray(y)  # host slicing: no device op per update
-        take = (lambda a, i: a[:, i]) if self.vmap else (lambda a, i: a[i])
-        losses = []
-        for i in range(worker.shape[-1]):
-            ex = {k: take(v, i) for k, v in extra.items()}
-            state, loss = step(
-                state, (take(x, i), take(y, i), take(worker, i), take(staleness, i), ex)
-            )
-            losses.append(loss)
+        if self.vmap or self.mode == "sync":
+            step, losses = self.compiled_step, []
+            take = (lambda a, i: a[:, i]) if self.vmap else (lambda a, i: a[i])
+            for i in range(worker.shape[-1]):
+                ex = {k: take(v, i) for k, v in extra.items()}
+                state, loss = step(
+                    state, (take(x, i), take(y, i), take(worker, i), take(staleness, i), ex)
+                )
+                losses.append(loss)
+        else:
+            state, losses = self._run_rows(state, x, y, worker, staleness, extra)
         return state, jnp.asarray(np.stack(jax.device_get(losses), axis=-1))
 
 

@@ -20,6 +20,8 @@ writer wins) unless the method's ``merge_model_state`` says otherwise (Async-BN,
 :mod:`jaxstale.asyncdp.bn`). The emulator calls these functions update by update; the mesh
 executor computes a round's gradients in parallel and then calls the same :func:`async_update`
 for each, in the delay model's order — so both run one server (see ``docs/design.md``).
+:func:`update_rows` is the same update on the finishing worker's own rows, the stacks left alone
+(the emulator's host loop, which keeps a worker's weights as their own buffer).
 
 References:
     Zheng et al. "Asynchronous Stochastic Gradient Descent with Delay Compensation", ICML 2017.
@@ -44,7 +46,9 @@ __all__ = [
     "build_spec",
     "index",
     "init_state",
+    "set_row",
     "sync_update",
+    "update_rows",
     "worker_gradient",
 ]
 
@@ -106,7 +110,6 @@ def _as_arrived(tx: optax.GradientTransformationExtraArgs) -> optax.GradientTran
     return optax.GradientTransformationExtraArgs(tx.init, update)
 
 
-
 def init_state(
     spec: MethodSpec, params: Any, model_state: Any, capacity: int, hparams: dict[str, Any]
 ) -> AsyncState:
@@ -134,7 +137,8 @@ def index(tree: Any, i: jax.Array) -> Any:
     return jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False), tree)
 
 
-def _set(tree: Any, value: Any, i: jax.Array) -> Any:
+def set_row(tree: Any, value: Any, i: jax.Array) -> Any:
+    """``tree`` (stacked) with row ``i`` of every leaf set to ``value``'s."""
     return jax.tree.map(lambda a, v: jax.lax.dynamic_update_index_in_dim(a, v, i, 0), tree, value)
 
 
@@ -190,7 +194,37 @@ def async_update(
         pulled: ``(w_i, model_state_i)``, the worker's snapshot (``index(s.workers, worker)``…).
 
     Returns:
-        The cluster after the update.
+        The cluster after the update: :func:`update_rows`, its rows written into the stacks.
+    """
+    v_i = index(s.velocity, worker) if spec.mode == "dana" else ()
+    new, (w_row, ms_row, v_row) = update_rows(spec, s, worker, staleness, extra, grad, pulled, v_i)
+    new = new._replace(
+        workers=set_row(s.workers, w_row, worker),
+        worker_model_state=set_row(s.worker_model_state, ms_row, worker),  # pulled with w
+    )
+    return new._replace(velocity=set_row(s.velocity, v_row, worker)) if spec.mode == "dana" else new
+
+
+def update_rows(
+    spec: MethodSpec,
+    s: AsyncState,
+    worker: jax.Array,
+    staleness: jax.Array,
+    extra: dict[str, Any],
+    grad: tuple[jax.Array, Any, Any],
+    pulled: tuple[Any, Any],
+    velocity_i: Any = (),
+) -> tuple[AsyncState, tuple[Any, Any, Any]]:
+    """:func:`async_update` on the finishing worker's own rows, its ``[C, ...]`` stacks left
+    alone (``s.workers``, ``s.worker_model_state`` and ``s.velocity`` are not read: they may be
+    ``()``); ``velocity_i`` is DANA's ``v^i`` (``()`` in ``"async"`` mode).
+
+    Returns:
+        ``(s', (weights, model_state, velocity))``: the cluster with ``params``,
+        ``model_state``, ``opt_state``, ``velocity_sum`` and ``step`` advanced, and what worker
+        ``i`` now holds — ``"async"``: the new weights and model state themselves (``s'.params``,
+        ``s'.model_state``, velocity ``()``); ``"dana"``: the look-ahead, the model state and
+        ``v^i``.
     """
     loss, new_ms, g = grad
     w_i, ms_i = pulled
@@ -208,29 +242,17 @@ def async_update(
         worker_loss=loss,
         **extra,
     )
+    new = s._replace(model_state=new_ms, opt_state=opt_state, step=s.step + 1)
     if spec.mode == "async":
         params = optax.apply_updates(s.params, u)
-        new = s._replace(workers=_set(s.workers, params, worker))
-    else:  # dana
-        mu = spec.momentum
-        v_old = index(s.velocity, worker)
-        v_new = jax.tree.map(lambda v, gi: mu * v + gi, v_old, u)
-        vsum = jax.tree.map(lambda t, a, b: t + (a - b), s.velocity_sum, v_new, v_old)
-        lr = _lr(spec, s.step)
-        params = jax.tree.map(lambda w, v: (w - lr * v).astype(w.dtype), s.params, v_new)
-        look = _lookahead(spec, params, vsum, s.step)
-        new = s._replace(
-            workers=_set(s.workers, look, worker),
-            velocity=_set(s.velocity, v_new, worker),
-            velocity_sum=vsum,
-        )
-    new = new._replace(
-        params=params,
-        model_state=new_ms,
-        worker_model_state=_set(s.worker_model_state, new_ms, worker),  # pulled with w
-        opt_state=opt_state,
-    )
-    return new._replace(step=s.step + 1)
+        return new._replace(params=params), (params, new_ms, ())
+    mu = spec.momentum  # dana
+    v_new = jax.tree.map(lambda v, gi: mu * v + gi, velocity_i, u)
+    vsum = jax.tree.map(lambda t, a, b: t + (a - b), s.velocity_sum, v_new, velocity_i)
+    lr = _lr(spec, s.step)
+    params = jax.tree.map(lambda w, v: (w - lr * v).astype(w.dtype), s.params, v_new)
+    look = _lookahead(spec, params, vsum, s.step)
+    return new._replace(params=params, velocity_sum=vsum), (look, new_ms, v_new)
 
 
 def sync_update(
