@@ -18,16 +18,42 @@ import jax
 import jax.numpy as jnp
 import optax
 
-__all__ = ["accuracy", "batch_mean", "cross_entropy"]
+__all__ = ["accuracy", "batch_mean", "cross_entropy", "fixed_sum"]
+
+
+def fixed_sum(values: jax.Array) -> jax.Array:
+    r"""The sum over the leading axis in a fixed order: pairwise halving by element-wise
+    additions, ``v[:h] + v[h:2h]`` then the same on the result (an odd element out is carried to
+    the next level's end).
+
+    Element-wise additions are exactly rounded wherever XLA runs them, so the result does not
+    depend on the program around it (lanes of a ``jax.vmap``, fusion, device), where
+    ``jnp.sum`` lowers to a ``reduce`` whose order XLA:CPU picks per program.
+
+    Args:
+      values: ``[B, ...]``, ``B ≥ 1``.
+
+    Returns:
+      ``[...]``: the sum of ``values`` over its first axis.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from jaxstale.losses import fixed_sum
+      >>> float(fixed_sum(jnp.arange(5.0)))
+      10.0
+    """
+    v = jnp.asarray(values)
+    if v.shape[0] == 0:
+        raise ValueError("fixed_sum: an empty axis")
+    while v.shape[0] > 1:
+        h = v.shape[0] // 2
+        head = v[:h] + v[h : 2 * h]
+        v = head if v.shape[0] % 2 == 0 else jnp.concatenate([head, v[2 * h :]])
+    return v[0]
 
 
 def batch_mean(values: jax.Array) -> jax.Array:
-    r"""The mean over the leading axis, summed in a fixed order: pairwise halving by
-    element-wise additions, ``(v[:h] + v[h:2h])`` then the same on the result (an odd element out
-    is carried to the next level's end), divided by ``B``.
-
-    Element-wise additions are exactly rounded wherever XLA runs them, so the result does not
-    depend on the program around it (lanes of a ``jax.vmap``, fusion, device); its gradient is
+    r"""The mean over the leading axis: :func:`fixed_sum` divided by ``B``; its gradient is
     ``1/B`` per element, bit for bit ``jnp.mean``'s.
 
     Args:
@@ -43,14 +69,9 @@ def batch_mean(values: jax.Array) -> jax.Array:
       2.0
     """
     v = jnp.asarray(values)
-    n = v.shape[0]
-    if n == 0:
+    if v.shape[0] == 0:
         raise ValueError("batch_mean: an empty batch has no mean")
-    while v.shape[0] > 1:
-        h = v.shape[0] // 2
-        head = v[:h] + v[h : 2 * h]
-        v = head if v.shape[0] % 2 == 0 else jnp.concatenate([head, v[2 * h :]])
-    return v[0] / jnp.asarray(n, v.dtype)
+    return fixed_sum(v) / jnp.asarray(v.shape[0], v.dtype)
 
 
 def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:

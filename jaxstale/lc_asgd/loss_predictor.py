@@ -33,6 +33,7 @@ from flax import nnx
 from jax.typing import ArrayLike
 
 from jaxstale._checks import check_int, check_range
+from jaxstale.losses import fixed_sum
 
 __all__ = [
     "ARLossState",
@@ -341,4 +342,5 @@ def delay_loss(
     preds, sens = jax.jvp(lambda v: predictor.rollout(state, v, h), (z,), (jnp.ones_like(z),))
     if clip_sensitivity:
         sens = jnp.clip(sens, 0.0, 1.0)
-    return jnp.sum(weights * preds), jnp.sum(weights * sens)
+    # fixed-order sums: a reduce's order is XLA's per program (a run alone vs a vmapped lane)
+    return fixed_sum(weights * preds), fixed_sum(weights * sens)

@@ -51,6 +51,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from jaxstale._checks import check_range
+from jaxstale.losses import fixed_sum
 
 __all__ = [
     "LeastSquaresStepsState",
@@ -252,7 +253,7 @@ def least_squares_steps(
         )
         seen = state.seen.at[w].set(True)
         pulled_at = state.pulled_at.at[w].set(arrival)
-        mean_seen = jnp.sum(jnp.where(seen, duration, 0.0)) / jnp.maximum(jnp.sum(seen), 1)
+        mean_seen = fixed_sum(jnp.where(seen, duration, 0.0)) / jnp.maximum(jnp.sum(seen), 1)
         d_hat = jnp.where(seen, duration, mean_seen)
         # 3. predict the staleness of the gradient it starts now.
         c = _arrivals_before(w, arrival, d_hat, pulled_at, state.active)
