@@ -167,16 +167,16 @@ class Config(Base):
     warmup_epochs: int = opt(0, "lr warm-up from lr/M (DANA: 5)", low=0)
     seed_mode: str = opt(
         "auto",
-        "seeds and rates as vmapped lanes of one run, or one after the other (auto: by model "
-        "and backend)",
+        "seeds and rates as vmapped lanes or one after the other (auto: by model and backend); "
+        "on XLA:CPU an MLP lane is its run alone bit for bit (gap-aware: float32 rounding)",
         choices=("auto", "vmap", "sequential"),
         kind="seed mode",
     )
     executor: str = opt(
         "emulate",
-        "emulate: one device (exact emulation); mesh: workers on a 'data' device axis (on a "
-        "CPU, emulate devices with XLA_FLAGS=--xla_force_host_platform_device_count=8); see "
-        "the README for what agrees with what",
+        "emulate: one device (exact emulation); mesh: workers on a 'data' device axis (CPU: "
+        "XLA_FLAGS=--xla_force_host_platform_device_count=8); on XLA:CPU both give an MLP's "
+        "numbers bit for bit (sa-asgd, gap-aware: to float32 rounding; see the README)",
         choices=asyncdp.EXECUTORS,
         kind="executor",
     )

@@ -64,7 +64,8 @@ compiled round (``pipeline.make(..., lanes=L, hyperparams={"learning_rate": ...}
 (7 hidden layers of 64: 8 blocks) runs at N ∈ {2, 4, 8}. Conv models under ``vmap`` become
 grouped convolutions, slow on the CPU, so ``--model cnn`` (5 blocks: N ≤ 5) runs its lanes one
 after the other (``--seed-mode``), sharing one compiled round; it is not in the default.
-``--executor mesh`` runs one run at a time on a ``"stage"`` device axis (same results).
+``--executor mesh`` runs one run at a time on a ``"stage"`` device axis (on XLA:CPU the same
+numbers bit for bit; NAdam: to float32 rounding, ``jaxstale.loop``, "Compiled steps").
 Each run prints its CPU time (user + sys, the figure that does not depend on the load of the
 shared box) at the end. Default: 1 model × 3 depths × 6 policies × 4 rates × 5 seeds = 360
 runs of 1,500 updates; ``--quick`` (N ∈ {2, 4}, 2 rates, 2 seeds, 300 updates) is a smoke run,
@@ -213,16 +214,16 @@ class Config(Base):
     executor: str = opt(
         "emulate",
         "emulate: one device, runs as vmapped lanes; mesh: one device per stage on a 'stage' "
-        "axis, one run at a time (on a CPU, emulate devices with "
-        "XLA_FLAGS=--xla_force_host_platform_device_count=8); see the README for what agrees "
-        "with what",
+        "axis, one run at a time (CPU: XLA_FLAGS=--xla_force_host_platform_device_count=8); on "
+        "XLA:CPU both give an MLP's numbers bit for bit (nadam: to float32 rounding; see the "
+        "README)",
         choices=pipeline.EXECUTORS,
         kind="executor",
     )
     seed_mode: str = opt(
         "auto",
         "emulator lanes: vmapped, or one after the other (auto: vmap for the MLP, sequential "
-        "for conv models on a CPU)",
+        "for conv models on a CPU); on XLA:CPU an MLP lane is its run alone bit for bit",
         choices=("auto", "vmap", "sequential"),
         kind="seed mode",
     )

@@ -44,23 +44,25 @@ run's numbers do not depend on the runs it is batched with. On XLA:CPU it leaves
 bias gradient, ``reduce`` of ``f32[L, 32, 64]`` over the batch axis — in another order than
 XLA's own loop sums the same ``f32[32, 64]`` of one run, so a run alone and the same run as one
 of ``L ≥ 2`` vmapped lanes parted in the last bit from their first update (the pipeline's bias
-gradients; LC-ASGD's loss predictor, fed the worker's loss). With it and the losses' fixed-order
-:func:`jaxstale.losses.batch_mean`, measured on XLA:CPU for the MLP (every loss, curve point and
-final weight): the asynchronous emulator's lanes are its runs alone for every built-in method
-but Gap-Aware (300 updates, 8 lanes of two M and two rates; ASGD and LC-ASGD also in one group
-of 100 lanes); the pipeline's lanes are its runs alone (the six policies of
-``pipeline_staleness``, its ``--quick`` cells: N = 2 and 4, 300 steps; SGD, Adam and NAdam) and
-the mesh executor's runs (SGD and Adam). Where XLA still rewrites a lane by its company no
-option helps: in Gap-Aware's update the algebraic simplifier turns the bias correction ``v / (1
-− β^t)`` into ``v · (1 / (1 − β^t))`` when ``t`` is a per-lane vector (vmapped) and keeps the
-division for one run, so the two round apart from Gap-Aware's first stale update. The same
-rewrite, made in one executor's program and not the other's, parts the mesh executors from the
-emulators for SA-ASGD (``g / max(τ, 1)``), Gap-Aware and the pipeline's NAdam (its bias
-corrections, on a stage's flat vector). On other backends (GPU: cuBLAS and reduction tilings
-chosen per shape) nothing is promised beyond float32 rounding. A run folder keeps a sweep
-reproducible all the same: groups are a function of the configuration and a resume recomputes a
-missing cell in its group (:meth:`jaxstale.runs.RunFolder.run_grouped`), so a resumed or re-run
-sweep writes its table byte for byte.
+gradients; LC-ASGD's loss predictor, fed the worker's loss). With it and fixed-order sums where
+a loss or LC-ASGD's predictors reduce (:func:`jaxstale.losses.fixed_sum`,
+:func:`~jaxstale.losses.batch_mean`), measured on XLA:CPU for the experiments' MLPs (every loss,
+curve point and final weight): the asynchronous emulator's lanes are its runs alone for every
+built-in method but Gap-Aware (300 updates, 12 lanes: M = 4, 16 and 32, two rates, two seeds;
+ASGD and LC-ASGD also in a group of 100 lanes); the pipeline's lanes are its runs alone and the
+mesh executor's runs (the six policies of ``pipeline_staleness`` with SGD, its ``--quick``
+cells: N = 2 and 4, 300 steps; with Adam vanilla, SpecTrain v1 and Nesterov at N = 4; NAdam:
+lanes only). Where XLA still rewrites a lane by its company no option helps: in Gap-Aware's
+update the algebraic simplifier turns the bias correction ``v / (1 − β^t)`` into ``v · (1 / (1 −
+β^t))`` when ``t`` is a per-lane vector (vmapped) and keeps the division for one run, so the two
+round apart from Gap-Aware's first stale update. The same rewrite, made in one executor's
+program and not the other's, parts the mesh executors from the emulators for SA-ASGD (``g /
+max(τ, 1)``), Gap-Aware and the pipeline's NAdam (its bias corrections, on a stage's flat
+vector). On other backends (GPU: cuBLAS and reduction tilings chosen per shape) nothing is
+promised beyond float32 rounding. A run folder keeps a sweep reproducible all the same: groups
+are a function of the configuration and a resume recomputes a missing cell in its group
+(:meth:`jaxstale.runs.RunFolder.run_grouped`), so a resumed or re-run sweep writes its table
+byte for byte.
 
 Example:
     >>> import jax, jax.numpy as jnp, numpy as np, optax
