@@ -226,7 +226,7 @@ def test_a_killed_process_stops_the_group(tmp_path):
     script = _script(tmp_path, "hang.py", HANG.format(what="pass"))
     run = _Launcher("-n", "2", "-d", "2", "--", str(script))
     try:
-        run.wait_for(r"\] READY \d", count=2)
+        run.wait_for(r"READY \d", count=2)  # a C++ log line may interleave with it
         pids = _pids(run.text)
         t0 = time.monotonic()
         os.kill(pids[1], signal.SIGKILL)
@@ -251,7 +251,7 @@ def test_children_die_with_the_launcher(tmp_path, sig):
     script = _script(tmp_path, "hang.py", HANG.format(what="pass"))
     run = _Launcher("-n", "2", "-d", "2", "--", str(script), ignore_sigint=sig == signal.SIGINT)
     try:
-        run.wait_for(r"\] READY \d", count=2)
+        run.wait_for(r"READY \d", count=2)  # a C++ log line may interleave with it
         pids = _pids(run.text)
         run.proc.send_signal(sig)
         rc = run.wait(within=30)
