@@ -35,6 +35,7 @@ def test_runtime_quick_efficiency_is_theory(tmp_path):
     assert "| 2 | GPipe M=4 | 4 |" in (tmp_path / "pipeline_runtime.md").read_text()
 
 
+@pytest.mark.slow  # long end to end; `make test-slow`
 def test_memory_quick_formula_is_carried_state(tmp_path):
     out = pipeline_memory.main(["--quick", "--out", str(tmp_path)])
     rows = {r["policy"]: r for r in out["rows"]}

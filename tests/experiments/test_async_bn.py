@@ -22,6 +22,7 @@ def _cfg(argv):
     return from_argv(async_bn.Config, argv)[0].resolved()
 
 
+@pytest.mark.slow  # long end to end; `make test-slow`
 def test_end_to_end_rows_shared_weights_files_and_resume(tmp_path, monkeypatch):
     out = tmp_path / "run"
     argv = [*TINY, "--out", str(out)]
@@ -70,6 +71,7 @@ def test_end_to_end_rows_shared_weights_files_and_resume(tmp_path, monkeypatch):
     assert again["table"] == table
 
 
+@pytest.mark.slow  # long end to end; `make test-slow`
 def test_bank_reproduces_the_registered_methods_and_their_shared_weights():
     """One run with a bank = the lc-asgd run (ordinary BN, m = 0.9) and the lc-asgd-async-bn
     run (here d = 0.3): the same weights bit for bit, the statistics to float rounding."""

@@ -78,6 +78,7 @@ def test_divergence_is_a_row_not_a_crash(tmp_path):
 
 
 # The README's "prototype your own method" example (keep the two in sync).
+@pytest.mark.slow  # long end to end; `make test-slow`
 def test_user_method_plugs_in_without_editing_the_package(tmp_path):
     def staleness_damping(c=0.5):
         """Divide a gradient with staleness τ by 1 + c·τ (reads the emulator's extra args)."""
@@ -113,6 +114,7 @@ def test_unknown_method_is_a_clear_error(capsys):
     assert e.value.code == 2 and "unknown method 'nope'" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # long end to end; `make test-slow`
 def test_rate_is_selected_on_validation_and_reported_on_test(tmp_path):
     """Two rates, two seeds: the table reports the test accuracy of the rate with the best mean
     validation accuracy; LC-ASGD's λ is tuned jointly with it, both signs."""
@@ -154,6 +156,7 @@ def test_mesh_executor_agrees_with_emulator(tmp_path):
         assert a["mean_staleness"] == b["mean_staleness"]
 
 
+@pytest.mark.slow  # long end to end; `make test-slow`
 def test_paper_preset_on_mock_cifar10_prints_the_papers_numbers(tmp_path, no_network):
     """--preset wiring only (shapes, flags, the paper column), on tfds mock data."""
     import tensorflow_datasets as tfds

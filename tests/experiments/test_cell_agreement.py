@@ -32,6 +32,7 @@ def _agree(main, argv, a, b, tmp_path):
     assert first[2] == second[2]  # the table, byte for byte
 
 
+@pytest.mark.slow  # long end to end; `make test-slow`
 def test_pipeline_mesh_executor_is_the_emulators_lanes_bit_for_bit(tmp_path):
     argv = [*PIPE, "--stages", "4", "--steps", "30", "--methods", "vanilla"]
     _agree(pipe.main, argv, [], ["--executor", "mesh"], tmp_path)

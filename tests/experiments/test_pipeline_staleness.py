@@ -133,6 +133,7 @@ def test_divergence_is_recorded_and_the_sweep_goes_on(tmp_path):
     assert "[1/1 div.]" in res["table"]  # the validation grid shows the diverged rate
 
 
+@pytest.mark.slow  # long end to end; `make test-slow`
 def test_quick_is_marked_a_smoke_run(tmp_path):
     res = exp.main(["--quick", *TINY, "--methods", "vanilla", "--out", str(tmp_path)])
     assert common.SMOKE in res["table"]
@@ -152,6 +153,7 @@ def test_mesh_executor_agrees_with_emulator(tmp_path):
         assert emu[m]["final_train_loss"] == pytest.approx(mesh[m]["final_train_loss"], abs=1e-5)
 
 
+@pytest.mark.slow  # long end to end; `make test-slow`
 def test_adam_runs_every_prediction_rule(tmp_path):
     argv = [*TINY, "--optimizer", "adam", "--lrs", "0.001", "--methods", "spectrain-v1,nesterov"]
     res = exp.main([*argv, "--out", str(tmp_path)])
@@ -173,6 +175,7 @@ def test_sequential_lanes_equal_vmapped_lanes(tmp_path):
         assert x["final_train_loss"] == pytest.approx(y["final_train_loss"], rel=1e-5)
 
 
+@pytest.mark.slow  # long end to end; `make test-slow`
 def test_registered_policy_with_its_own_schedule(tmp_path, monkeypatch):
     """A policy registered at run time runs by name, with a schedule factory of its own."""
     register_policy(Policy("stash-seq-test", stash=True), overwrite=True)

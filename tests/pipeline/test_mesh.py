@@ -149,7 +149,7 @@ def test_weights_live_one_stage_per_device_and_the_devices_do_the_schedule():
         (4, "1f1b-flush", "vanilla", None, "saved"),
         (4, "1f1b", "stash", None, "saved"),
         (4, "1f1b", "nesterov", "roundtrip", "recompute"),
-        (8, "1f1b", "spectrain-v1", "roundtrip", "saved"),
+        pytest.param(8, "1f1b", "spectrain-v1", "roundtrip", "saved", marks=pytest.mark.slow),
         (4, "1f1b", PIPEMARE, None, "saved"),
     ],
     ids=lambda v: v.name if isinstance(v, pipeline.Policy) else None,

@@ -50,6 +50,7 @@ def test_registration_is_validated():
         register_policy(Policy("twice"))
 
 
+@pytest.mark.slow  # long end to end; `make test-slow`
 def test_a_registered_policy_runs_in_both_executors_and_the_experiment(tmp_path):
     # NAG prediction towards the sequential target: one row, no other file touched
     register_policy(Policy("nesterov-sequential", predict="nesterov"), overwrite=True)
