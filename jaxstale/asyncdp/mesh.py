@@ -133,9 +133,7 @@ class AsyncMesh:
         self.mode = self.spec({"learning_rate": 0.1, "num_workers": m}).mode
         self._rep = NamedSharding(mesh, PartitionSpec())
         self._data = NamedSharding(mesh, PartitionSpec("data"))
-        self._init = jit(
-            lambda p, ms, h: server.init_state(self.spec(h), p, ms, self.capacity, h)
-        )
+        self._init = jit(lambda p, ms, h: server.init_state(self.spec(h), p, ms, self.capacity, h))
         self._round: Callable[..., Any] | None = None
 
     def spec(self, hparams: dict[str, Any]) -> MethodSpec:
