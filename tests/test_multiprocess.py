@@ -134,7 +134,9 @@ print(f"DONE {jax.process_index()} {len(out)}", flush=True)
 
 def _launch(args, timeout=240):
     env = dict(os.environ)
-    env.setdefault("JAX_COMPILATION_CACHE_DIR", str(ROOT / ".jax_cache"))
+    # the processes of a distributed run keep their own compilation cache: an executable they
+    # wrote, read back by this single-process pytest (same program, another client), crashed it
+    env["JAX_COMPILATION_CACHE_DIR"] = str(ROOT / ".jax_cache" / "multiprocess")
     env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
     t0 = time.monotonic()
     r = subprocess.run(
