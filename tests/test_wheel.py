@@ -111,8 +111,12 @@ def test_installed_wheel_runs_the_experiments_from_anywhere(tmp_path):
 
     listed = _run([str(command), "list"], work, env).splitlines()
     assert _run([str(python), "-m", "jaxstale", "list"], work, env).splitlines() == listed
-    expected = sorted(p.stem for p in (ROOT / "experiments").glob("[!_]*.py"))
-    expected.remove("common")
+    expected = sorted(
+        [p.stem for p in (ROOT / "experiments").glob("[!_]*.py")]
+        + [p.parent.name for p in (ROOT / "experiments").glob("*/__init__.py")]  # claims
+    )
+    for helper in ("common", "config", "presets"):  # shared helpers, not experiments
+        expected.remove(helper)
     assert [line.split()[0] for line in listed] == expected
     doc = ast.get_docstring(ast.parse((ROOT / "experiments" / "async_workers.py").read_text()))
     assert listed[expected.index("async_workers")].split(None, 1)[1] == doc.splitlines()[0]
@@ -123,7 +127,9 @@ def test_installed_wheel_runs_the_experiments_from_anywhere(tmp_path):
     assert not (work / "results").exists()  # --out is where everything went
 
     # The README's "Prototype your own method" example, as a user of the wheel runs it.
-    (example,) = [b for b in README_BLOCKS if "from jaxstale.experiments import" in b]
+    (example,) = [
+        b for b in README_BLOCKS if "jaxstale.experiments import" in b and "register_method" in b
+    ]
     (work / "readme").mkdir()
     _run([str(python), "-c", example], work / "readme", env)
     assert (work / "readme" / "results" / "my_method" / "summary.json").is_file()
