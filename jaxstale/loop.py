@@ -31,6 +31,12 @@ per lane (vmapped runs — seeds, learning rates, worker counts — are lanes of
 ``"val_accuracy"`` and ``"test_accuracy"``): experiments choose on the validation curve and
 report the test one.
 
+An *evaluation hook* measures the weights another way, in place of ``eval_data`` or beside it:
+``evaluate(params, model_state) -> {name: per-lane values}``, called at the end of each interval
+with the executor's current weights; each name is recorded as ``"<name>_accuracy"`` (None after
+divergence) and its last value is the Result's ``final_accuracy[name]``, exactly like a split
+of ``eval_data``. E.g. accuracy with other batch-norm statistics, or on a transformed test set.
+
 Divergence: a lane whose training loss becomes NaN or ±inf is *diverged at the first update whose
 loss is non-finite* (1-based, over the lane's updates); it is not evaluated any more and its
 final accuracy is None; the other lanes go on, and the loop stops early once every lane has
@@ -89,6 +95,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
+    "Evaluate",
     "Executor",
     "Result",
     "Stats",
@@ -97,6 +104,7 @@ __all__ = [
     "compiler_options",
     "eval_splits",
     "jit",
+    "lane",
     "run",
 ]
 
@@ -337,8 +345,35 @@ def _finite(tree: Any) -> bool:
     return all(bool(np.all(np.isfinite(np.asarray(a)))) for a in jax.tree.leaves(tree))
 
 
-def _lane(tree: Any, j: int, vmapped: bool) -> Any:
+def lane(tree: Any, j: int, vmapped: bool) -> Any:
+    """Lane ``j`` of a tree stacked over lanes (``vmapped``), or the tree itself (one run).
+
+    Example:
+        >>> import numpy as np
+        >>> from jaxstale.loop import lane
+        >>> tree = {"w": np.arange(6).reshape(3, 2)}
+        >>> lane(tree, 1, True)["w"].tolist(), lane(tree, 1, False) is tree
+        ([2, 3], True)
+    """
     return jax.tree.map(lambda a: a[j], tree) if vmapped else tree
+
+
+#: ``evaluate(params, model_state) -> {name: per-lane values}``: an evaluation hook of :func:`run`
+Evaluate = Callable[[Params, Any], Mapping[str, Any]]
+
+
+def _measured(got: Mapping[str, Any], taken: Mapping[str, Any], lanes: int) -> dict[str, Any]:
+    """An evaluation hook's answer as ``{name: [lanes] values}``, checked."""
+    if not isinstance(got, Mapping):
+        raise TypeError(f"evaluate must return a mapping of names to values, got {type(got)}")
+    out = {}
+    for name, value in got.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"evaluate: names must be non-empty strings, got {name!r}")
+        if name in taken:
+            raise ValueError(f"evaluate: {name!r} is also a split of eval_data")
+        out[name] = np.broadcast_to(np.asarray(value), (lanes,))
+    return out
 
 
 def run(
@@ -350,6 +385,7 @@ def run(
     eval_data: EvalData | None = None,
     eval_batch_size: int = 512,
     callback: Callable[[int, list[dict[str, Any]]], None] | None = None,
+    evaluate: Evaluate | None = None,
 ) -> list[Result]:
     """Run ``ex`` from ``(params, model_state)`` to the end (or until every lane diverged).
 
@@ -363,15 +399,44 @@ def run(
         eval_batch_size: batch size of the evaluation (see :func:`accuracy`).
         callback: optional ``callback(rounds_done, records)`` after each interval (one record
             per lane), e.g. for progress.
+        evaluate: optional evaluation hook ``evaluate(params, model_state) -> {name: values}``,
+            called at the end of each interval (after ``eval_data`` is measured; not once every
+            lane has diverged) with ``ex.params(state)``: device arrays, stacked over lanes when
+            ``ex.vmapped``; read them, do not keep them (the next round donates the state).
+            ``values`` is ``[lanes]`` (or a scalar, for every lane), one number per lane.
+            Each name is recorded as ``"<name>_accuracy"`` after the splits' (None for a
+            diverged lane) and its last value is ``final_accuracy[name]`` (``"test"``:
+            ``final_test_accuracy``), as for a split of ``eval_data``, whose names it must not
+            repeat. A name is recorded from the first interval that returns it. With a hook
+            and no ``eval_data``, nothing else is measured (no ``test_accuracy: None``).
 
     Returns:
         One :class:`Result` per lane.
 
     Raises:
-        ValueError: ``eval_every < 1``, or malformed ``eval_data``.
+        ValueError: ``eval_every < 1``, or malformed ``eval_data``, or a hook's name that is
+            empty or a split of ``eval_data``, or values that are not one per lane.
+        TypeError: a hook that does not return a mapping.
+
+    Example:
+        An evaluation hook beside ``eval_data``: here, the accuracy with the weights negated.
+
+        >>> import jax.numpy as jnp, numpy as np, optax
+        >>> from jaxstale import loop, train
+        >>> x = np.eye(2, dtype=np.float32)[[0, 1] * 8]
+        >>> y = np.array([0, 1] * 8, np.int32)
+        >>> apply = lambda p, s, xb, train: (xb @ p, s)
+        >>> ex = train.executor(apply, optax.sgd(1.0), x, y, np.arange(16).reshape(4, 4))
+        >>> flipped = lambda p, s: loop.accuracy(apply, -p, s, x, y)
+        >>> (res,) = loop.run(ex, jnp.zeros((2, 2)), {}, eval_every=2, eval_data=(x, y),
+        ...                   evaluate=lambda p, s: {"flipped": flipped(p, s)})
+        >>> [k for k in res.curve[-1] if k.endswith("_accuracy")]
+        ['test_accuracy', 'flipped_accuracy']
+        >>> res.final_accuracy
+        {'test': 1.0, 'flipped': 0.0}
     """
     splits = eval_splits(eval_data)
-    names = list(splits) or ["test"]
+    names = list(splits) or ([] if evaluate is not None else ["test"])
     if eval_every is not None and (not isinstance(eval_every, int) or eval_every < 1):
         raise ValueError(f"eval_every must be a positive int, got {eval_every!r}")
     lanes = ex.lanes
@@ -406,11 +471,14 @@ def run(
                 diverged_step[j] = first + int(bad[0]) + 1
             seg.append(per)
         accs: dict[str, Any] = {}
-        if splits and not dead.all():
+        if (splits or evaluate is not None) and not dead.all():
             p, ms = ex.params(state)
             for name, (xe, ye) in splits.items():
                 got = accuracy(ex.apply, p, ms, xe, ye, vmap=ex.vmapped, batch_size=eval_batch_size)
                 accs[name] = np.broadcast_to(got, (lanes,))
+            if evaluate is not None:
+                accs.update(_measured(evaluate(p, ms), splits, lanes))
+                names += [n for n in accs if n not in names]
         records = []
         for j in range(lanes):
             rec: dict[str, Any] = {"step": int(done[j])}
@@ -429,7 +497,7 @@ def run(
     final = jax.device_get(ex.params(state))
     results = []
     for j in range(lanes):
-        p, ms = _lane(final[0], j, ex.vmapped), _lane(final[1], j, ex.vmapped)
+        p, ms = lane(final[0], j, ex.vmapped), lane(final[1], j, ex.vmapped)
         if not dead[j] and not _finite(p):
             dead[j] = True
             diverged_step[j] = int(done[j])

@@ -117,6 +117,54 @@ def test_named_eval_splits_are_recorded_and_final_per_split():
         loop.run(ex, None, None, eval_data={"val": x})
 
 
+def test_evaluation_hook_is_recorded_like_a_split_and_sees_the_stacked_weights():
+    """evaluate(params, model_state) -> {name: [lanes]}: recorded as <name>_accuracy after the
+    splits, None for a diverged lane, last value in final_accuracy; not called once every
+    lane diverged; with no eval_data nothing else is recorded."""
+    w = jnp.array([[1.0, 0.0], [0.0, 1.0]])
+    losses = [[1.0, 1.0, 1.0], [1.0, np.nan, 1.0]]
+    ex, _ = _toy(losses, lanes=2, vmapped=True, params=jnp.stack([w, 2 * w]))
+    seen = []
+
+    def evaluate(params, model_state):
+        seen.append(np.asarray(params).shape)
+        return {"scale": np.asarray(params)[:, 0, 0] / 4, "test": 0.25}  # a scalar: every lane
+
+    x = np.eye(2, dtype=np.float32)
+    res = loop.run(ex, None, None, eval_every=1, eval_data={"val": (x, np.array([0, 1]))},
+                   evaluate=evaluate)  # fmt: skip
+    assert seen == [(2, 2, 2)] * 3  # once per interval, all lanes stacked
+    assert res[0].curve[0] == {"step": 1, "train_loss": 1.0, "val_accuracy": 1.0,
+                               "scale_accuracy": 0.25, "test_accuracy": 0.25}  # fmt: skip
+    assert res[1].curve[0]["scale_accuracy"] == 0.5
+    assert [c["scale_accuracy"] for c in res[1].curve] == [0.5, None, None]  # diverged at 2
+    assert res[0].final_accuracy == {"val": 1.0, "scale": 0.25, "test": 0.25}
+    assert res[0].final_test_accuracy == 0.25
+    assert res[1].final_accuracy == {"val": None, "scale": None, "test": None}
+
+    only, _ = _toy([1.0, np.nan, 1.0])
+    calls = []
+    (res,) = loop.run(only, None, None, eval_every=1, evaluate=lambda p, s: calls.append(1) or {})
+    assert calls == [1] and res.curve[0] == {"step": 1, "train_loss": 1.0}  # no test_accuracy
+    assert len(res.curve) == 2 and res.final_accuracy == {}
+
+
+@pytest.mark.parametrize(
+    ("answer", "error", "match"),
+    [
+        ({"val": 1.0}, ValueError, "also a split"),
+        ({"": 1.0}, ValueError, "non-empty"),
+        ({"a": [1.0, 2.0, 3.0]}, ValueError, "broadcast"),
+        ([1.0], TypeError, "mapping"),
+    ],
+)
+def test_evaluation_hook_answers_are_checked(answer, error, match):
+    ex, _ = _toy([[1.0], [1.0]], lanes=2, vmapped=True)
+    val = (np.eye(2, dtype=np.float32), np.array([0, 1]))
+    with pytest.raises(error, match=match):
+        loop.run(ex, None, None, eval_data={"val": val}, evaluate=lambda p, s: answer)
+
+
 def test_jit_lanes_are_the_runs_alone_bit_for_bit():
     """loop.jit: a vmapped lane is the run alone, bit for bit (XLA:CPU), for the gradient and
     the loss of an MLP step; plain jax.jit rounds a bias gradient by the lane count there."""
