@@ -66,19 +66,19 @@ from .common import (
     seed_mode,
     splits,
     title,
-    tuned_tables,
 )
 from .config import (
     Base,
     ConfigError,
     check_memory,
     check_model,
-    from_argv,
+    cli,
     opt,
     refuse_unused,
-    usage_errors,
+    seed_mode_opt,
 )
 from .presets import PRESETS
+from .reports import accuracy_vs, tuned_tables
 
 EXPERIMENT = "async_workers"
 DEFAULT_METHODS = (
@@ -114,7 +114,6 @@ class Config(Base):
     steps: int | None = opt(
         None, "mini-batches per run, the budget (default 1500; --quick 300)", low=1
     )
-    seeds: int | None = opt(None, "number of seeds (default 5; --quick 2)", low=1)
     lrs: tuple[float, ...] | None = opt(
         None,
         "learning-rate grid; each method and setting uses the rate with the best validation "
@@ -131,13 +130,6 @@ class Config(Base):
     )
     momentum: tuple[float, ...] | None = opt(
         None, "momenta (default 0.9)", low=0, high=1, high_open=True
-    )
-    target: float = opt(
-        0.95,
-        "validation accuracy whose first crossing is the time to accuracy",
-        low=0,
-        high=1,
-        low_open=True,
     )
     lc_lambdas: tuple[float, ...] | None = opt(
         None, "LC-ASGD's λ grid, tuned with the rate, sign included (default -0.1,0.1)"
@@ -165,12 +157,9 @@ class Config(Base):
         1.0, "--delay gamma only: how many times slower a straggler's steps are", low=1
     )
     warmup_epochs: int = opt(0, "lr warm-up from lr/M (DANA: 5)", low=0)
-    seed_mode: str = opt(
-        "auto",
+    seed_mode: str = seed_mode_opt(
         "seeds and rates as vmapped lanes or one after the other (auto: by model and backend); "
-        "on XLA:CPU an MLP lane is its run alone bit for bit (gap-aware: float32 rounding)",
-        choices=("auto", "vmap", "sequential"),
-        kind="seed mode",
+        "on XLA:CPU an MLP lane is its run alone bit for bit (gap-aware: float32 rounding)"
     )
     executor: str = opt(
         "emulate",
@@ -453,24 +442,15 @@ def make_figures(
     axes = fig.subplots(1, len(cfg["momentum"]), squeeze=False)[0]
     for ax, mu in zip(axes, cfg["momentum"], strict=True):
         for method in cfg["methods"]:
-            xs, ys, es, xd = [], [], [], []
-            for m in [1] if method in ONE_WORKER else cfg["workers"]:
-                pick = _selected_rows(rows, selected, method, m, mu)
-                vals = [r["final_test_accuracy"] for r in pick if not r["diverged"]]
-                mean, half, n = runs.mean_ci(vals)
+            if method in ONE_WORKER:  # one worker: a horizontal line, not a point
+                pick = _selected_rows(rows, selected, method, 1, mu)
+                accs = [r["final_test_accuracy"] for r in pick if not r["diverged"]]
+                mean, _, n = runs.mean_ci(accs)
                 if n:
-                    xs.append(m)
-                    ys.append(100 * mean)
-                    es.append(100 * half if np.isfinite(half) else 0.0)
-                elif pick:
-                    xd.append(m)
-            if method in ONE_WORKER and ys:
-                ax.axhline(ys[0], color="k", ls="--", lw=1, label=f"{method} (1 worker)")
+                    ax.axhline(100 * mean, color="k", ls="--", lw=1, label=f"{method} (1 worker)")
                 continue
-            style = runs.method_style(method, cfg["methods"])
-            runs.clipped_errorbar(ax, xs, ys, es, capsize=3, label=method, **style)
-            if xd:
-                ax.plot(xd, [0] * len(xd), "x", color=style["color"])
+            points = [(m, _selected_rows(rows, selected, method, m, mu)) for m in cfg["workers"]]
+            accuracy_vs(ax, points, method, runs.method_style(method, cfg["methods"]))
         ax.set_xscale("log", base=2)
         ax.set_xticks(cfg["workers"], [str(m) for m in cfg["workers"]])
         ax.set_xlabel("workers M")
@@ -584,12 +564,7 @@ def report(
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """The command line over :func:`run` and :func:`report` (flags from :class:`Config`)."""
-    t0 = time.perf_counter()
-    config, p = from_argv(Config, argv, __doc__.splitlines()[0])
-    with usage_errors(p):
-        rows = run(config)
-        return report(rows, config, started=t0)
-    raise AssertionError("not reached")  # pragma: no cover (usage errors exit)
+    return cli(Config, run, report, argv, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

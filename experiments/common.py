@@ -6,7 +6,7 @@ and the protocol every experiment follows (issue 13):
 * **tuning**: each method × setting runs a learning-rate grid; the rate is selected on the
   final validation accuracy (diverged seeds count at chance, :func:`jaxstale.runs.select`), and
   tables report test accuracy at the selected rate with the rate shown
-  (:func:`tuned_tables`);
+  (:func:`experiments.reports.tuned_tables`);
 * **statistics**: ≥ 5 seeds by default; cells are mean ± 95 % CI over the seeds that trained
   with the diverged fraction written in the cell; time to accuracy (updates until the
   validation accuracy first reaches ``--target``) next to final accuracy;
@@ -29,10 +29,8 @@ import optax
 from jaxstale import data, delays, models, runs, train
 
 __all__ = [
-    "MIN_PAIRS",
     "SMOKE",
     "Gather",
-    "at_selected",
     "chance",
     "convergence",
     "fit_grid",
@@ -43,12 +41,10 @@ __all__ = [
     "open_folder",
     "opened",
     "outcome",
-    "paired_table",
     "run_row",
     "seed_mode",
     "splits",
     "title",
-    "tuned_tables",
     "user_sources",
 ]
 
@@ -249,212 +245,6 @@ def load_checked(cfg: dict[str, Any], config: Any) -> data.Dataset:
     if b is not None and b > len(ds.x_train):
         raise ConfigError("batch_size", f"{b} exceeds the {len(ds.x_train)} training examples")
     return ds
-
-
-def _fmt_lr(v: Any) -> str:
-    if isinstance(v, list | tuple):
-        return ", ".join(_fmt_lr(x) for x in v)
-    return f"{v:g}" if isinstance(v, float) else str(v)
-
-
-def _fmt_rest(knob: Any, rest: tuple[Any, ...]) -> str:
-    """The secondary fields of a joint knob in a grid row (empty where they do not apply)."""
-    return ", ".join(
-        f"{k} {_fmt_lr(v)}" for k, v in zip(knob[1:], rest, strict=True) if v is not None
-    )
-
-
-def _unique(values: Any) -> list[Any]:
-    out: list[Any] = []
-    for v in values:
-        if v not in out:
-            out.append(v)
-    return out
-
-
-def tuned_tables(
-    rows: Sequence[dict[str, Any]],
-    *,
-    index: Sequence[str],
-    columns: str | None,
-    chance_acc: float,
-    knob: str | Sequence[str] = "lr",
-    col_label: Callable[[Any], str] = str,
-    fmt_knob: Callable[[Any], str] | None = None,
-    value: str = "final_test_accuracy",
-) -> tuple[str, str, str, dict[tuple[Any, ...], Any]]:
-    """The three tables of a tuned sweep and the knob selected per (index…, column).
-
-    Returns:
-        ``(accuracy, time, grid, selected)``: ``value`` in % (mean ± 95 % CI, diverged
-        fraction, ``@ <knob>``) at the knob selected on validation; updates to the target
-        validation accuracy at that knob (median over seeds, ``[reached/seeds]``); the grid's
-        mean final validation accuracy % per knob value (diverged seeds at chance), which shows
-        how sharp each optimum is; ``{(index…, column): knob}``.
-    """
-    by = (*index, columns) if columns is not None else tuple(index)
-    selected = runs.select(rows, by=by, knob=knob, chance=chance_acc)
-    groups: dict[tuple[Any, ...], dict[Any, list[dict[str, Any]]]] = {}
-    for r in rows:
-        kv = runs.stats.knob_value(r, knob)
-        groups.setdefault(tuple(r.get(k) for k in by), {}).setdefault(kv, []).append(r)
-    fk = fmt_knob or _fmt_lr
-    idx_vals = _unique(tuple(r.get(k) for k in index) for r in rows)
-    cols = _unique(r.get(columns) for r in rows) if columns is not None else [None]
-    knobs = _unique(runs.stats.knob_value(r, knob) for r in rows)
-    many = len(knobs) > 1
-    joint = not isinstance(knob, str)
-    first_field = knob if isinstance(knob, str) else knob[0]
-    firsts = _unique(r.get(first_field) for r in rows)
-
-    def _rest(kv: Any) -> tuple[Any, ...]:
-        return tuple(kv[1:]) if joint else ()
-
-    def group(i: tuple[Any, ...], c: Any) -> tuple[Any, ...]:
-        return (*i, c) if columns is not None else i
-
-    acc, time_, grid = [], [], []
-    for i in idx_vals:
-        a_cells, t_cells = [], []
-        for c in cols:
-            g = group(i, c)
-            if g not in selected:
-                a_cells.append("–")
-                t_cells.append("–")
-                continue
-            pick = groups[g][selected[g]]
-            text = runs.format_ci(
-                [r.get(value) for r in pick], diverged=[bool(r.get("diverged")) for r in pick]
-            )
-            a_cells.append(text + (f" @ {fk(selected[g])}" if many else ""))
-            t_cells.append(runs.format_steps([r.get("updates_to_target") for r in pick]))
-            # grid rows: one per value of the knob's secondary fields (e.g. LC-ASGD's λ),
-            # columns: the first field's values (the learning rates)
-            for rest in _unique(_rest(kv) for kv in groups[g]):
-                g_cells = []
-                for first in firsts:
-                    kv = first if not joint else (first, *rest)
-                    per = groups[g].get(kv)
-                    if not per:
-                        g_cells.append("–")
-                        continue
-                    sc = 100 * runs.stats.score(per, "final_val_accuracy", chance_acc)
-                    div = sum(bool(r.get("diverged")) for r in per)
-                    mark = "**" if kv == selected[g] and many else ""
-                    g_cells.append(
-                        f"{mark}{sc:.1f}{mark}" + (f" [{div}/{len(per)} div.]" if div else "")
-                    )
-                label = [col_label(c)] if columns is not None else []
-                extra = [_fmt_rest(knob, rest)] if joint else []
-                grid.append([*map(str, i), *label, *extra, *g_cells])
-        acc.append([*map(str, i), *a_cells])
-        time_.append([*map(str, i), *t_cells])
-    heads = [*index, *(col_label(c) for c in cols)] if columns is not None else [*index, "value"]
-    gheads = [
-        *index,
-        *(["setting"] if columns is not None else []),
-        *([", ".join(knob[1:])] if joint else []),
-        *(f"{first_field} {_fmt_lr(k)}" for k in firsts),
-    ]
-    return (
-        runs.markdown_table(heads, acc),
-        runs.markdown_table(heads, time_),
-        runs.markdown_table(gheads, grid),
-        selected,
-    )
-
-
-def at_selected(
-    rows: Sequence[dict[str, Any]],
-    selected: dict[tuple[Any, ...], Any],
-    *,
-    by: Sequence[str],
-    knob: str | Sequence[str] = "lr",
-) -> list[dict[str, Any]]:
-    """The rows run at their group's selected knob value: ``selected`` as returned by
-    :func:`tuned_tables` (or :func:`jaxstale.runs.select`) over the fields ``by``
-    (``(*index, columns)`` for :func:`tuned_tables`)."""
-    out = []
-    for r in rows:
-        g = tuple(r.get(k) for k in by)
-        if g in selected and runs.stats.knob_value(r, knob) == selected[g]:
-            out.append(r)
-    return out
-
-
-#: the fewest seeds (pairs) a paired difference must have to be called beyond noise
-MIN_PAIRS = 3
-
-
-def _fmt_diff(mean: float, half: float, n: int, seeds: int, scale: float) -> tuple[str, bool]:
-    if n == 0:
-        return "no pair", False
-    if n == 1 or not np.isfinite(half):
-        return f"{scale * mean:+.1f} (1 pair)", False
-    # two pairs can agree to the test example by chance (accuracies are quantised): an
-    # interval of width 0 from them says nothing, so "beyond noise" needs three pairs
-    beyond = abs(mean) > half and n >= MIN_PAIRS
-    text = f"{scale * mean:+.1f} ± {scale * half:.1f}"
-    text = f"**{text}** beyond noise" if beyond else text
-    return text + (f" ({n}/{seeds} pairs)" if n < seeds else ""), beyond
-
-
-def paired_table(
-    rows: Sequence[dict[str, Any]],
-    *,
-    index: Sequence[str],
-    compare: str,
-    baseline: Any,
-    columns: str,
-    col_label: Callable[[Any], str] = str,
-    value: str = "final_test_accuracy",
-    pair: str = "seed",
-    scale: float = 100.0,
-) -> tuple[str, list[dict[str, Any]]]:
-    """Paired differences ``x − baseline`` of every value ``x`` of the field ``compare`` (e.g.
-    each method against ``"vanilla"``), per ``index`` group and ``columns`` value, with a 95 %
-    t interval over the seeds (:func:`jaxstale.runs.paired_difference`; seeds where either run
-    diverged are left out), marked *beyond noise* when the interval excludes 0.
-
-    Pass the rows at each group's selected rate (:func:`at_selected`): every method is then
-    compared at its own tuned rate, seed against seed (a seed fixes the initial weights and the
-    data order).
-
-    Returns:
-        ``(markdown table, findings)``: one table row per ``(index…, "x − baseline")``, one
-        column per ``columns`` value, cells ``+1.2 ± 0.8`` (scaled by ``scale``; bold with
-        "beyond noise" when the interval excludes 0; ``(k/n pairs)`` when seeds were left out);
-        findings: one dict per cell with ``index`` (tuple), ``column``, ``a`` (``x``), ``b``
-        (``baseline``), ``mean``, ``half``, ``n`` and ``beyond``.
-    """
-    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault((*(r.get(k) for k in index), r.get(compare), r.get(columns)), []).append(
-            r
-        )
-    idx_vals = _unique(tuple(r.get(k) for k in index) for r in rows)
-    others = [v for v in _unique(r.get(compare) for r in rows) if v != baseline]
-    cols = _unique(r.get(columns) for r in rows)
-    body, findings = [], []
-    for i in idx_vals:
-        for other in others:
-            cells = []
-            for c in cols:
-                a, b = groups.get((*i, other, c)), groups.get((*i, baseline, c))
-                if not a or not b:
-                    cells.append("–")
-                    continue
-                mean, half, n = runs.paired_difference(a, b, value=value, pair=pair)
-                seeds = len({r.get(pair) for r in a} & {r.get(pair) for r in b})
-                text, beyond = _fmt_diff(mean, half, n, seeds, scale)
-                cells.append(text)
-                findings.append(
-                    {"index": i, "column": c, "a": other, "b": baseline, "mean": mean,
-                     "half": half, "n": n, "beyond": beyond}
-                )  # fmt: skip
-            body.append([*map(str, i), f"{other} − {baseline}", *cells])
-    heads = [*index, compare, *(col_label(c) for c in cols)]
-    return runs.markdown_table(heads, body), findings
 
 
 class Gather:

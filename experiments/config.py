@@ -34,6 +34,9 @@ import dataclasses
 import math
 import numbers
 import os
+import resource
+import sys
+import time
 import types
 import typing
 from collections.abc import Callable, Iterator, Sequence
@@ -47,12 +50,14 @@ __all__ = [
     "ConfigError",
     "check_memory",
     "check_model",
+    "cli",
     "from_argv",
     "machine_memory",
     "opt",
     "parser",
     "refuse_unused",
     "run_config",
+    "seed_mode_opt",
     "to_argv",
     "usage_errors",
     "validate",
@@ -230,9 +235,17 @@ class Base:
         None, "model name(s)", choices=models.model_names, kind="model"
     )
     steps: int | None = opt(None, "training steps per run", low=1)
-    seeds: int | None = opt(None, "number of seeds (seeds 0 .. N-1)", low=1)
+    seeds: int | None = opt(None, "number of seeds (default 5; --quick 2)", low=1)
     lrs: tuple[float, ...] | None = opt(
         None, "learning-rate grid; the rate is selected on validation", low=0, low_open=True
+    )
+    batch_size: int = opt(32, "mini-batch size", low=1)
+    target: float = opt(
+        0.95,
+        "validation accuracy whose first crossing is the time to accuracy",
+        low=0,
+        high=1,
+        low_open=True,
     )
     out: str | None = opt(None, "run folder (default results/<experiment>/<id>/)", run_id=False)
     force_resume: bool = opt(
@@ -249,6 +262,12 @@ class Base:
                 "expected a folder path, got an empty string (it would write into the "
                 "current folder)",
             )
+
+
+def seed_mode_opt(help: str) -> Any:
+    """The ``seed_mode`` field of an experiment that runs seeds (and rates) as lanes: ``auto``,
+    ``vmap`` or ``sequential``; ``help`` says what ``auto`` picks there."""
+    return opt("auto", help, choices=("auto", "vmap", "sequential"), kind="seed mode")
 
 
 def flag(field: str) -> str:
@@ -331,6 +350,31 @@ def from_argv(
     raise AssertionError("not reached")  # pragma: no cover (p.error exits)
 
 
+def cli(
+    cls: type[C],
+    run: Callable[[C], list[dict[str, Any]]],
+    report: Callable[..., dict[str, Any]],
+    argv: Sequence[str] | None,
+    description: str | None = None,
+) -> dict[str, Any]:
+    """An experiment's command line: ``argv`` parsed into ``cls``, then ``report(run(config),
+    config, started=...)``. A bad flag, a :class:`ConfigError` raised by ``run`` or ``report``
+    and a :class:`jaxstale.runs.RunFolderError` are one usage line each (exit status 2), before
+    anything is written. Returns ``report``'s dict plus ``wall_s`` and ``cpu_s`` (user + sys
+    seconds of this process) of the invocation; the CPU time is also printed on stderr."""
+    t0 = time.perf_counter()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu0 = usage.ru_utime + usage.ru_stime
+    config, p = from_argv(cls, argv, description)
+    with usage_errors(p):
+        out = report(run(config), config, started=t0)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = usage.ru_utime + usage.ru_stime - cpu0
+    name = run.__module__.rsplit(".", 1)[-1]
+    print(f"[{name}] CPU time {cpu:.0f} s (user + sys)", file=sys.stderr)
+    return {**out, "wall_s": time.perf_counter() - t0, "cpu_s": cpu}
+
+
 def to_argv(cfg: Base) -> list[str]:
     """The command line that builds ``cfg`` (its fields that differ from their defaults, the
     run-id fields only): ``from_argv(type(cfg), to_argv(cfg))`` gives ``cfg`` back, less
@@ -365,12 +409,9 @@ def check_model(
     field: str, name: str, ds: data.Dataset, model_kw: dict[str, Any] | None = None
 ) -> int:
     """Raises :class:`ConfigError` (on ``field``) unless model ``name`` builds for ``ds`` and
-    maps one batch of its inputs to logits ``[B, num_classes]`` (checked abstractly, no
-    compute); returns its number of parameters."""
-    import jax
-    import jax.numpy as jnp
-    from flax import nnx
-
+    maps one batch of its inputs to logits ``[B, num_classes]``
+    (:func:`jaxstale.models.check_logits`: traced abstractly, no compute); returns its number of
+    parameters."""
     if name not in models.model_names():
         raise ConfigError(
             field, f"unknown model {name!r}; choose from: {', '.join(models.model_names())}"
@@ -380,18 +421,9 @@ def check_model(
         model = models.create(
             name, input_shape=shape, num_classes=ds.num_classes, seed=0, **(model_kw or {})
         )
-        graphdef, state = nnx.split(model)
-        x = jax.ShapeDtypeStruct((2, *shape), jnp.float32)
-        out = jax.eval_shape(lambda st, x: nnx.merge(graphdef, st)(x), state, x)
-    except (ValueError, TypeError) as e:
-        raise ConfigError(field, f"{name!r} cannot take dataset {ds.name!r} {shape}: {e}") from None
-    if getattr(out, "shape", None) != (2, ds.num_classes):
-        raise ConfigError(
-            field,
-            f"{name!r} maps a batch of 2 inputs to logits of shape "
-            f"{getattr(out, 'shape', type(out).__name__)}; dataset {ds.name!r} needs "
-            f"(2, {ds.num_classes}) (its number of classes)",
-        )
+        models.check_logits(model, shape, ds.num_classes, f"model {name!r} on {ds.name!r}")
+    except (ValueError, TypeError) as e:  # one message, whichever check said it
+        raise ConfigError(field, str(e)) from None
     return int(models.param_count(model))
 
 

@@ -79,17 +79,17 @@ from .common import (
     seed_mode,
     splits,
     title,
-    tuned_tables,
 )
 from .config import (
     Base,
     ConfigError,
     check_memory,
     check_model,
-    from_argv,
+    cli,
     opt,
-    usage_errors,
+    seed_mode_opt,
 )
+from .reports import tuned_tables
 
 EXPERIMENT = "delay_cliff"
 DEFAULT_METHODS = ("asgd", "sa-asgd", "dc-asgd-a", "gap-aware")
@@ -110,7 +110,6 @@ class Config(Base):
         None, "model name (one; default mlp)", choices=models.model_names, kind="model"
     )
     steps: int | None = opt(None, "updates per run (default 1500; --quick 300)", low=1)
-    seeds: int | None = opt(None, "number of seeds (default 5; --quick 2)", low=1)
     lrs: tuple[float, ...] | None = opt(
         None,
         "learning-rate grid (default 0.001,0.003,0.01,0.03,0.1,0.3; --quick 0.003,0.03)",
@@ -130,7 +129,6 @@ class Config(Base):
         low=0,
     )
     momentum: float = opt(0.9, "SGD momentum", low=0, high=1, high_open=True)
-    batch_size: int = opt(32, "mini-batch size", low=1)
     tolerance: float = opt(
         0.05,
         "stable at d: no seed diverged and mean validation accuracy >= the method's best at "
@@ -138,19 +136,9 @@ class Config(Base):
         low=0,
         high=1,
     )
-    target: float = opt(
-        0.95,
-        "validation accuracy whose first crossing is the time to accuracy",
-        low=0,
-        high=1,
-        low_open=True,
-    )
-    seed_mode: str = opt(
-        "auto",
+    seed_mode: str = seed_mode_opt(
         "seeds and rates as vmapped lanes of one run, or one after the other (auto: by model "
-        "and backend)",
-        choices=("auto", "vmap", "sequential"),
-        kind="seed mode",
+        "and backend)"
     )
 
     def __post_init__(self) -> None:
@@ -529,12 +517,7 @@ def report(
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """The command line over :func:`run` and :func:`report` (flags from :class:`Config`)."""
-    t0 = time.perf_counter()
-    config, p = from_argv(Config, argv, __doc__.splitlines()[0])
-    with usage_errors(p):
-        rows = run(config)
-        return report(rows, config, started=t0)
-    raise AssertionError("not reached")  # pragma: no cover (usage errors exit)
+    return cli(Config, run, report, argv, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

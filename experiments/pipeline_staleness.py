@@ -85,7 +85,6 @@ Run: ``python -m experiments.pipeline_staleness [--quick] [--out DIR] [--optimiz
 
 from __future__ import annotations
 
-import resource
 import sys
 import time
 from collections.abc import Callable
@@ -99,27 +98,24 @@ import optax
 from jaxstale import data, loop, models, pipeline, runs, schedules
 
 from .common import (
-    MIN_PAIRS,
-    at_selected,
     chance,
     load_checked,
     opened,
     outcome,
-    paired_table,
     seed_mode,
     splits,
     title,
-    tuned_tables,
 )
 from .config import (
     Base,
     ConfigError,
     check_memory,
     check_model,
-    from_argv,
+    cli,
     opt,
-    usage_errors,
+    seed_mode_opt,
 )
+from .reports import accuracy_vs, at_selected, paired_table, pairs_text, tuned_tables
 
 EXPERIMENT = "pipeline_staleness"
 DEFAULT_METHODS = ("sync", "vanilla", "stash", "spectrain-v1", "spectrain-v2", "nesterov")
@@ -171,7 +167,6 @@ class Config(Base):
     steps: int | None = opt(
         None, "mini-batches per run, the budget (default 1500; --quick 300)", low=1
     )
-    seeds: int | None = opt(None, "number of seeds (default 5; --quick 2)", low=1)
     lrs: tuple[float, ...] | None = opt(
         None,
         "learning-rate grid; each policy and N uses the rate with the best validation accuracy "
@@ -197,14 +192,6 @@ class Config(Base):
         high=1,
         high_open=True,
     )
-    target: float = opt(
-        0.95,
-        "validation accuracy whose first crossing is the time to accuracy",
-        low=0,
-        high=1,
-        low_open=True,
-    )
-    batch_size: int = opt(32, "mini-batch size", low=1)
     backward: str = opt(
         "saved",
         "how a backward runs at other weights than its forward (see jaxstale.pipeline.program)",
@@ -220,12 +207,9 @@ class Config(Base):
         choices=pipeline.EXECUTORS,
         kind="executor",
     )
-    seed_mode: str = opt(
-        "auto",
+    seed_mode: str = seed_mode_opt(
         "emulator lanes: vmapped, or one after the other (auto: vmap for the MLP, sequential "
-        "for conv models on a CPU); on XLA:CPU an MLP lane is its run alone bit for bit",
-        choices=("auto", "vmap", "sequential"),
-        kind="seed mode",
+        "for conv models on a CPU); on XLA:CPU an MLP lane is its run alone bit for bit"
     )
 
     def resolved(self) -> dict[str, Any]:
@@ -394,32 +378,6 @@ def _cells(cfg: dict[str, Any], blocks: dict[str, int]) -> list[dict[str, Any]]:
 # ----------------------------------------------------------------------------- tables and plots
 
 
-def _pairs_text(findings: list[dict[str, Any]]) -> str:
-    """Which pairs of policies differ beyond noise, per model and depth, in words."""
-    lines = []
-    for i in {f["index"]: None for f in findings}:
-        for c in {f["column"]: None for f in findings if f["index"] == i}:
-            cell = [f for f in findings if f["index"] == i and f["column"] == c]
-            beyond = []
-            for f in cell:
-                if not f["beyond"]:
-                    continue
-                a, b, m = (
-                    (f["a"], f["b"], f["mean"]) if f["mean"] > 0 else (f["b"], f["a"], -f["mean"])
-                )
-                beyond.append(f"{a} > {b} by {100 * m:.1f} ± {100 * f['half']:.1f}")
-            within = sum(not f["beyond"] and f["n"] >= MIN_PAIRS for f in cell)
-            few = sum(f["n"] < MIN_PAIRS for f in cell)
-            text = "; ".join(beyond) if beyond else "none"
-            lines.append(
-                f"- {', '.join(map(str, i))}, N={c}: beyond noise: {text}. "
-                f"{within} of {len(cell)} pairs within noise"
-                + (f"; {few} with fewer than {MIN_PAIRS} seeds trained in both" if few else "")
-                + "."
-            )
-    return "\n".join(lines)
-
-
 def make_table(
     rows: list[dict[str, Any]], cfg: dict[str, Any], chance_acc: float
 ) -> tuple[str, dict[tuple[Any, ...], Any]]:
@@ -483,7 +441,7 @@ def make_table(
         parts += [
             "**Every pair of policies, paired test-accuracy difference at the selected rates "
             "(95 % t interval over seeds, uncorrected for the number of pairs)**",
-            _pairs_text(findings),
+            pairs_text(findings),
         ]
     return "\n\n".join(parts) + "\n", selected
 
@@ -520,27 +478,13 @@ def make_figures(
     fig = Figure(figsize=(5.5 * len(names), 4), layout="constrained")
     axes = fig.subplots(1, len(names), squeeze=False)[0]
     for ax, name in zip(axes, names, strict=True):
-        for method in cfg["methods"]:
-            xs, ys, es, xd = [], [], [], []
-            for n in sorted({r["stages"] for r in rows if r["model"] == name}):
-                pick = [
-                    r for r in picked if (r["model"], r["stages"], r["method"]) == (name, n, method)
-                ]
-                mean, half, k = runs.mean_ci(
-                    [r["final_test_accuracy"] for r in pick if not r["diverged"]]
-                )
-                if k:
-                    xs.append(n)
-                    ys.append(100 * mean)
-                    es.append(100 * half if np.isfinite(half) else 0.0)
-                elif pick:
-                    xd.append(n)
-            style = runs.method_style(method, cfg["methods"])
-            if xs:
-                runs.clipped_errorbar(ax, xs, ys, es, capsize=3, label=method, **style)
-            if xd:
-                ax.plot(xd, [0] * len(xd), "x", color=style["color"])
         ns = sorted({r["stages"] for r in rows if r["model"] == name})
+        for method in cfg["methods"]:
+            at = lambda n: [
+                r for r in picked if (r["model"], r["stages"], r["method"]) == (name, n, method)
+            ]
+            style = runs.method_style(method, cfg["methods"])
+            accuracy_vs(ax, [(n, at(n)) for n in ns], method, style)
         ax.set_xscale("log", base=2)
         ax.set_xticks(ns, [str(n) for n in ns])
         ax.set_xlabel("pipeline stages N")
@@ -647,18 +591,8 @@ def report(
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """The command line over :func:`run` and :func:`report` (flags from :class:`Config`);
-    also returns ``wall_s`` and ``cpu_s`` (user + sys) of this invocation."""
-    t0 = time.perf_counter()
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    cpu0 = usage.ru_utime + usage.ru_stime
-    config, p = from_argv(Config, argv, __doc__.splitlines()[0])
-    with usage_errors(p):
-        out = report(run(config), config, started=t0)
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = usage.ru_utime + usage.ru_stime - cpu0
-    print(f"[{EXPERIMENT}] CPU time {cpu:.0f} s (user + sys)", file=sys.stderr)
-    return {**out, "wall_s": time.perf_counter() - t0, "cpu_s": cpu}
+    """The command line over :func:`run` and :func:`report` (flags from :class:`Config`)."""
+    return cli(Config, run, report, argv, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

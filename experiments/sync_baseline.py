@@ -48,7 +48,6 @@ Run: ``python -m experiments.sync_baseline [--quick] [--out DIR] [--model mlp,cn
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,9 +62,9 @@ from .common import (
     load_checked,
     opened,
     title,
-    tuned_tables,
 )
-from .config import Base, check_memory, check_model, from_argv, opt, usage_errors
+from .config import Base, check_memory, check_model, cli, opt
+from .reports import tuned_tables
 
 EXPERIMENT = "sync_baseline"
 METHOD = "sgd"
@@ -84,7 +83,6 @@ class Config(Base):
         None, "model name(s) (default mlp,cnn)", choices=models.model_names, kind="model"
     )
     steps: int | None = opt(None, "training steps per run (default 1500; --quick 200)", low=1)
-    seeds: int | None = opt(None, "number of seeds (default 5; --quick 2)", low=1)
     lrs: tuple[float, ...] | None = opt(
         None,
         "learning-rate grid; each model uses the rate with the best validation accuracy "
@@ -92,15 +90,7 @@ class Config(Base):
         low=0,
         low_open=True,
     )
-    batch_size: int = opt(32, "mini-batch size", low=1)
     momentum: float = opt(0.9, "SGD momentum", low=0, high=1, high_open=True)
-    target: float = opt(
-        0.95,
-        "validation accuracy whose first crossing is the time to accuracy",
-        low=0,
-        high=1,
-        low_open=True,
-    )
     eval_every: int | None = opt(None, "steps between evaluations (default 50; --quick 20)", low=1)
     flat_tol: float = opt(
         0.01,
@@ -322,14 +312,8 @@ def report(
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """The command line over :func:`run` and :func:`report` (flags from :class:`Config`): a bad
-    value is one usage line naming the flag, exit status 2, nothing written."""
-    t0 = time.perf_counter()
-    config, p = from_argv(Config, argv, __doc__.splitlines()[0])
-    with usage_errors(p):
-        rows = run(config)
-        return report(rows, config, started=t0)
-    raise AssertionError("not reached")  # pragma: no cover (usage errors exit)
+    """The command line over :func:`run` and :func:`report` (flags from :class:`Config`)."""
+    return cli(Config, run, report, argv, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

@@ -30,7 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 PROG = "jaxstale"
-_NOT_EXPERIMENTS = frozenset({"common", "config", "presets"})  # shared helpers, not commands
+# shared helpers, not commands
+_NOT_EXPERIMENTS = frozenset({"common", "config", "presets", "reports"})
 
 
 def _folders(name: str) -> list[Path]:

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from experiments import common
+from experiments import common, reports
 from experiments import pipeline_staleness as exp
 from jaxstale import pipeline, schedules
 from jaxstale.pipeline import Policy, register_policy
@@ -74,7 +74,7 @@ def test_rate_is_selected_on_validation_never_on_test():
     # stash − vanilla at the selected rates: +3.0, +3.2, +3.4 points
     assert "| mlp | stash − vanilla | **+3.2 ± 0.5** beyond noise |" in table
     assert "mlp, N=4: beyond noise: stash > vanilla by 3.2 ± 0.5" in table
-    picked = common.at_selected(rows, selected, by=("model", "method", "stages"))
+    picked = reports.at_selected(rows, selected, by=("model", "method", "stages"))
     assert len(picked) == 6 and {r["lr"] for r in picked} == {0.01}
 
 
@@ -89,7 +89,7 @@ def test_paired_table_needs_three_pairs_and_counts_diverged_seeds_out():
     base = rows("a", [0.90, 0.91, 0.92, 0.93])
     two = rows("b", [0.95, 0.96, None, None])  # identical differences on two seeds: width 0
     three = rows("c", [0.95, 0.96, 0.97, None])
-    table, findings = common.paired_table(
+    table, findings = reports.paired_table(
         base + two + three, index=("model",), compare="method", baseline="a", columns="stages"
     )
     by = {f["a"]: f for f in findings}

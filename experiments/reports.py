@@ -1,0 +1,277 @@
+"""The tables and figure parts of the experiments' reports: a tuned sweep at the rate selected
+on validation (:func:`tuned_tables`), rows at the selected knob (:func:`at_selected`), paired
+seed-by-seed differences against a baseline (:func:`paired_table`) and every pair beyond noise in
+words (:func:`pairs_text`), and test accuracy against a setting with intervals
+(:func:`accuracy_vs`).
+
+Every table is a function of its rows: a resumed sweep writes the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from jaxstale import runs
+
+__all__ = ["MIN_PAIRS", "accuracy_vs", "at_selected", "paired_table", "pairs_text", "tuned_tables"]
+
+
+def _fmt_lr(v: Any) -> str:
+    if isinstance(v, list | tuple):
+        return ", ".join(_fmt_lr(x) for x in v)
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _fmt_rest(knob: Any, rest: tuple[Any, ...]) -> str:
+    """The secondary fields of a joint knob in a grid row (empty where they do not apply)."""
+    return ", ".join(
+        f"{k} {_fmt_lr(v)}" for k, v in zip(knob[1:], rest, strict=True) if v is not None
+    )
+
+
+def _unique(values: Any) -> list[Any]:
+    out: list[Any] = []
+    for v in values:
+        if v not in out:
+            out.append(v)
+    return out
+
+
+def tuned_tables(
+    rows: Sequence[dict[str, Any]],
+    *,
+    index: Sequence[str],
+    columns: str | None,
+    chance_acc: float,
+    knob: str | Sequence[str] = "lr",
+    col_label: Callable[[Any], str] = str,
+    fmt_knob: Callable[[Any], str] | None = None,
+    value: str = "final_test_accuracy",
+) -> tuple[str, str, str, dict[tuple[Any, ...], Any]]:
+    """The three tables of a tuned sweep and the knob selected per (index…, column).
+
+    Returns:
+        ``(accuracy, time, grid, selected)``: ``value`` in % (mean ± 95 % CI, diverged
+        fraction, ``@ <knob>``) at the knob selected on validation; updates to the target
+        validation accuracy at that knob (median over seeds, ``[reached/seeds]``); the grid's
+        mean final validation accuracy % per knob value (diverged seeds at chance), which shows
+        how sharp each optimum is; ``{(index…, column): knob}``.
+    """
+    by = (*index, columns) if columns is not None else tuple(index)
+    selected = runs.select(rows, by=by, knob=knob, chance=chance_acc)
+    groups: dict[tuple[Any, ...], dict[Any, list[dict[str, Any]]]] = {}
+    for r in rows:
+        kv = runs.stats.knob_value(r, knob)
+        groups.setdefault(tuple(r.get(k) for k in by), {}).setdefault(kv, []).append(r)
+    fk = fmt_knob or _fmt_lr
+    idx_vals = _unique(tuple(r.get(k) for k in index) for r in rows)
+    cols = _unique(r.get(columns) for r in rows) if columns is not None else [None]
+    knobs = _unique(runs.stats.knob_value(r, knob) for r in rows)
+    many = len(knobs) > 1
+    joint = not isinstance(knob, str)
+    first_field = knob if isinstance(knob, str) else knob[0]
+    firsts = _unique(r.get(first_field) for r in rows)
+
+    def _rest(kv: Any) -> tuple[Any, ...]:
+        return tuple(kv[1:]) if joint else ()
+
+    def group(i: tuple[Any, ...], c: Any) -> tuple[Any, ...]:
+        return (*i, c) if columns is not None else i
+
+    acc, time_, grid = [], [], []
+    for i in idx_vals:
+        a_cells, t_cells = [], []
+        for c in cols:
+            g = group(i, c)
+            if g not in selected:
+                a_cells.append("–")
+                t_cells.append("–")
+                continue
+            pick = groups[g][selected[g]]
+            text = runs.format_ci(
+                [r.get(value) for r in pick], diverged=[bool(r.get("diverged")) for r in pick]
+            )
+            a_cells.append(text + (f" @ {fk(selected[g])}" if many else ""))
+            t_cells.append(runs.format_steps([r.get("updates_to_target") for r in pick]))
+            # grid rows: one per value of the knob's secondary fields (e.g. LC-ASGD's λ),
+            # columns: the first field's values (the learning rates)
+            for rest in _unique(_rest(kv) for kv in groups[g]):
+                g_cells = []
+                for first in firsts:
+                    kv = first if not joint else (first, *rest)
+                    per = groups[g].get(kv)
+                    if not per:
+                        g_cells.append("–")
+                        continue
+                    sc = 100 * runs.stats.score(per, "final_val_accuracy", chance_acc)
+                    div = sum(bool(r.get("diverged")) for r in per)
+                    mark = "**" if kv == selected[g] and many else ""
+                    g_cells.append(
+                        f"{mark}{sc:.1f}{mark}" + (f" [{div}/{len(per)} div.]" if div else "")
+                    )
+                label = [col_label(c)] if columns is not None else []
+                extra = [_fmt_rest(knob, rest)] if joint else []
+                grid.append([*map(str, i), *label, *extra, *g_cells])
+        acc.append([*map(str, i), *a_cells])
+        time_.append([*map(str, i), *t_cells])
+    heads = [*index, *(col_label(c) for c in cols)] if columns is not None else [*index, "value"]
+    gheads = [
+        *index,
+        *(["setting"] if columns is not None else []),
+        *([", ".join(knob[1:])] if joint else []),
+        *(f"{first_field} {_fmt_lr(k)}" for k in firsts),
+    ]
+    return (
+        runs.markdown_table(heads, acc),
+        runs.markdown_table(heads, time_),
+        runs.markdown_table(gheads, grid),
+        selected,
+    )
+
+
+def at_selected(
+    rows: Sequence[dict[str, Any]],
+    selected: dict[tuple[Any, ...], Any],
+    *,
+    by: Sequence[str],
+    knob: str | Sequence[str] = "lr",
+) -> list[dict[str, Any]]:
+    """The rows run at their group's selected knob value: ``selected`` as returned by
+    :func:`tuned_tables` (or :func:`jaxstale.runs.select`) over the fields ``by``
+    (``(*index, columns)`` for :func:`tuned_tables`)."""
+    out = []
+    for r in rows:
+        g = tuple(r.get(k) for k in by)
+        if g in selected and runs.stats.knob_value(r, knob) == selected[g]:
+            out.append(r)
+    return out
+
+
+#: the fewest seeds (pairs) a paired difference must have to be called beyond noise
+MIN_PAIRS = 3
+
+
+def _fmt_diff(mean: float, half: float, n: int, seeds: int, scale: float) -> tuple[str, bool]:
+    if n == 0:
+        return "no pair", False
+    if n == 1 or not np.isfinite(half):
+        return f"{scale * mean:+.1f} (1 pair)", False
+    # two pairs can agree to the test example by chance (accuracies are quantised): an
+    # interval of width 0 from them says nothing, so "beyond noise" needs three pairs
+    beyond = abs(mean) > half and n >= MIN_PAIRS
+    text = f"{scale * mean:+.1f} ± {scale * half:.1f}"
+    text = f"**{text}** beyond noise" if beyond else text
+    return text + (f" ({n}/{seeds} pairs)" if n < seeds else ""), beyond
+
+
+def paired_table(
+    rows: Sequence[dict[str, Any]],
+    *,
+    index: Sequence[str],
+    compare: str,
+    baseline: Any,
+    columns: str,
+    col_label: Callable[[Any], str] = str,
+    value: str = "final_test_accuracy",
+    pair: str = "seed",
+    scale: float = 100.0,
+) -> tuple[str, list[dict[str, Any]]]:
+    """Paired differences ``x − baseline`` of every value ``x`` of the field ``compare`` (e.g.
+    each method against ``"vanilla"``), per ``index`` group and ``columns`` value, with a 95 %
+    t interval over the seeds (:func:`jaxstale.runs.paired_difference`; seeds where either run
+    diverged are left out), marked *beyond noise* when the interval excludes 0.
+
+    Pass the rows at each group's selected rate (:func:`at_selected`): every method is then
+    compared at its own tuned rate, seed against seed (a seed fixes the initial weights and the
+    data order).
+
+    Returns:
+        ``(markdown table, findings)``: one table row per ``(index…, "x − baseline")``, one
+        column per ``columns`` value, cells ``+1.2 ± 0.8`` (scaled by ``scale``; bold with
+        "beyond noise" when the interval excludes 0; ``(k/n pairs)`` when seeds were left out);
+        findings: one dict per cell with ``index`` (tuple), ``column``, ``a`` (``x``), ``b``
+        (``baseline``), ``mean``, ``half``, ``n`` and ``beyond``.
+    """
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((*(r.get(k) for k in index), r.get(compare), r.get(columns)), []).append(
+            r
+        )
+    idx_vals = _unique(tuple(r.get(k) for k in index) for r in rows)
+    others = [v for v in _unique(r.get(compare) for r in rows) if v != baseline]
+    cols = _unique(r.get(columns) for r in rows)
+    body, findings = [], []
+    for i in idx_vals:
+        for other in others:
+            cells = []
+            for c in cols:
+                a, b = groups.get((*i, other, c)), groups.get((*i, baseline, c))
+                if not a or not b:
+                    cells.append("–")
+                    continue
+                mean, half, n = runs.paired_difference(a, b, value=value, pair=pair)
+                seeds = len({r.get(pair) for r in a} & {r.get(pair) for r in b})
+                text, beyond = _fmt_diff(mean, half, n, seeds, scale)
+                cells.append(text)
+                findings.append(
+                    {"index": i, "column": c, "a": other, "b": baseline, "mean": mean,
+                     "half": half, "n": n, "beyond": beyond}
+                )  # fmt: skip
+            body.append([*map(str, i), f"{other} − {baseline}", *cells])
+    heads = [*index, compare, *(col_label(c) for c in cols)]
+    return runs.markdown_table(heads, body), findings
+
+
+def pairs_text(findings: list[dict[str, Any]]) -> str:
+    """Which pairs differ beyond noise, per index and column, in words (``findings`` of
+    :func:`paired_table`, one call per baseline)."""
+    lines = []
+    for i in {f["index"]: None for f in findings}:
+        for c in {f["column"]: None for f in findings if f["index"] == i}:
+            cell = [f for f in findings if f["index"] == i and f["column"] == c]
+            beyond = []
+            for f in cell:
+                if not f["beyond"]:
+                    continue
+                a, b, m = (
+                    (f["a"], f["b"], f["mean"]) if f["mean"] > 0 else (f["b"], f["a"], -f["mean"])
+                )
+                beyond.append(f"{a} > {b} by {100 * m:.1f} ± {100 * f['half']:.1f}")
+            within = sum(not f["beyond"] and f["n"] >= MIN_PAIRS for f in cell)
+            few = sum(f["n"] < MIN_PAIRS for f in cell)
+            text = "; ".join(beyond) if beyond else "none"
+            lines.append(
+                f"- {', '.join(map(str, i))}, N={c}: beyond noise: {text}. "
+                f"{within} of {len(cell)} pairs within noise"
+                + (f"; {few} with fewer than {MIN_PAIRS} seeds trained in both" if few else "")
+                + "."
+            )
+    return "\n".join(lines)
+
+
+def accuracy_vs(
+    ax: Any,
+    points: Sequence[tuple[Any, Sequence[dict[str, Any]]]],
+    label: str,
+    style: dict[str, Any],
+) -> list[float]:
+    """Draws one method's test accuracy % against a setting on ``ax``: at each ``(x, rows)`` the
+    mean over the seeds that trained with its 95 % interval (clipped to [0, 100] %), an ``x`` at
+    0 where every seed diverged; returns the means drawn (%)."""
+    xs, ys, es, xd = [], [], [], []
+    for x, pick in points:
+        mean, half, n = runs.mean_ci([r["final_test_accuracy"] for r in pick if not r["diverged"]])
+        if n:
+            xs.append(x)
+            ys.append(100 * mean)
+            es.append(100 * half if np.isfinite(half) else 0.0)
+        elif pick:
+            xd.append(x)
+    if xs:
+        runs.clipped_errorbar(ax, xs, ys, es, capsize=3, label=label, **style)
+    if xd:  # labelled where no point carries the method's name
+        ax.plot(xd, [0] * len(xd), "x", color=style["color"], label=None if xs else label)
+    return ys
