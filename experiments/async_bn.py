@@ -396,14 +396,6 @@ def _evaluate(
     return {lab: int(c) / len(y) for lab, c in zip(_policy_labels(cfg), got, strict=True)}
 
 
-def _lane(tree: Any, j: int, vmapped: bool) -> Any:
-    return jax.tree.map(lambda a: a[j], tree) if vmapped else tree
-
-
-def _finite(tree: Any) -> bool:
-    return all(bool(np.all(np.isfinite(np.asarray(a)))) for a in jax.tree.leaves(tree))
-
-
 def _checksum(params: Any) -> float:
     return float(sum(np.abs(np.asarray(p, np.float64)).sum() for p in jax.tree.leaves(params)))
 
@@ -465,6 +457,51 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
     return out
 
 
+def _val_hook(
+    apply: Callable[..., Any], cfg: dict[str, Any], ds: data.Dataset, ex: loop.Executor
+) -> loop.Evaluate:
+    """:func:`jaxstale.loop.run`'s evaluation hook: every policy copy's validation accuracy,
+    ``{"<policy> d=<d>": [lanes]}``, each lane evaluated alone (as a run alone)."""
+
+    def evaluate(params: Any, bank: Any) -> dict[str, np.ndarray]:
+        per = [
+            _evaluate(
+                apply,
+                cfg,
+                loop.lane(params, j, ex.vmapped),
+                loop.lane(bank, j, ex.vmapped),
+                ds.x_val,
+                ds.y_val,
+            )
+            for j in range(ex.lanes)
+        ]
+        return {_label(*k): np.array([acc[k] for acc in per]) for k in _policy_labels(cfg)}
+
+    return evaluate
+
+
+def _first_bad(losses: np.ndarray) -> int | None:
+    """The 1-based update whose loss was first non-finite (None if none)."""
+    bad = np.flatnonzero(~np.isfinite(losses))
+    return int(bad[0]) + 1 if len(bad) else None
+
+
+def _curve(res: loop.Result, cfg: dict[str, Any], spe: int) -> list[dict[str, Any]]:
+    """The lane's records as the metrics keep them: ``step, epoch, train_loss`` and
+    ``val_accuracy/<policy> d=<d>`` while the loss is finite; ``train_loss: None`` after."""
+    died = _first_bad(res.losses)
+    labels = [_label(*k) for k in _policy_labels(cfg)]
+    out = []
+    for rec in res.curve:
+        step = rec["step"]
+        row: dict[str, Any] = {"step": step, "epoch": step / spe, "train_loss": None}
+        if died is None or died > step:
+            row["train_loss"] = rec["train_loss"]
+            row.update({f"val_accuracy/{lab}": rec[f"{lab}_accuracy"] for lab in labels})
+        out.append(row)
+    return out
+
+
 def _train(
     ex: loop.Executor,
     params: Any,
@@ -474,44 +511,23 @@ def _train(
     ds: data.Dataset,
     spe: int,
 ) -> list[tuple[dict, list]]:
-    """Drive the executor in intervals of ``eval_every`` updates; after each, every policy's
-    validation accuracy; at the end, validation and test accuracy of every policy and of the
-    recomputed statistics. Divergence: the first non-finite loss (or non-finite final
-    weights); a diverged lane is not evaluated any more."""
-    n, t_all = ex.lanes, ex.num_rounds
-    state = ex.init(params, bank)
-    dead = np.zeros(n, bool)
-    dstep: list[int | None] = [None] * n
-    last_loss: list[float | None] = [None] * n
-    curves: list[list[dict]] = [[] for _ in range(n)]
-    for a in range(0, t_all, cfg["eval_every"]):
-        z = min(a + cfg["eval_every"], t_all)
-        state, st = loop.advance(ex, state, a, z)
-        loss = np.asarray(st.loss, np.float32).reshape(n, z - a)
-        for j in range(n):
-            bad = np.flatnonzero(~np.isfinite(loss[j]))
-            if not dead[j] and len(bad):
-                dead[j], dstep[j] = True, a + int(bad[0]) + 1
-        if dead.all():
-            break
-        p, bk = ex.params(state)
-        for j in range(n):
-            rec: dict[str, Any] = {"step": z, "epoch": z / spe, "train_loss": None}
-            if not dead[j]:
-                rec["train_loss"] = last_loss[j] = float(np.mean(loss[j]))
-                pj, bj = _lane(p, j, ex.vmapped), _lane(bk, j, ex.vmapped)
-                acc = _evaluate(apply, cfg, pj, bj, ds.x_val, ds.y_val)
-                rec.update({f"val_accuracy/{_label(*k)}": v for k, v in acc.items()})
-            curves[j].append(rec)
-    p_all, bk_all = jax.device_get(ex.params(state))
+    """:func:`jaxstale.loop.run` in intervals of ``eval_every`` updates, every policy's
+    validation accuracy after each (:func:`_val_hook`); at the end, validation and test
+    accuracy of every policy and of the recomputed statistics. Divergence as the loop's: the
+    first non-finite loss (or non-finite final weights); the interval in which the last lane
+    diverged is not recorded."""
+    results = loop.run(
+        ex, params, bank, eval_every=cfg["eval_every"], evaluate=_val_hook(apply, cfg, ds, ex)
+    )
+    curves = [_curve(res, cfg, spe) for res in results]
+    if curves and all(c and c[-1]["train_loss"] is None for c in curves):
+        curves = [c[:-1] for c in curves]  # every lane diverged in the last interval
     out = []
-    for j in range(n):
-        p, bk = _lane(p_all, j, ex.vmapped), _lane(bk_all, j, ex.vmapped)
-        if not dead[j] and not _finite(p):
-            dead[j], dstep[j] = True, t_all
+    for res, curve in zip(results, curves, strict=True):
+        p, bk, dead = res.params, res.model_state, res.diverged
         pol: list[dict[str, Any]] = []
         labels: list[tuple[str, float | None]] = [*_policy_labels(cfg), (RECOMPUTED, None)]
-        if dead[j]:
+        if dead:
             none = {"final_val_accuracy": None, "final_test_accuracy": None}
             pol = [{"policy": q, "decay": d, **none, "updates_to_target": None} for q, d in labels]
         else:
@@ -524,7 +540,7 @@ def _train(
             )
             for q, d in labels:
                 steps = runs.time_to_accuracy(
-                    curves[j], cfg["target"], key=f"val_accuracy/{_label(q, d)}"
+                    curve, cfg["target"], key=f"val_accuracy/{_label(q, d)}"
                 )
                 pol.append(
                     {
@@ -536,13 +552,13 @@ def _train(
                     }
                 )
         row = {
-            "diverged": bool(dead[j]),
-            "diverged_step": dstep[j],
-            "final_train_loss": None if dead[j] else last_loss[j],
-            "params_checksum": None if dead[j] else _checksum(p),
+            "diverged": dead,
+            "diverged_step": res.diverged_step,
+            "final_train_loss": None if dead or not curve else curve[-1]["train_loss"],
+            "params_checksum": None if dead else _checksum(p),
             "policies": pol,
         }
-        out.append((row, curves[j]))
+        out.append((row, curve))
     return out
 
 
