@@ -5,6 +5,10 @@ labels, split into train / validation / test and standardised with training-set 
 
 - ``"digits"``: scikit-learn's handwritten digits (1,797 real 8x8x1 images, 10 classes), shipped
   inside the scikit-learn wheel, so it works offline. The embedded default.
+- ``"mnist1d"``: MNIST-1D (25,000 sequences of 40 points, ``[N, 40, 1]``, 10 classes; 20,000
+  train / 5,000 test), generated offline by the ``mnist1d`` package with its default arguments
+  and cached on disk (:mod:`jaxstale._mnist1d`). Harder than digits: where staleness costs
+  accuracy.
 - ``"mnist"``, ``"fashion_mnist"`` (28x28x1) and ``"cifar10"`` (32x32x3): read from TensorFlow
   Datasets through ``tfds.data_source`` (random access to prepared ``array_record`` files; no
   TensorFlow needed). Install with ``pip install 'jaxstale[tfds]'``. :func:`load` never downloads:
@@ -51,6 +55,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from jaxstale._checks import check_name
+from jaxstale._mnist1d import load_mnist1d
 from jaxstale._tfds import load_tfds
 
 __all__ = [
@@ -69,7 +74,7 @@ __all__ = [
     "registered_loader",
 ]
 
-DATASETS: tuple[str, ...] = ("digits", "mnist", "fashion_mnist", "cifar10")
+DATASETS: tuple[str, ...] = ("digits", "mnist1d", "mnist", "fashion_mnist", "cifar10")
 """The built-in dataset names (see :func:`dataset_names` for the registered ones too)."""
 
 STANDARDIZE_MODES: tuple[str, ...] = ("feature", "channel", "none")
@@ -157,8 +162,8 @@ def dataset_names() -> tuple[str, ...]:
 
     Example:
       >>> from jaxstale import data
-      >>> data.dataset_names()[:4]
-      ('digits', 'mnist', 'fashion_mnist', 'cifar10')
+      >>> data.dataset_names()[:5]
+      ('digits', 'mnist1d', 'mnist', 'fashion_mnist', 'cifar10')
     """
     return DATASETS + tuple(_REGISTRY)
 
@@ -279,7 +284,8 @@ def load(
     **Raw data.** ``"digits"`` (scikit-learn's ``load_digits``: pixel values 0..16 divided by 16)
     is split into train/test once, deterministically: a stratified 20% test split drawn with
     ``np.random.default_rng(0)`` (1,438 train / 359 test images, every class within one image of
-    20%), the same on every machine.
+    20%), the same on every machine. ``"mnist1d"``: the ``mnist1d`` package's train/test split of
+    25,000 generated sequences (:mod:`jaxstale._mnist1d`).
 
     The TFDS names are read with ``tfds.data_source(name, split=..., data_dir=data_dir,
     download=False)`` and converted example by example (uint8 / 255). Nothing is ever downloaded:
@@ -322,7 +328,8 @@ def load(
 
     Args:
       name: one of :func:`dataset_names` (the built-in :data:`DATASETS` or a registered name).
-      data_dir: TFDS data directory (ignored for ``"digits"``; passed to registered loaders).
+      data_dir: TFDS data directory (ignored for ``"digits"`` and ``"mnist1d"``; passed to
+        registered loaders).
       validation: fraction of each class of the training set held out for validation, in
         ``[0, 1)``; ``0.0`` for none.
       standardize: ``"feature"`` (default), ``"channel"`` or ``"none"`` (see above).
@@ -336,7 +343,8 @@ def load(
         in ``[0, 1)``, ``standardize`` not one of :data:`STANDARDIZE_MODES`, a registered loader
         returning inconsistent arrays, or a split that leaves no training example.
       RuntimeError: a TFDS dataset is requested but ``tensorflow_datasets`` is not installed, or
-        the dataset is not prepared in ``data_dir``.
+        the dataset is not prepared in ``data_dir``; ``"mnist1d"`` without the ``mnist1d``
+        package.
 
     Example:
       >>> import numpy as np
@@ -370,6 +378,8 @@ def load(
         )
     if name == "digits":
         raw = _load_digits()
+    elif name == "mnist1d":
+        raw = load_mnist1d()
     elif name in _TFDS:
         raw = load_tfds(name, data_dir, *_TFDS[name])
     else:

@@ -29,7 +29,7 @@ def raw_split():
 
 
 def test_datasets_tuple():
-    assert data.DATASETS == ("digits", "mnist", "fashion_mnist", "cifar10")
+    assert data.DATASETS == ("digits", "mnist1d", "mnist", "fashion_mnist", "cifar10")
 
 
 def test_digits_shapes_dtypes_ranges(digits):
@@ -76,7 +76,7 @@ def test_digits_split_is_deterministic_and_shuffled(digits):
 
 
 def test_unknown_dataset_lists_names():
-    with pytest.raises(ValueError, match="digits, mnist, fashion_mnist, cifar10"):
+    with pytest.raises(ValueError, match="digits, mnist1d, mnist, fashion_mnist, cifar10"):
         data.load("imagenet")
 
 
@@ -363,7 +363,7 @@ def test_registered_dataset_gets_split_and_standardisation(registry):
     calls = []
     data.register_dataset("blobs", _random_loader(calls))
     assert data.dataset_names() == (*data.DATASETS, "blobs")
-    assert data.DATASETS == ("digits", "mnist", "fashion_mnist", "cifar10")
+    assert data.DATASETS == ("digits", "mnist1d", "mnist", "fashion_mnist", "cifar10")
     raw = data.load("blobs", data_dir="/somewhere", validation=0.0, standardize="none")
     assert calls == ["/somewhere"]
     assert raw.name == "blobs" and raw.num_classes == 3
@@ -399,7 +399,8 @@ def test_register_dataset_errors(registry):
     with pytest.raises(TypeError, match="callable"):
         data.register_dataset("x", "not a function")
     with pytest.raises(
-        ValueError, match=r"registered datasets: digits, mnist, fashion_mnist, cifar10, mine\."
+        ValueError,
+        match=r"registered datasets: digits, mnist1d, mnist, fashion_mnist, cifar10, mine\.",
     ):
         data.load("yours")
 
