@@ -1,9 +1,16 @@
 """Root pytest set-up, shared by ``tests/`` and the doctests in ``jaxstale/``.
 
 Runs before any test module (or any ``jaxstale`` module collected for ``--doctest-modules``)
-imports jax, so the doctests see the same world as the tests: 8 emulated CPU devices and the
-persistent compile cache in ``.jax_cache/``. Being at the root, it also applies to runs started
-on a single test file or from inside ``tests/``.
+imports jax, so the doctests see the same world as the tests: 8 emulated CPU devices and a
+compile cache of this pytest process. Being at the root, it also applies to runs started on a
+single test file or from inside ``tests/``.
+
+The compile cache: JAX's persistent cache in a temporary folder that lives as long as this
+process, so a program compiled again by another jitted function of the same test run (every
+experiment builds its own; a resumed sweep recompiles what it ran) is read back instead. It is
+never shared between processes: reading an XLA:CPU executable written by another process (an
+earlier test run, the ``make test`` before ``make test-slow``) crashed pytest with a segfault in
+``jax``'s cache read. ``JAXSTALE_TEST_JIT_CACHE=off`` turns it off (``make test-slow`` does).
 """
 
 import os
@@ -13,18 +20,22 @@ if "xla_force_host_platform_device_count" not in _flags:
     os.environ["XLA_FLAGS"] = (_flags + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import atexit  # noqa: E402
 import importlib.abc  # noqa: E402
 import importlib.util  # noqa: E402
+import shutil  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-jax.config.update(
-    "jax_compilation_cache_dir", os.path.join(os.path.dirname(__file__), ".jax_cache")
-)
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+if os.environ.get("JAXSTALE_TEST_JIT_CACHE", "process") != "off":
+    _cache = tempfile.mkdtemp(prefix="jaxstale-test-jit-")
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
+    jax.config.update("jax_compilation_cache_dir", _cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
 class _CheckoutExperiments(importlib.abc.MetaPathFinder):
