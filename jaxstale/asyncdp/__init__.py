@@ -57,7 +57,9 @@ from jaxstale.asyncdp.methods import method_mode as method_mode
 from jaxstale.asyncdp.methods import method_names as method_names
 from jaxstale.asyncdp.methods import register_method as register_method
 from jaxstale.asyncdp.methods import resolve as resolve
+from jaxstale.asyncdp.server import AsyncServer as AsyncServer
 from jaxstale.asyncdp.server import AsyncState as AsyncState
+from jaxstale.asyncdp.server import ServerHParams as ServerHParams
 from jaxstale.delays import DelaySchedule
 
 EXECUTORS: tuple[str, ...] = ("emulate", "mesh")
@@ -138,7 +140,7 @@ def make(
         learning_rate = 0.0
     broadcast = not isinstance(learning_rate, list | tuple)
     lrs = _lanes([learning_rate] * n if broadcast else learning_rate, True, n, "learning_rate")
-    hp = {"learning_rate": 0.1, "num_workers": 1}
+    hp = _server.ServerHParams(0.1, 1)
     sync = _server.build_spec(resolve(method), hp, momentum, warmup_steps).mode == "sync"
     ms, t_count = [s.num_workers for s in scheds], scheds[0].num_updates
     if any(s.num_updates != t_count for s in scheds):

@@ -41,8 +41,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxstale.asyncdp import server
-from jaxstale.asyncdp.methods import Method, MethodSpec, check_hyperparameters, lr_warmup, resolve
-from jaxstale.asyncdp.server import AsyncState
+from jaxstale.asyncdp.methods import Method, MethodSpec, check_hyperparameters
+from jaxstale.asyncdp.server import AsyncServer, AsyncState, ServerHParams
 from jaxstale.loop import Executor, Stats, jit
 
 __all__ = ["AsyncEmulator", "executor"]
@@ -65,6 +65,10 @@ class AsyncEmulator:
         loss_fn: ``loss_fn(logits, labels)``; default mean cross-entropy.
         loop: ``"scan"``, ``"host"`` or ``"auto"`` (``"host"`` for models with convolutions).
         vmap: states and inputs carry a leading lane axis.
+
+    Attributes:
+        server: the :class:`~jaxstale.asyncdp.server.AsyncServer` it runs (capacity
+            ``num_workers``): the state's initialisation and every update.
 
     Example:
         >>> import jax.numpy as jnp, optax
@@ -97,19 +101,25 @@ class AsyncEmulator:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         if loop not in ("auto", "scan", "host"):
             raise ValueError(f"loop must be 'auto', 'scan' or 'host', got {loop!r}")
-        lr_warmup(0.1, 1, warmup_steps)  # validates warmup_steps
-        check_hyperparameters("AsyncEmulator", momentum=momentum)
-        self.build, self.apply, self.loss_fn = resolve(method), apply, loss_fn
-        self.num_workers, self.momentum = int(num_workers), float(momentum)
-        self.warmup_steps, self.loop, self.vmap = int(warmup_steps), loop, vmap
-        self.mode = self.spec({"learning_rate": 0.1, "num_workers": self.num_workers}).mode
+        self.server = AsyncServer.create(
+            method,
+            int(num_workers),
+            momentum=momentum,
+            warmup_steps=warmup_steps,
+            where="AsyncEmulator",
+        )
+        self.apply, self.loss_fn, self.num_workers = apply, loss_fn, int(num_workers)
+        self.loop, self.vmap = loop, vmap
         self._jit: dict[str, Callable] = {}
 
-    def spec(self, hparams: dict[str, Any]) -> MethodSpec:
+    @property
+    def mode(self) -> str:
+        """The method's mode: ``"async"``, ``"sync"`` or ``"dana"``."""
+        return self.server.mode
+
+    def spec(self, hparams: ServerHParams | dict[str, Any]) -> MethodSpec:
         """Build the method for one run's hyper-parameters (inside the trace)."""
-        return server.build_spec(
-            self.build, hparams, self.momentum, self.warmup_steps, self.num_workers
-        )
+        return self.server.spec(hparams)
 
     def _compiled(self, name: str, fn: Callable, **kw: Any) -> Callable:
         if name not in self._jit:
@@ -131,29 +141,23 @@ class AsyncEmulator:
         if self.mode == "sync" and np.min(m) != self.num_workers:
             raise ValueError(f"sync mode: every run needs exactly {self.num_workers} workers")
         lead = (np.shape(jax.tree.leaves(params)[0])[0],) if self.vmap else ()
-        hp = {
-            "learning_rate": np.broadcast_to(np.asarray(learning_rate, np.float32), lead),
-            "num_workers": np.broadcast_to(np.asarray(m, np.int32), lead),
-        }
-        init = lambda p, ms, h: server.init_state(self.spec(h), p, ms, self.num_workers, h)
-        return self._compiled("init", init)(params, model_state, hp)
+        hp = ServerHParams.concrete(learning_rate, m, lead)
+        return self._compiled("init", self.server.init)(params, model_state, hp)
 
     def step(self, s: AsyncState, inputs: tuple) -> tuple[AsyncState, jax.Array]:
         """One update (pure): ``inputs = (x, y, worker, staleness, extra)`` (``"sync"``: ``x``
         and ``y`` hold the M workers' batches). Returns ``(state, loss)``."""
         x, y, worker, staleness, extra = inputs
-        spec = self.spec(s.hparams)
 
         def grad(w, ms, xx, yy):
             return server.worker_gradient(self.apply, self.loss_fn, w, ms, xx, yy)
 
-        if spec.mode == "sync":
+        if self.mode == "sync":
             grads = jax.vmap(grad, in_axes=(None, None, 0, 0))(s.params, s.model_state, x, y)
-            return server.sync_update(spec, s, grads)
-        w_i = server.index(s.workers, worker)
-        ms_i = server.index(s.worker_model_state, worker)  # the state it pulled with w_i
-        out = grad(w_i, ms_i, x, y)
-        return server.async_update(spec, s, worker, staleness, extra, out, (w_i, ms_i)), out[0]
+            return self.server.sync_update(s, grads)
+        pulled = self.server.pulled(s, worker)  # w_i and the model state it pulled with w_i
+        out = grad(*pulled, x, y)
+        return self.server.update(s, worker, staleness, extra, out, pulled), out[0]
 
     @property
     def compiled_step(self) -> Callable[[AsyncState, tuple], tuple[AsyncState, jax.Array]]:
@@ -174,9 +178,8 @@ class AsyncEmulator:
         w_i, v_i = rows
         ms_i = server.index(model_states, worker)
         out = server.worker_gradient(self.apply, self.loss_fn, w_i, ms_i, x, y)
-        spec = self.spec(s.hparams)
-        s, (w, ms, v) = server.update_rows(spec, s, worker, staleness, extra, out, (w_i, ms_i), v_i)
-        new = (w, v) if spec.mode == "dana" else ((), ())
+        s, (w, ms, v) = self.server.update_rows(s, worker, staleness, extra, out, (w_i, ms_i), v_i)
+        new = (w, v) if self.mode == "dana" else ((), ())
         return s, server.set_row(model_states, ms, worker), new, out[0]
 
     @property

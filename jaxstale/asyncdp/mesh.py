@@ -41,8 +41,8 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxstale.asyncdp import server
-from jaxstale.asyncdp.methods import Method, MethodSpec, check_hyperparameters, lr_warmup, resolve
-from jaxstale.asyncdp.server import AsyncState
+from jaxstale.asyncdp.methods import Method, MethodSpec, check_hyperparameters
+from jaxstale.asyncdp.server import AsyncServer, AsyncState, ServerHParams
 from jaxstale.delays import DelaySchedule
 from jaxstale.loop import Executor, Stats, jit
 from jaxstale.mesh import check_mesh, check_processes, fetch_global, make_mesh, to_mesh
@@ -104,6 +104,10 @@ class AsyncMesh:
         momentum: ``μ`` in ``[0, 1)`` for builders.
         warmup_steps: learning-rate warm-up (updates), as in the emulator.
         loss_fn: ``loss_fn(logits, labels)``; default mean cross-entropy.
+
+    Attributes:
+        server: the :class:`~jaxstale.asyncdp.server.AsyncServer` it runs (the emulator's, with
+            capacity ``C``, ``M`` rounded up to a multiple of ``D``), replicated on every device.
     """
 
     def __init__(
@@ -124,31 +128,35 @@ class AsyncMesh:
         if "data" not in dict(getattr(mesh, "shape", {})):
             check_mesh(mesh, "data", m)  # raises with a clear message
         check_processes(mesh)
-        lr_warmup(0.1, 1, warmup_steps)  # validates warmup_steps
-        check_hyperparameters("AsyncMesh", momentum=momentum)
-        self.mesh, self.apply, self.loss_fn, self.build = mesh, apply, loss_fn, resolve(method)
-        self.num_workers, self.momentum, self.warmup_steps = m, float(momentum), int(warmup_steps)
         d = int(dict(mesh.shape)["data"])
         self.capacity = -(-m // d) * d
-        self.mode = self.spec({"learning_rate": 0.1, "num_workers": m}).mode
+        self.server = AsyncServer.create(
+            method,
+            self.capacity,
+            momentum=momentum,
+            warmup_steps=warmup_steps,
+            num_workers=m,
+            where="AsyncMesh",
+        )
+        self.mesh, self.apply, self.loss_fn, self.num_workers = mesh, apply, loss_fn, m
         self._rep = NamedSharding(mesh, PartitionSpec())
         self._data = NamedSharding(mesh, PartitionSpec("data"))
-        self._init = jit(lambda p, ms, h: server.init_state(self.spec(h), p, ms, self.capacity, h))
+        self._init = jit(self.server.init)
         self._round: Callable[..., Any] | None = None
 
-    def spec(self, hparams: dict[str, Any]) -> MethodSpec:
+    @property
+    def mode(self) -> str:
+        """The method's mode: ``"async"``, ``"sync"`` or ``"dana"``."""
+        return self.server.mode
+
+    def spec(self, hparams: ServerHParams | dict[str, Any]) -> MethodSpec:
         """Build the method for one run's hyper-parameters (inside the trace)."""
-        return server.build_spec(
-            self.build, hparams, self.momentum, self.warmup_steps, self.capacity
-        )
+        return self.server.spec(hparams)
 
     def init(self, params: Any, model_state: Any, *, learning_rate: Any = 0.0) -> AsyncState:
         """The initial cluster on the mesh, snapshots sharded ``P('data')``."""
         check_hyperparameters("AsyncMesh.init", learning_rate)
-        hp = {
-            "learning_rate": np.asarray(learning_rate, np.float32),
-            "num_workers": np.asarray(self.num_workers, np.int32),
-        }
+        hp = ServerHParams.concrete(learning_rate, self.num_workers)
         state = self._init(params, model_state, hp)
         shardings = jax.tree.map(lambda _: self._rep, state)._replace(
             workers=jax.tree.map(lambda _: self._data, state.workers),
@@ -193,20 +201,16 @@ class AsyncMesh:
             grads = (loss, new_ms, g)
             if self.capacity > self.num_workers:  # drop the padding mini-batches' gradients
                 grads = jax.tree.map(lambda a: a[: self.num_workers], grads)
-            return server.sync_update(self.spec(state.hparams), state, grads)
+            return self.server.sync_update(state, grads)
 
         def body(s: AsyncState, ev: Any) -> tuple[AsyncState, jax.Array]:
             (worker, stale, valid), ex = ev
             pick = lambda t: jax.tree.map(lambda a: a[worker], t)
 
             def apply(s: AsyncState) -> tuple[AsyncState, jax.Array]:
-                pulled = (
-                    server.index(s.workers, worker),
-                    server.index(s.worker_model_state, worker),
-                )
+                pulled = self.server.pulled(s, worker)
                 out = (loss[worker], pick(new_ms), pick(g))
-                spec = self.spec(s.hparams)
-                return server.async_update(spec, s, worker, stale, ex, out, pulled), out[0]
+                return self.server.update(s, worker, stale, ex, out, pulled), out[0]
 
             return jax.lax.cond(valid > 0, apply, lambda s: (s, jnp.zeros((), loss.dtype)), s)
 

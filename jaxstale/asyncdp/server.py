@@ -23,6 +23,10 @@ for each, in the delay model's order — so both run one server (see ``docs/desi
 :func:`update_rows` is the same update on the finishing worker's own rows, the stacks left alone
 (the emulator's host loop, which keeps a worker's weights as their own buffer).
 
+Both executors hold an :class:`AsyncServer`: the method builder, the momentum, the warm-up, the
+worker capacity and the mode, with the server's operations as methods (the state's
+initialisation, the method of a run's :class:`ServerHParams`, and the three updates above).
+
 References:
     Zheng et al. "Asynchronous Stochastic Gradient Descent with Delay Compensation", ICML 2017.
     Hakimi et al. "Taming Momentum in a Distributed Asynchronous Environment", arXiv:1907.11612.
@@ -30,18 +34,31 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
-from jaxstale.asyncdp.methods import HParams, MethodBuilder, MethodSpec, as_spec, lr_warmup
+from jaxstale.asyncdp.methods import (
+    HParams,
+    Method,
+    MethodBuilder,
+    MethodSpec,
+    as_spec,
+    check_hyperparameters,
+    lr_warmup,
+    resolve,
+)
 from jaxstale.losses import batch_mean, cross_entropy
 
 __all__ = [
+    "AsyncServer",
     "AsyncState",
+    "ServerHParams",
     "async_update",
     "build_spec",
     "index",
@@ -51,6 +68,46 @@ __all__ = [
     "update_rows",
     "worker_gradient",
 ]
+
+
+class ServerHParams(NamedTuple):
+    """One run's hyper-parameters as the server carries them (:attr:`AsyncState.hparams`).
+
+    Traced inside the executors' compiled steps, so that one executable serves every learning
+    rate and worker count of a sweep; the method is rebuilt from them at every update
+    (:meth:`AsyncServer.spec` hands the builder a :class:`~jaxstale.asyncdp.methods.HParams`).
+
+    Attributes:
+        learning_rate: float32 ``η`` (before the warm-up; ``[L]`` for ``L`` vmapped lanes).
+        num_workers: int32 ``M`` of the run, at most the executor's capacity (``[L]`` likewise).
+    """
+
+    learning_rate: Any
+    num_workers: Any
+
+    @classmethod
+    def of(cls, hparams: ServerHParams | Mapping[str, Any]) -> ServerHParams:
+        """``hparams`` as a :class:`ServerHParams` (also from a mapping with its two keys).
+
+        Example:
+            >>> from jaxstale.asyncdp.server import ServerHParams
+            >>> ServerHParams.of({"learning_rate": 0.1, "num_workers": 4})
+            ServerHParams(learning_rate=0.1, num_workers=4)
+        """
+        if isinstance(hparams, ServerHParams):
+            return hparams
+        return cls(hparams["learning_rate"], hparams["num_workers"])
+
+    @classmethod
+    def concrete(
+        cls, learning_rate: Any, num_workers: Any, lanes: tuple[int, ...] = ()
+    ) -> ServerHParams:
+        """Host values for a compiled step: float32 ``η`` and int32 ``M``, broadcast to the
+        ``lanes`` shape (``()``: one run)."""
+        return cls(
+            np.broadcast_to(np.asarray(learning_rate, np.float32), lanes),
+            np.broadcast_to(np.asarray(num_workers, np.int32), lanes),
+        )
 
 
 class AsyncState(NamedTuple):
@@ -66,7 +123,7 @@ class AsyncState(NamedTuple):
         velocity: DANA's per-worker momentum ``[C, ...]``; ``()`` in other modes.
         velocity_sum: DANA's ``Σ_i v^i``; ``()`` in other modes.
         step: int32, the number of applied updates ``t``.
-        hparams: ``{"learning_rate", "num_workers"}``, this run's traced hyper-parameters.
+        hparams: this run's traced hyper-parameters (:class:`ServerHParams`).
     """
 
     params: Any
@@ -77,20 +134,135 @@ class AsyncState(NamedTuple):
     velocity: Any
     velocity_sum: Any
     step: jax.Array
-    hparams: dict[str, jax.Array]
+    hparams: ServerHParams
+
+
+@dataclasses.dataclass(frozen=True)
+class AsyncServer:
+    """The parameter server of one method, as both executors run it.
+
+    Holds what is static about the server — the method's builder, ``μ``, the warm-up, the
+    executor's worker capacity and the method's mode — and applies the server's operations to
+    an :class:`AsyncState` (whose :class:`ServerHParams` carry what is traced: ``η``, ``M``).
+    The method is rebuilt from the state's hyper-parameters inside every traced operation
+    (:meth:`spec`). Build one with :meth:`create`.
+
+    Attributes:
+        build: the method's builder (``HParams -> transformation | MethodSpec``).
+        mode: ``"async"``, ``"sync"`` or ``"dana"`` (:data:`~jaxstale.asyncdp.methods.MODES`).
+        momentum: ``μ`` passed to the builder (static).
+        warmup_steps: linear learning-rate warm-up from ``η/M`` over this many updates.
+        capacity: the executor's static worker capacity ``C`` (the ``[C, ...]`` stacks and
+            per-worker method state); ``None`` outside an executor.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from jaxstale.asyncdp.server import AsyncServer, ServerHParams
+        >>> srv = AsyncServer.create("dana", 4, momentum=0.9)
+        >>> srv.mode
+        'dana'
+        >>> st = srv.init(jnp.zeros(3), {}, ServerHParams.concrete(0.1, 4))
+        >>> jax.tree.leaves(st.velocity)[0].shape, int(st.step)
+        ((4, 3), 0)
+    """
+
+    build: MethodBuilder
+    mode: str
+    momentum: float = 0.0
+    warmup_steps: int = 0
+    capacity: int | None = None
+
+    @classmethod
+    def create(
+        cls,
+        method: Method,
+        capacity: int | None = None,
+        *,
+        momentum: float = 0.0,
+        warmup_steps: int = 0,
+        num_workers: int | None = None,
+        where: str = "AsyncServer",
+    ) -> AsyncServer:
+        """The server of ``method`` (a registered name, a builder, an optax transformation or a
+        ``MethodSpec``), its mode learnt by building it for ``η = 0.1`` and ``num_workers``
+        workers (default: ``capacity``, else 1).
+
+        Raises:
+            ValueError: ``warmup_steps`` negative, ``momentum`` outside ``[0, 1)`` (the message
+                starts with ``where``), an unknown method name.
+            TypeError: a ``momentum`` that is not a number, a method of no known kind.
+        """
+        lr_warmup(0.1, 1, warmup_steps)  # validates warmup_steps
+        check_hyperparameters(where, momentum=momentum)
+        build, momentum, warmup_steps = resolve(method), float(momentum), int(warmup_steps)
+        m = num_workers if num_workers is not None else capacity or 1
+        probe = ServerHParams(0.1, m)
+        mode = build_spec(build, probe, momentum, warmup_steps, capacity).mode
+        return cls(build, mode, momentum, warmup_steps, capacity)
+
+    def spec(self, hparams: ServerHParams | Mapping[str, Any]) -> MethodSpec:
+        """The method for one run's (possibly traced) hyper-parameters (:func:`build_spec`)."""
+        return build_spec(self.build, hparams, self.momentum, self.warmup_steps, self.capacity)
+
+    def init(
+        self, params: Any, model_state: Any, hparams: ServerHParams | Mapping[str, Any]
+    ) -> AsyncState:
+        """The initial cluster of ``capacity`` workers (:func:`init_state`)."""
+        if self.capacity is None:
+            raise ValueError("AsyncServer.init needs a capacity (the number of worker rows)")
+        return init_state(self.spec(hparams), params, model_state, self.capacity, hparams)
+
+    def pulled(self, s: AsyncState, worker: jax.Array) -> tuple[Any, Any]:
+        """``(w_i, model_state_i)``: what worker ``worker`` pulled (its rows of the stacks)."""
+        return index(s.workers, worker), index(s.worker_model_state, worker)
+
+    def update(
+        self,
+        s: AsyncState,
+        worker: jax.Array,
+        staleness: jax.Array,
+        extra: dict[str, Any],
+        grad: tuple[jax.Array, Any, Any],
+        pulled: tuple[Any, Any],
+    ) -> AsyncState:
+        """One worker's gradient applied, ``"async"`` or ``"dana"`` mode (:func:`async_update`
+        with the method of ``s.hparams``)."""
+        return async_update(self.spec(s.hparams), s, worker, staleness, extra, grad, pulled)
+
+    def update_rows(
+        self,
+        s: AsyncState,
+        worker: jax.Array,
+        staleness: jax.Array,
+        extra: dict[str, Any],
+        grad: tuple[jax.Array, Any, Any],
+        pulled: tuple[Any, Any],
+        velocity_i: Any = (),
+    ) -> tuple[AsyncState, tuple[Any, Any, Any]]:
+        """:meth:`update` on the finishing worker's own rows, the stacks left alone
+        (:func:`update_rows`)."""
+        spec = self.spec(s.hparams)
+        return update_rows(spec, s, worker, staleness, extra, grad, pulled, velocity_i)
+
+    def sync_update(
+        self, s: AsyncState, grads: tuple[jax.Array, Any, Any]
+    ) -> tuple[AsyncState, jax.Array]:
+        """SSGD's update from the ``M`` workers' stacked gradients (:func:`sync_update`)."""
+        return sync_update(self.spec(s.hparams), s, grads)
 
 
 def build_spec(
     build: MethodBuilder,
-    hparams: dict[str, Any],
+    hparams: ServerHParams | Mapping[str, Any],
     momentum: float,
     warmup_steps: int,
     capacity: int | None = None,
 ) -> MethodSpec:
     """The method for one run's (possibly traced) ``η`` and ``M``, warm-up from ``η/M`` included;
     ``capacity`` is the executor's static worker capacity (per-worker state sizes)."""
-    m = hparams["num_workers"]
-    lr = lr_warmup(hparams["learning_rate"], m, warmup_steps)
+    hp = ServerHParams.of(hparams)
+    m = hp.num_workers
+    lr = lr_warmup(hp.learning_rate, m, warmup_steps)
     spec = as_spec(build(HParams(lr, momentum, m, capacity)))
     return spec._replace(tx=_as_arrived(spec.tx))
 
@@ -111,7 +283,11 @@ def _as_arrived(tx: optax.GradientTransformationExtraArgs) -> optax.GradientTran
 
 
 def init_state(
-    spec: MethodSpec, params: Any, model_state: Any, capacity: int, hparams: dict[str, Any]
+    spec: MethodSpec,
+    params: Any,
+    model_state: Any,
+    capacity: int,
+    hparams: ServerHParams | Mapping[str, Any],
 ) -> AsyncState:
     """The initial cluster: ``capacity`` workers holding ``params`` (version 0), zero momenta."""
     stack = lambda t: jax.tree.map(lambda p: jnp.broadcast_to(p, (capacity, *p.shape)), t)
@@ -128,7 +304,7 @@ def init_state(
         velocity=stack(zeros) if spec.mode == "dana" else (),
         velocity_sum=zeros if spec.mode == "dana" else (),
         step=jnp.zeros((), jnp.int32),
-        hparams=hparams,
+        hparams=ServerHParams.of(hparams),
     )
 
 
