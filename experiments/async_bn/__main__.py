@@ -1,0 +1,5 @@
+"""``python -m experiments.async_bn``."""
+
+from . import main
+
+main()
