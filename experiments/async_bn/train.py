@@ -118,20 +118,26 @@ def _first_bad(losses: np.ndarray) -> int | None:
     return int(bad[0]) + 1 if len(bad) else None
 
 
-def _curve(res: loop.Result, cfg: dict[str, Any], spe: int) -> list[dict[str, Any]]:
-    """The lane's records as the metrics keep them: ``step, epoch, train_loss`` and
-    ``val_accuracy/<policy> d=<d>`` while the loss is finite; ``train_loss: None`` after."""
-    died = _first_bad(res.losses)
+def _curves(results: list[loop.Result], cfg: dict[str, Any], spe: int) -> list[list[dict]]:
+    """The lanes' records as the metrics keep them: ``step, epoch, train_loss`` and
+    ``val_accuracy/<policy> d=<d>`` while the lane's loss is finite, ``train_loss: None`` after;
+    the interval in which the last lane diverged (where the loop stopped) is not recorded."""
     labels = [_label(*k) for k in _policy_labels(cfg)]
-    out = []
-    for rec in res.curve:
-        step = rec["step"]
-        row: dict[str, Any] = {"step": step, "epoch": step / spe, "train_loss": None}
-        if died is None or died > step:
-            row["train_loss"] = rec["train_loss"]
-            row.update({f"val_accuracy/{lab}": rec[f"{lab}_accuracy"] for lab in labels})
-        out.append(row)
-    return out
+    curves = []
+    for res in results:
+        died = _first_bad(res.losses)
+        curve = []
+        for rec in res.curve:
+            step = rec["step"]
+            row: dict[str, Any] = {"step": step, "epoch": step / spe, "train_loss": None}
+            if died is None or died > step:
+                row["train_loss"] = rec["train_loss"]
+                row.update({f"val_accuracy/{lab}": rec[f"{lab}_accuracy"] for lab in labels})
+            curve.append(row)
+        curves.append(curve)
+    if curves and all(c and c[-1]["train_loss"] is None for c in curves):
+        curves = [c[:-1] for c in curves]  # every lane diverged in the last interval
+    return curves
 
 
 def _train(
@@ -151,9 +157,7 @@ def _train(
     results = loop.run(
         ex, params, bank, eval_every=cfg["eval_every"], evaluate=_val_hook(apply, cfg, ds, ex)
     )
-    curves = [_curve(res, cfg, spe) for res in results]
-    if curves and all(c and c[-1]["train_loss"] is None for c in curves):
-        curves = [c[:-1] for c in curves]  # every lane diverged in the last interval
+    curves = _curves(results, cfg, spe)
     out = []
     for res, curve in zip(results, curves, strict=True):
         p, bk, dead = res.params, res.model_state, res.diverged

@@ -1,5 +1,5 @@
-"""experiments/async_bn.py: the statistics bank against the registered methods, selection on
-validation, the tables, bad input, resume, divergence (tiny configs)."""
+"""experiments/async_bn: the statistics bank against the registered methods, selection on
+validation, the tables, bad input, resume, divergence, the metrics' records (tiny configs)."""
 
 import json
 
@@ -115,6 +115,34 @@ def test_bank_reproduces_the_registered_methods_and_their_shared_weights():
         for x, y in zip(leaves(bank["ordinary"][0]), leaves(bank["async-bn"][0]), strict=True)
     )
     assert diff > 1e-3
+
+
+def test_curves_keep_every_policy_until_the_loss_diverges():
+    """The metrics of loop.run's records: every policy's validation accuracy while a lane's loss
+    is finite, train_loss None after; the interval where the last lane diverged (where the
+    loop stopped) is not recorded."""
+    from experiments.async_bn.train import _curves
+
+    labels = ["ordinary d=0.1", "ordinary d=0.3", "async-bn d=0.1", "async-bn d=0.3"]
+
+    def result(losses):  # loop.run's Result of one lane, intervals of 2 updates
+        curve = [
+            {"step": s, "batches": s, "train_loss": float(s),
+             **{f"{lab}_accuracy": s / 10 + k / 100 for k, lab in enumerate(labels)}}
+            for s in (2, 4, 6)
+        ]  # fmt: skip
+        losses = np.asarray(losses, np.float32)
+        return loop.Result(None, None, losses, curve, False, None, None)
+
+    nan = float("nan")
+    a, b = result([1, 1, 1, nan, nan, nan]), result([1, 1, 1, 1, 1, np.inf])
+    ca, cb = _curves([a, b], {"decays": [0.1, 0.3]}, spe=4)
+    accs = {f"val_accuracy/{lab}": 0.2 + k / 100 for k, lab in enumerate(labels)}
+    assert ca[0] == {"step": 2, "epoch": 0.5, "train_loss": 2.0, **accs}
+    assert ca[1] == {"step": 4, "epoch": 1.0, "train_loss": None}  # diverged at update 4
+    assert len(ca) == len(cb) == 2 and cb[1]["train_loss"] == 4.0  # step 6: both diverged
+    ca, cc = _curves([a, result([1] * 6)], {"decays": [0.1, 0.3]}, spe=4)
+    assert [c["train_loss"] for c in ca] == [2.0, None, None] and cc[-1]["train_loss"] == 6.0
 
 
 def _prow(policy, decay, m, lr, seed, val, test, diverged=False):
