@@ -27,6 +27,8 @@ DEFAULT_DECAY = round(1.0 - BN_MOMENTUM, 6)  # the model's own rate: ordinary BN
 
 
 def _label(policy: str, decay: float | None) -> str:
+    """A policy copy's name in the records and figures: ``"<policy> d=<d>"``, or the policy
+    alone (the recomputed statistics, which have no rate)."""
     return policy if decay is None else f"{policy} d={decay:g}"
 
 
