@@ -122,7 +122,7 @@ def _write(path: Path, arrays: dict[str, np.ndarray]) -> None:
         return
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
+            np.savez(f, *(), **arrays)  # type: ignore[arg-type]
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

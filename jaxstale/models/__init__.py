@@ -1,10 +1,11 @@
 """Flax NNX models written as ordered sequences of blocks, splittable into pipeline stages.
 
 ``create(name, input_shape=..., num_classes=...)`` builds one of :data:`MODELS` (an MLP, a
-LeNet-5-style CNN, the CIFAR ResNet-20) or a model added with :func:`register_model` (any Flax
-NNX module; :func:`model_names` lists them all); :func:`split` cuts a :class:`StagedModel` into
-parameter-balanced stages sharing its Variables; :func:`functional` gives the pure
-``apply(params, state, x, train)`` form used by the trainers, emulators and executors.
+LeNet-5-style CNN, the CIFAR ResNet-20, a 1-D CNN for MNIST-1D) or a model added with
+:func:`register_model` (any Flax NNX module; :func:`model_names` lists them all); :func:`split`
+cuts a :class:`StagedModel` into parameter-balanced stages sharing its Variables;
+:func:`functional` gives the pure ``apply(params, state, x, train)`` form used by the trainers,
+emulators and executors.
 """
 
 from jaxstale.models.staged import Functional as Functional
@@ -17,6 +18,7 @@ from jaxstale.models.staged import split as split
 from jaxstale.models.zoo import MODELS as MODELS
 from jaxstale.models.zoo import check_logits as check_logits
 from jaxstale.models.zoo import cnn as cnn
+from jaxstale.models.zoo import cnn1d as cnn1d
 from jaxstale.models.zoo import create as create
 from jaxstale.models.zoo import mlp as mlp
 from jaxstale.models.zoo import model_names as model_names

@@ -1,21 +1,35 @@
-"""The model zoo: MLP, a LeNet-5-style CNN and the CIFAR ResNet-20, each a :class:`StagedModel`.
+"""The model zoo: MLP, a LeNet-5-style CNN, the CIFAR ResNet-20 and a 1-D CNN, each a
+:class:`StagedModel`.
 
-All models take NHWC float32 images ``[B, H, W, C]`` and return logits ``[B, num_classes]``.
+The image models take NHWC float32 images ``[B, H, W, C]``, the 1-D CNN sequences ``[B, L, C]``
+(the MLP either); all return logits ``[B, num_classes]``.
 :func:`register_model` adds your own Flax NNX model under a name that :func:`create` (and so the
 experiments) accept; :func:`model_names` lists them all.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, overload
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from jaxstale._checks import check_name
+from jaxstale.models.layers import (
+    BasicBlock,
+    Conv1D,
+    ConvPool,
+    Dense,
+    Head,
+    Stem,
+    _build,
+    _check,
+    _ints,
+    _is_int,
+)
 from jaxstale.models.staged import StagedModel
 
 __all__ = [
@@ -27,6 +41,7 @@ __all__ = [
     "Stem",
     "check_logits",
     "cnn",
+    "cnn1d",
     "create",
     "mlp",
     "model_names",
@@ -35,172 +50,8 @@ __all__ = [
     "resnet20",
 ]
 
-MODELS: tuple[str, ...] = ("mlp", "cnn", "resnet20")
+MODELS: tuple[str, ...] = ("mlp", "cnn", "resnet20", "cnn1d")
 """The built-in model names (see :func:`model_names` for the registered ones too)."""
-
-
-def _host_normal(gain: float) -> Callable[..., jax.Array]:
-    r"""Host-side initializer :math:`W \sim \mathcal N(0, \mathrm{gain} / \mathrm{fan\_in})`.
-
-    The draw uses ``np.random.default_rng(key_data(key))``: the same key gives the same weights,
-    but no XLA program is compiled. (Eager ``jax.random`` initialisation compiles a threefry +
-    erf-inverse program per weight shape: measured here, ~2 CPU-seconds per shape, so creating a
-    ResNet-20 cost ~17 s; this costs ~0.1 s.) Under tracing (``jax.jit``, ``nnx.eval_shape``) the
-    same host function runs through ``jax.pure_callback``, so the numbers do not depend on it.
-    ``fan_in`` is the product of all but the last kernel dimension (``kh * kw * c_in`` for convs).
-    """
-
-    def draw(key_data: np.ndarray, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-        rng = np.random.default_rng(np.asarray(key_data, dtype=np.uint32).ravel().tolist())
-        fan_in = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
-        return (rng.standard_normal(shape) * np.sqrt(gain / fan_in)).astype(dtype)
-
-    def init(key: jax.Array, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
-        shape = tuple(int(d) for d in shape)
-        dtype = np.dtype(dtype)
-        if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
-            key = jax.random.key_data(key)
-        if isinstance(key, jax.core.Tracer):
-            out = jax.ShapeDtypeStruct(shape, dtype)
-            return jax.pure_callback(lambda k: draw(k, shape, dtype), out, key)
-        return jnp.asarray(draw(np.asarray(key), shape, dtype))
-
-    return init
-
-
-_he_normal = _host_normal(2.0)  # layers followed by ReLU (He et al. 2015)
-_lecun_normal = _host_normal(1.0)  # the linear output layer
-
-
-class Dense(nnx.Module):
-    """``y = act(W x + b)``, flattening ``x`` to ``[B, -1]`` first if ``flatten``."""
-
-    def __init__(
-        self, in_features: int, out_features: int, *, relu: bool, flatten: bool, rngs: nnx.Rngs
-    ):
-        init = _he_normal if relu else _lecun_normal
-        self.linear = nnx.Linear(in_features, out_features, kernel_init=init, rngs=rngs)
-        self.relu = relu
-        self.flatten = flatten
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        if self.flatten:
-            x = x.reshape(x.shape[0], -1)
-        y = self.linear(x)
-        return nnx.relu(y) if self.relu else y
-
-
-class ConvPool(nnx.Module):
-    """``maxpool_2x2(relu(conv_kxk(x)))`` with 'SAME' padding (odd sizes round up, 1 stays 1)."""
-
-    def __init__(self, in_ch: int, out_ch: int, kernel: int, *, rngs: nnx.Rngs):
-        self.conv = nnx.Conv(
-            in_ch, out_ch, (kernel, kernel), padding="SAME", kernel_init=_he_normal, rngs=rngs
-        )
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        y = nnx.relu(self.conv(x))
-        return nnx.max_pool(y, (2, 2), strides=(2, 2), padding="SAME")
-
-
-def _bn(ch: int, rngs: nnx.Rngs) -> nnx.BatchNorm:
-    # PyTorch's defaults (momentum 0.1 there is 1 - momentum here), as in the reference ResNets.
-    return nnx.BatchNorm(ch, momentum=0.9, epsilon=1e-5, rngs=rngs)
-
-
-def _conv3x3(in_ch: int, out_ch: int, stride: int, rngs: nnx.Rngs) -> nnx.Conv:
-    return nnx.Conv(
-        in_ch,
-        out_ch,
-        (3, 3),
-        strides=(stride, stride),
-        padding="SAME",
-        use_bias=False,
-        kernel_init=_he_normal,
-        rngs=rngs,
-    )
-
-
-class Stem(nnx.Module):
-    """ResNet stem: ``relu(bn(conv_3x3(x)))``."""
-
-    def __init__(self, in_ch: int, out_ch: int, *, rngs: nnx.Rngs):
-        self.conv = _conv3x3(in_ch, out_ch, 1, rngs)
-        self.bn = _bn(out_ch, rngs)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return nnx.relu(self.bn(self.conv(x)))
-
-
-class BasicBlock(nnx.Module):
-    r"""Residual basic block ``relu(bn(conv(relu(bn(conv(x))))) + shortcut(x))``.
-
-    The shortcut is the identity, or, when the block halves the resolution and widens the
-    channels, option A of He et al. (2016): ``x[:, ::2, ::2, :]`` zero-padded in the channel
-    dimension (no parameters).
-    """
-
-    def __init__(self, in_ch: int, out_ch: int, stride: int, *, rngs: nnx.Rngs):
-        self.conv1 = _conv3x3(in_ch, out_ch, stride, rngs)
-        self.bn1 = _bn(out_ch, rngs)
-        self.conv2 = _conv3x3(out_ch, out_ch, 1, rngs)
-        self.bn2 = _bn(out_ch, rngs)
-        self.stride = stride
-        self.pad = out_ch - in_ch
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        y = nnx.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
-        shortcut = x
-        if self.stride != 1:
-            shortcut = shortcut[:, :: self.stride, :: self.stride, :]
-        if self.pad:
-            lo = self.pad // 2
-            shortcut = jnp.pad(shortcut, ((0, 0), (0, 0), (0, 0), (lo, self.pad - lo)))
-        return nnx.relu(y + shortcut)
-
-
-class Head(nnx.Module):
-    """Global average pooling over ``H, W`` followed by a linear classifier."""
-
-    def __init__(self, in_ch: int, num_classes: int, *, rngs: nnx.Rngs):
-        self.linear = nnx.Linear(in_ch, num_classes, kernel_init=_lecun_normal, rngs=rngs)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return self.linear(jnp.mean(x, axis=(1, 2)))
-
-
-def _check(input_shape: Sequence[int], num_classes: int) -> tuple[int, int, int]:
-    shape = tuple(input_shape)
-    if len(shape) != 3 or not all(_is_int(d) and d >= 1 for d in shape):
-        raise ValueError(f"input_shape must be (H, W, C) with positive ints, got {input_shape!r}.")
-    if not _is_int(num_classes) or num_classes < 1:
-        raise ValueError(f"num_classes must be a positive int, got {num_classes!r}.")
-    h, w, c = (int(d) for d in shape)
-    return h, w, c
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int | np.integer) and not isinstance(value, bool)
-
-
-def _ints(name: str, values: Sequence[int]) -> tuple[int, ...]:
-    values = tuple(values)
-    if not all(_is_int(v) and v >= 1 for v in values):
-        raise ValueError(f"{name} must be positive ints, got {values!r}.")
-    return tuple(int(v) for v in values)
-
-
-def _build(
-    blocks_fn: Callable[..., list[nnx.Module]],
-    shape: tuple[int, int, int],
-    num_classes: int,
-    seed: int,
-    **kwargs: Any,
-) -> StagedModel:
-    if not _is_int(seed):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}.")
-    return StagedModel(blocks_fn(shape, num_classes, nnx.Rngs(int(seed)), **kwargs))
 
 
 def mlp(
@@ -221,7 +72,7 @@ def mlp(
     stages.
 
     Args:
-      input_shape: ``(H, W, C)`` of one input image.
+      input_shape: ``(H, W, C)`` of one input image, or ``(L, C)`` of one sequence (MNIST-1D).
       num_classes: number of output logits.
       hidden: widths of the hidden layers.
       seed: initialisation seed.
@@ -235,13 +86,12 @@ def mlp(
       >>> len(model.blocks), param_count(model)
       (3, 50826)
     """
-    shape = _check(input_shape, num_classes)
+    shape = _check(input_shape, num_classes, ranks=(3, 2))
     return _build(_mlp_blocks, shape, num_classes, seed, hidden=_ints("hidden", hidden))
 
 
 def _mlp_blocks(shape, num_classes, rngs, *, hidden):
-    h, w, c = shape
-    widths = [h * w * c, *hidden, num_classes]
+    widths = [math.prod(shape), *hidden, num_classes]
     return [
         Dense(widths[i], widths[i + 1], relu=i < len(hidden), flatten=i == 0, rngs=rngs)
         for i in range(len(widths) - 1)
@@ -318,6 +168,68 @@ def _cnn_blocks(shape, num_classes, rngs, *, channels, hidden, kernel):
     return blocks
 
 
+def cnn1d(
+    input_shape: Sequence[int],
+    num_classes: int,
+    *,
+    channels: Sequence[int] = (32, 32, 32),
+    kernel: int = 5,
+    stride: int = 2,
+    seed: int = 0,
+) -> StagedModel:
+    r"""1-D CNN for sequences ``[B, L, C]`` (MNIST-1D: ``L = 40, C = 1``): strided convolutions,
+    then a linear classifier.
+
+    ``conv k@channels[0], stride s -> relu -> … -> conv k@channels[-1], stride s -> relu ->
+    flatten -> dense num_classes``, 'SAME' padding (length :math:`L \to \lceil L / s \rceil` per
+    layer: 40 -> 20 -> 10 -> 5 by default). The shape of the MNIST-1D paper's CNN (three strided
+    convolutions and a linear layer; there 25 channels, kernels 5/3/3, padding 1), with He-normal
+    convolutions and 32 channels everywhere. One block per layer (``len(channels) + 1``).
+
+    Args:
+      input_shape: ``(L, C)`` of one sequence.
+      num_classes: number of output logits.
+      channels: output channels of the convolutions.
+      kernel: kernel length.
+      stride: stride of every convolution.
+      seed: initialisation seed.
+
+    Returns:
+      A :class:`StagedModel`.
+
+    Example:
+      >>> from jaxstale.models import cnn1d, param_count
+      >>> model = cnn1d((40, 1), 10)
+      >>> len(model.blocks), param_count(model)
+      (4, 12106)
+
+    References:
+      S. Greydanus, D. Kobak. Scaling down deep learning with MNIST-1D. ICML 2024.
+      https://arxiv.org/abs/2011.14439
+    """
+    shape = _check(input_shape, num_classes, ranks=(2,))
+    (kernel, stride) = _ints("kernel and stride", (kernel, stride))
+    return _build(
+        _cnn1d_blocks,
+        shape,
+        num_classes,
+        seed,
+        channels=_ints("channels", channels),
+        kernel=kernel,
+        stride=stride,
+    )
+
+
+def _cnn1d_blocks(shape, num_classes, rngs, *, channels, kernel, stride):
+    length, in_ch = shape
+    blocks: list[nnx.Module] = []
+    for ch in channels:
+        blocks.append(Conv1D(in_ch, ch, kernel, stride, rngs=rngs))
+        in_ch, length = ch, -(-length // stride)
+    blocks.append(Dense(length * in_ch, num_classes, relu=False, flatten=True, rngs=rngs))
+    return blocks
+
+
 def resnet20(
     input_shape: Sequence[int],
     num_classes: int,
@@ -383,7 +295,12 @@ def _resnet20_blocks(shape, num_classes, rngs, *, width, blocks_per_stage):
     return blocks
 
 
-_BUILDERS: dict[str, Callable[..., StagedModel]] = {"mlp": mlp, "cnn": cnn, "resnet20": resnet20}
+_BUILDERS: dict[str, Callable[..., StagedModel]] = {
+    "mlp": mlp,
+    "cnn": cnn,
+    "resnet20": resnet20,
+    "cnn1d": cnn1d,
+}
 
 # Registered models (not the built-ins), in registration order.
 _REGISTRY: dict[str, Callable[..., nnx.Module]] = {}
@@ -397,8 +314,8 @@ def model_names() -> tuple[str, ...]:
 
     Example:
       >>> from jaxstale import models
-      >>> models.model_names()[:3]
-      ('mlp', 'cnn', 'resnet20')
+      >>> models.model_names()[:4]
+      ('mlp', 'cnn', 'resnet20', 'cnn1d')
     """
     return MODELS + tuple(_REGISTRY)
 
@@ -460,9 +377,9 @@ def register_model(name: str, build: Callable[..., nnx.Module], *, overwrite: bo
 
 @overload
 def create(
-    name: Literal["mlp", "cnn", "resnet20"],
+    name: Literal["mlp", "cnn", "resnet20", "cnn1d"],
     *,
-    input_shape: tuple[int, int, int],
+    input_shape: tuple[int, ...],
     num_classes: int,
     seed: int = 0,
     **kwargs: Any,
@@ -473,7 +390,7 @@ def create(
 def create(
     name: str,
     *,
-    input_shape: tuple[int, int, int],
+    input_shape: tuple[int, ...],
     num_classes: int,
     seed: int = 0,
     **kwargs: Any,
@@ -483,7 +400,7 @@ def create(
 def create(
     name: str,
     *,
-    input_shape: tuple[int, int, int],
+    input_shape: tuple[int, ...],
     num_classes: int,
     seed: int = 0,
     **kwargs: Any,
@@ -492,7 +409,8 @@ def create(
 
     Args:
       name: ``"mlp"``, ``"cnn"``, ``"resnet20"`` or a registered name (see :func:`model_names`).
-      input_shape: ``(H, W, C)`` of one NHWC input image.
+      input_shape: ``(H, W, C)`` of one NHWC input image (``(L, C)`` of one sequence for
+        ``mlp`` and ``cnn1d``).
       num_classes: number of output logits.
       seed: initialisation seed (same seed, same weights).
       **kwargs: model-specific options passed to :func:`mlp` (``hidden``), :func:`cnn`

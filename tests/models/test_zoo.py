@@ -15,6 +15,7 @@ SHAPES = {
     "mlp": [(8, 8, 1), (28, 28, 1)],
     "cnn": [(8, 8, 1), (28, 28, 1), (32, 32, 3)],
     "resnet20": [(8, 8, 1), (28, 28, 1), (32, 32, 3)],
+    "cnn1d": [(40, 1), (7, 3)],
 }
 
 
@@ -61,12 +62,12 @@ def test_initialisation_is_he_normal_and_jit_independent():
 
 
 def test_models_tuple_and_block_counts():
-    assert models.MODELS == ("mlp", "cnn", "resnet20")
+    assert models.MODELS == ("mlp", "cnn", "resnet20", "cnn1d")
     counts = {
-        name: len(models.create(name, input_shape=(8, 8, 1), num_classes=10).blocks)
+        name: len(models.create(name, input_shape=SHAPES[name][0], num_classes=10).blocks)
         for name in models.MODELS
     }
-    assert counts == {"mlp": 3, "cnn": 5, "resnet20": 11}
+    assert counts == {"mlp": 3, "cnn": 5, "resnet20": 11, "cnn1d": 4}
 
 
 def test_resnet20_parameter_count_matches_paper():
@@ -130,8 +131,35 @@ def test_unknown_model_lists_names():
 
 
 @pytest.mark.parametrize(
-    ("shape", "classes"), [((8, 8), 10), ((8, 8, 0), 10), ((8, 8, 1), 0), ((8.0, 8, 1), 10)]
+    ("shape", "classes"), [((8,), 10), ((8, 8, 0), 10), ((8, 8, 1), 0), ((8.0, 8, 1), 10)]
 )
 def test_bad_shapes_raise(shape, classes):
     with pytest.raises(ValueError):
         models.create("mlp", input_shape=shape, num_classes=classes)
+
+
+def test_cnn1d_layers_lengths_and_parameters():
+    """Three strided 'SAME' convolutions 40 -> 20 -> 10 -> 5, then a linear layer: by hand,
+    (5·1·32 + 32) + 2·(5·32·32 + 32) + (5·32·10 + 10) = 192 + 10,304 + 1,610 parameters."""
+    model = models.create("cnn1d", input_shape=(40, 1), num_classes=10)
+    assert models.param_count(model) == 192 + 2 * (5 * 32 * 32 + 32) + (5 * 32 * 10 + 10)
+    x = jax.random.normal(jax.random.key(0), (2, 40, 1))
+    lengths = []
+    for block in model.blocks[:-1]:
+        x = block(x)
+        lengths.append(x.shape[1])
+    assert lengths == [20, 10, 5] and float(jnp.min(x)) >= 0.0  # ReLU after each convolution
+    odd = models.create("cnn1d", input_shape=(41, 2), num_classes=3, channels=(4,), stride=3)
+    assert odd(jnp.zeros((1, 41, 2))).shape == (1, 3)  # ceil(41 / 3) = 14 positions
+    assert models.param_count(odd) == (5 * 2 * 4 + 4) + (14 * 4 * 3 + 3)
+
+
+def test_sequences_take_the_mlp_and_cnn1d_only():
+    mlp = models.create("mlp", input_shape=(40, 1), num_classes=10)
+    assert mlp(jnp.zeros((3, 40, 1))).shape == (3, 10)
+    with pytest.raises(ValueError, match=r"input_shape must be \(L, C\)"):
+        models.create("cnn1d", input_shape=(8, 8, 1), num_classes=10)
+    with pytest.raises(ValueError, match=r"input_shape must be \(H, W, C\)"):
+        models.create("cnn", input_shape=(40, 1), num_classes=10)
+    with pytest.raises(ValueError, match="kernel and stride"):
+        models.create("cnn1d", input_shape=(40, 1), num_classes=10, stride=0)
