@@ -1,5 +1,11 @@
 """The asynchronous data-parallel claims: DC-ASGD, Gap-Aware, DANA, LC-ASGD, Async-BN, the
-acceptance check and the 64/128-worker moonshot."""
+acceptance check and the 64/128-worker moonshot.
+
+Each comparative judge returns :class:`~experiments.claims.core.Evidence`: the primary its
+claim declares (``CLAIMS`` in ``__init__``), then secondaries at every worker count run (the
+default run's, and M = 64 and 128 of the moonshot's round-robin run when it has the methods),
+trends where the claim says "as M grows", and the conditions (one rate, raw inputs), each
+difference oriented so that positive is the claimed direction."""
 
 from __future__ import annotations
 
@@ -9,115 +15,168 @@ from .. import async_bn
 from .core import (
     Context,
     Diff,
+    Evidence,
     Verdict,
     _async_table,
     _at_sync_rate,
     _best,
     _conditional,
-    _evidence,
     _methods_of,
     _ordering,
+    _secondary,
     _target,
+    _trend_in_m,
+    _workers,
     cell,
-    chance_of,
     diff,
     selected,
+    trend,
+)
+
+#: the moonshot's run: its M = 64 and 128 cells are secondaries of C1–C3
+BIG = "async-m128"
+
+
+def _one(diffs: list[Diff]) -> Diff | None:
+    return diffs[0] if diffs else None
+
+
+def _big(ctx: Context, pairs: list[tuple[str, str]]) -> tuple[str, list[Diff] | None]:
+    """The pairs at every worker count of the moonshot's run (round-robin delays)."""
+    if not ctx.has(BIG):
+        return "", None
+    ws = _workers(ctx, BIG)
+    label = f"round-robin workers, M = {', '.join(map(str, ws))} ({BIG}), own rates"
+    return label, _ordering(ctx, BIG, pairs, ws)
+
+
+def judge_dc_asgd(ctx: Context) -> Evidence:
+    cfgw = _workers(ctx, "async")
+    pairs = [("dc-asgd-a", "asgd"), ("dc-asgd-a", "ssgd"), ("dc-asgd-c", "asgd")]
+    others = [w for w in cfgw if w != 8]
+    sync_label, at_sync = _at_sync_rate(ctx, "async", pairs[:2], cfgw)
+    big_label, big = _big(ctx, pairs[:1])
+    sec = {
+        "DC-ASGD-a − ASGD at the other worker counts": _ordering(ctx, "async", pairs[:1], others),
+        "DC-ASGD-a − SSGD": _ordering(ctx, "async", pairs[1:2], cfgw),
+        "DC-ASGD-c − ASGD": _ordering(ctx, "async", pairs[2:], cfgw),
+        big_label: big,
+        sync_label: at_sync,
+        "one fixed rate (0.02), round-robin, M = 16 (SSGD not run there)": _conditional(
+            ctx, "async-fixed-lr", lambda: _ordering(ctx, "async-fixed-lr", pairs[:1], [16])
+        ),
+        "raw inputs, M = 16, 32": _conditional(
+            ctx, "async-raw", lambda: _ordering(ctx, "async-raw", pairs[:1], [16, 32])
+        ),
+    }
+    table = _async_table(
+        ctx, "async", ["sgd", "ssgd", "asgd", "dc-asgd-c", "dc-asgd-a"], [1, *cfgw]
+    )
+    return Evidence(
+        _one(_ordering(ctx, "async", pairs[:1], [8])),
+        _secondary(sec),
+        tables=[table],
+        figures=[("async", "accuracy_vs_workers")],
+    )
+
+
+#: why the one-rate conditions are left out of C2
+NOT_NEUTRAL = (
+    "- not used: the one-rate conditions (1-worker SGD's rate, the fixed 0.02): SA-ASGD "
+    "divides its step by the staleness and Gap-Aware by the gap, so one shared rate is a "
+    "different effective rate for each and not neutral between them"
 )
 
 
-def judge_dc_asgd(ctx: Context) -> Verdict:
-    workers = [w for w in (4, 8) if w in ctx.config("async")["workers"]]
-    pairs = [("dc-asgd-a", "asgd"), ("dc-asgd-a", "ssgd"), ("dc-asgd-c", "asgd")]
-    main = _ordering(ctx, "async", pairs, workers)
-    label, at_sync = _at_sync_rate(ctx, "async", pairs[:2], ctx.config("async")["workers"])
-    cond = {
-        label: at_sync,
-        "one fixed rate (0.02), round-robin, M = 16": _conditional(
-            ctx, "async-fixed-lr", lambda: _ordering(ctx, "async-fixed-lr", [pairs[0]], [16])
-        ),
-        "raw inputs, M = 16, 32": _conditional(
-            ctx, "async-raw", lambda: _ordering(ctx, "async-raw", [pairs[0]], [16, 32])
-        ),
+def judge_gap_aware(ctx: Context) -> Evidence:
+    cfgw = _workers(ctx, "async")
+    pair = [("gap-aware", "sa-asgd")]
+    big_label, big = _big(ctx, pair)
+    big_trend = _trend_in_m(ctx, BIG, "gap-aware", "sa-asgd", _workers(ctx, BIG)) if big else None
+    raw: list[Diff] | None = None
+    if ctx.has("async-raw"):
+        raw = _ordering(ctx, "async-raw", pair, [16, 32])
+        t = _trend_in_m(ctx, "async-raw", "gap-aware", "sa-asgd", [16, 32])
+        raw += [t] if t else []
+    sec = {
+        "Gap-Aware − SA-ASGD at each worker count, own rates": _ordering(ctx, "async", pair, cfgw),
+        big_label: (big or []) + ([big_trend] if big_trend else []),
+        "raw inputs, M = 16, 32": raw,
     }
-    v, ev = _evidence(main, cond)
-    table = _async_table(
-        ctx,
-        "async",
-        ["sgd", "ssgd", "asgd", "dc-asgd-c", "dc-asgd-a"],
-        ctx.config("async")["workers"],
+    table = _async_table(ctx, "async", ["sgd", "asgd", "sa-asgd", "gap-aware"], [1, *cfgw])
+    return Evidence(
+        _trend_in_m(ctx, "async", "gap-aware", "sa-asgd", cfgw),
+        _secondary(sec),
+        [NOT_NEUTRAL],
+        [table],
+        [("async", "accuracy_vs_workers")],
     )
-    return Verdict(v, ev, [table], [("async", "accuracy_vs_workers")])
 
 
-def judge_gap_aware(ctx: Context) -> Verdict:
-    cfgw = ctx.config("async")["workers"]
-    big = [w for w in cfgw if w >= 16] or cfgw[-1:]
-    main = _ordering(ctx, "async", [("gap-aware", "sa-asgd")], big)
-    label, at_sync = _at_sync_rate(ctx, "async", [("gap-aware", "sa-asgd")], big)
-    cond = {
-        label: at_sync,
-        "one fixed rate (0.02), round-robin, M = 16": _conditional(
-            ctx,
-            "async-fixed-lr",
-            lambda: _ordering(ctx, "async-fixed-lr", [("gap-aware", "sa-asgd")], [16]),
+def judge_dana(ctx: Context) -> Evidence:
+    cfgw = _workers(ctx, "async")
+    top = max(cfgw)
+    pair = [("dana", "asgd")]
+    sync_label, at_sync = _at_sync_rate(ctx, "async", pair, cfgw)
+    big_label, big = _big(ctx, pair)
+    sec: dict[str, list[Diff] | None] = {
+        "DANA − ASGD at the other worker counts": _ordering(
+            ctx, "async", pair, [w for w in cfgw if w != top]
         ),
-        "raw inputs": _conditional(
-            ctx,
-            "async-raw",
-            lambda: _ordering(ctx, "async-raw", [("gap-aware", "sa-asgd")], [16, 32]),
-        ),
+        big_label: big,
+        sync_label: at_sync,
     }
-    v, ev = _evidence(main, cond)
-    table = _async_table(ctx, "async", ["sgd", "asgd", "sa-asgd", "gap-aware"], cfgw)
-    return Verdict(v, ev, [table], [("async", "accuracy_vs_workers")])
-
-
-def judge_dana(ctx: Context) -> Verdict:
-    cfgw = ctx.config("async")["workers"]
-    big = [w for w in cfgw if w >= 16] or cfgw[-1:]
-    main = _ordering(ctx, "async", [("dana", "asgd")], big)
-    label, at_sync = _at_sync_rate(ctx, "async", [("dana", "asgd")], big)
-    cond: dict[str, list[Diff] | None] = {label: at_sync}
+    tables = [_async_table(ctx, "async", ["sgd", "asgd", "dana", "dana-dc"], [1, *cfgw])]
     if ctx.has("async-momentum0"):
         # momentum helps with DANA: DANA at μ = 0.9 vs DANA at μ = 0 (paired by seed)
         r9 = [r for r in ctx.rows("async") if r["momentum"] == 0.9]
         r0 = ctx.rows("async-momentum0")
+        m0 = _workers(ctx, "async-momentum0")
         ds = []
-        for w in big:
+        for w in m0:
             a, b = selected(r9, method="dana", workers=w), selected(r0, method="dana", workers=w)
             if a and b:
                 ds.append(diff(a, b, f"dana μ=0.9 (M={w})", f"dana μ=0 (M={w})"))
-        cond["momentum helps DANA (μ = 0.9 vs 0)"] = ds
-    v, ev = _evidence(main, cond)
-    table = _async_table(ctx, "async", ["sgd", "asgd", "dana", "dana-dc"], cfgw)
-    tables = [table]
-    if ctx.has("async-momentum0"):
+        sec["momentum helps DANA (μ = 0.9 vs 0)"] = ds
         tables.append(
             "Without momentum (rate grid ×10):\n\n"
-            + _async_table(ctx, "async-momentum0", ["sgd", "asgd", "gap-aware", "dana"], big, 0.0)
+            + _async_table(ctx, "async-momentum0", ["sgd", "asgd", "gap-aware", "dana"], m0, 0.0)
         )
-    return Verdict(v, ev, tables, [("async", "accuracy_vs_workers")])
+    return Evidence(
+        _one(_ordering(ctx, "async", pair, [top])),
+        _secondary(sec),
+        tables=tables,
+        figures=[("async", "accuracy_vs_workers")],
+    )
 
 
-def judge_lc_asgd(ctx: Context) -> Verdict:
-    cfgw = ctx.config("async")["workers"]
+def judge_lc_asgd(ctx: Context) -> Evidence:
+    cfgw = _workers(ctx, "async")
     pairs = [("lc-asgd", "dc-asgd-a"), ("dc-asgd-a", "asgd")]
-    main = _ordering(ctx, "async", pairs, [w for w in cfgw if w in (4, 8, 16)] or cfgw)
-    label, at_sync = _at_sync_rate(ctx, "async", pairs, [w for w in cfgw if w >= 8] or cfgw)
-    cond = {
-        label: at_sync,
+    sync_label, at_sync = _at_sync_rate(ctx, "async", pairs, cfgw)
+    sec = {
+        "LC-ASGD − DC-ASGD-a at the other worker counts": _ordering(
+            ctx, "async", pairs[:1], [w for w in cfgw if w != 16]
+        ),
+        "DC-ASGD-a − ASGD": _ordering(ctx, "async", pairs[1:], cfgw),
+        sync_label: at_sync,
         "raw inputs, M = 16, 32": _conditional(
             ctx, "async-raw", lambda: _ordering(ctx, "async-raw", pairs, [16, 32])
         ),
     }
-    v, ev = _evidence(main, cond)
     rows = [r for r in ctx.rows("async") if r["method"] == "lc-asgd"]
     lams = sorted({r["lam"] for r in rows if r.get("lam") is not None})
     sel = [selected(rows, method="lc-asgd", workers=w) for w in cfgw]
     picked = ", ".join(f"M={w}: λ {s[0]['lam']:+g}" for w, s in zip(cfgw, sel, strict=True) if s)
-    ev += f"\n- LC-ASGD's λ tuned on validation over {lams} (sign included): {picked}"
-    table = _async_table(ctx, "async", ["sgd", "asgd", "dc-asgd-a", "lc-asgd"], cfgw)
-    return Verdict(v, ev, [table], [("async", "accuracy_vs_workers")])
+    notes = [f"- LC-ASGD's λ tuned on validation over {lams} (sign included): {picked}"]
+    table = _async_table(ctx, "async", ["sgd", "asgd", "dc-asgd-a", "lc-asgd"], [1, *cfgw])
+    return Evidence(
+        _one(_ordering(ctx, "async", pairs[:1], [16])),
+        _secondary(sec),
+        notes,
+        [table],
+        [("async", "accuracy_vs_workers")],
+    )
 
 
 def judge_acceptance(ctx: Context) -> Verdict:
@@ -146,7 +205,7 @@ def judge_acceptance(ctx: Context) -> Verdict:
     ndiv = sum(r["diverged"] for r in got["asgd"])
     ev += (
         f"\n- ASGD: {ndiv}/{len(got['asgd'])} seeds with a non-finite loss, the others at "
-        f"{100 * mean(got['asgd']):.1f} % (chance is 10 %)"
+        f"{100 * mean(got['asgd']):.1f} % (chance is {100 * ctx.chance('async-fixed-lr'):.3g} %)"
     )
     table = runs.markdown_table(
         ["method", f"M={m}"],
@@ -155,36 +214,46 @@ def judge_acceptance(ctx: Context) -> Verdict:
     return Verdict(v, ev, [table])
 
 
-def judge_async_bn(ctx: Context) -> Verdict:
+def judge_async_bn(ctx: Context) -> Evidence:
     exp = async_bn
     prow = exp.policy_rows(ctx.rows("async-bn"))
-    sel = exp.select(prow, chance_of(prow))
+    chance = ctx.chance("async-bn")
+    for r in prow:  # the policies' rows drop the run's fields: the chance level goes with them
+        r["num_classes"] = round(1 / chance)
+    sel = exp.select(prow, chance)
     ms = sorted(sel["lr"])
-    main, body = [], []
-    pick = {}
+    body, pick, diffs = [], {}, {}
     for m in ms:
         at_m = exp.selected_rows(prow, sel, m)
         for q in (exp.ORDINARY, exp.ASYNC):
             pick[(q, m)] = at_m[f"{q} tuned"]
         pick[(exp.RECOMPUTED, m)] = at_m[exp.RECOMPUTED]
-        if m >= 8 and pick[(exp.ASYNC, m)] and pick[(exp.ORDINARY, m)]:
-            main.append(
-                diff(pick[(exp.ASYNC, m)], pick[(exp.ORDINARY, m)], f"async-bn (M={m})",
-                     f"ordinary BN (M={m})")
-            )  # fmt: skip
-    v, ev = _evidence(main, {})
-    ev += "\n- accuracy with the statistics recomputed on the training set at the final weights "
-    ev += "(the bound any running-statistics policy approximates) in the table's last row"
+        if m > 1 and pick[(exp.ASYNC, m)] and pick[(exp.ORDINARY, m)]:
+            diffs[m] = diff(pick[(exp.ASYNC, m)], pick[(exp.ORDINARY, m)], f"async-bn (M={m})",
+                            f"ordinary BN (M={m})")  # fmt: skip
+    top = max(diffs) if diffs else None
+    pts = [(m, pick[(exp.ASYNC, m)], pick[(exp.ORDINARY, m)]) for m in sorted(diffs)]
+    sec = {
+        "the other worker counts": [d for m, d in diffs.items() if m != top],
+        "trend in M (the more so as M grows)": [trend(pts, "async-bn", "ordinary BN", "M")]
+        if len(pts) >= 2
+        else [],
+    }
+    notes = [
+        "- accuracy with the statistics recomputed on the training set at the final weights "
+        "(the bound any running-statistics policy approximates) in the table's last row"
+    ]
     for q in (exp.ORDINARY, exp.ASYNC, exp.RECOMPUTED):
         body.append([q, *(cell(pick[(q, m)]) for m in ms)])
     table = runs.markdown_table(["statistics", *(f"M={m}" for m in ms)], body)
-    return Verdict(v, ev, [table], [("async-bn", "plot")])
+    primary = diffs[top] if top is not None else None
+    return Evidence(primary, _secondary(sec), notes, [table], [("async-bn", "plot")])
 
 
 def judge_moonshot_async(ctx: Context) -> Verdict:
-    rows = ctx.rows("async-m128")
+    rows = ctx.rows(BIG)
     ms = sorted({r["workers"] for r in rows if r["workers"] > 1})
-    methods = [m for m in _methods_of(ctx, "async-m128", rows) if m != "sgd"]
+    methods = [m for m in _methods_of(ctx, BIG, rows) if m != "sgd"]
     ref = selected(rows, method="sgd", workers=1)
     oks, ev = [], []
     for m in ms:
@@ -200,6 +269,6 @@ def judge_moonshot_async(ctx: Context) -> Verdict:
             if pick and meth not in names:
                 ev.append(f"  - {diff(ref, pick, '1-worker SGD', f'{meth} (M={m})').text()}")
     v = "reached" if oks and all(oks) else ("not run" if not oks else "not reached")
-    table = _async_table(ctx, "async-m128", ["sgd", *methods], ms)
-    figs = [("async-m128", "accuracy_vs_workers"), ("async-m128", "plot")]
+    table = _async_table(ctx, BIG, ["sgd", *methods], ms)
+    figs = [(BIG, "accuracy_vs_workers"), (BIG, "plot")]
     return Verdict(v, "\n".join(ev), [table], figs)

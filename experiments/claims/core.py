@@ -1,38 +1,159 @@
-"""The claims' machinery: verdicts, claims, the run folders' rows, paired differences and
-the shared comparisons (``_compare``, ``_evidence``, the moonshot gaps)."""
+"""The claims' machinery: claims and their verdicts, the run folders' rows, the task's chance
+level, selection on validation, paired differences and the shared comparisons."""
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from jaxstale import runs
 
+from . import verdicts
+from .verdicts import Diff
+
 
 @dataclass
 class Verdict:
-    """A claim's outcome: ``verdict`` (held / held only when … / within noise / did not hold),
-    one paragraph of evidence, tables (markdown) and figures (run name, file stem)."""
+    """A claim's outcome: ``verdict`` (the headline: a label of the report's header, with what
+    it rests on), evidence (markdown lines), tables (markdown) and figures (run, file stem)."""
 
     verdict: str
     evidence: str
     tables: list[str] = field(default_factory=list)
     figures: list[tuple[str, str]] = field(default_factory=list)
 
+    @property
+    def label(self) -> str:
+        """The verdict's label alone (``mixed`` for ``mixed (reversed: …)``)."""
+        return self.verdict.split(" (")[0]
+
+
+@dataclass
+class Evidence:
+    """What a comparative claim's judge returns: the declared ``primary`` comparison (None: its
+    cells were not run), the ``secondary`` comparisons and conditions by label (every
+    difference oriented so that positive is the claimed direction), ``notes`` (further lines:
+    comparisons without a claimed direction, conditions left out and why), tables, figures."""
+
+    primary: Diff | None
+    secondary: dict[str, list[Diff]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    tables: list[str] = field(default_factory=list)
+    figures: list[tuple[str, str]] = field(default_factory=list)
+
 
 @dataclass(frozen=True)
 class Claim:
-    """A published claim and how to judge it from the run folders."""
+    """A published claim and how to judge it from the run folders.
+
+    ``primary``: the one comparison the verdict rests on, declared here (the report prints it
+    before any number); ``expected``: the paper's effect as a relative reduction of the test
+    error of the primary's reference arm (``b``; for a trend, per doubling), applied to that
+    arm's error on this task to give the expected effect in points; ``expected_why``: where
+    the number comes from. ``judge`` returns :class:`Evidence` (verdict by
+    :func:`~experiments.claims.verdicts.decide`) or, for a threshold check or a moonshot, a
+    :class:`Verdict`."""
 
     id: str
     title: str
     source: str
     statement: str
     runs: tuple[str, ...]
-    judge: Callable[[Context], Verdict]
+    judge: Callable[[Context], Evidence | Verdict]
+    primary: str = ""
+    expected: float | None = None
+    expected_why: str = ""
+
+    def expected_points(self, primary: Diff) -> float:
+        """The expected effect on this task (a fraction): ``expected`` × the primary's reference
+        arm's test error (NaN when either is unknown)."""
+        if self.expected is None:
+            return math.nan
+        return self.expected * primary.b_error
+
+    def assess(self, ctx: Context) -> Verdict:
+        """The claim's verdict from the run folders (``not run`` without its first folder)."""
+        missing = [n for n in self.runs[:1] if not ctx.has(n)]
+        if missing:
+            return Verdict("not run", f"missing run folder(s): {', '.join(missing)}")
+        got = self.judge(ctx)
+        if isinstance(got, Verdict):
+            return got
+        return self.render(got)
+
+    def render(self, ev: Evidence) -> Verdict:
+        """The verdict and evidence text of a comparative claim."""
+        if ev.primary is None:
+            lines = [f"- primary ({self.primary}): not run", *ev.notes]
+            return Verdict("not run", "\n".join(lines), ev.tables, ev.figures)
+        p = ev.primary
+        expected = self.expected_points(p)
+        d = verdicts.decide(p, ev.secondary, expected)
+        scale = (
+            f"{100 * (self.expected or 0):.3g} % of {p.b or 'the reference'}'s test error "
+            f"here ({100 * p.b_error:.1f} %)"
+        )
+        mde = "∞ (too few pairs)" if not math.isfinite(d.mde) else f"{100 * d.mde:.1f}"
+        lines = [
+            f"- **primary**: {p.text(itt=True)}",
+            f"- minimum detectable effect (80 % power): {mde} {p.unit}; expected "
+            f"{100 * expected:.1f} {p.unit} ({scale}; {self.expected_why})",
+        ]
+        for label, diffs in ev.secondary.items():
+            if not diffs:
+                continue
+            tag = (
+                " — **against the claim**"
+                if label in d.against
+                else (" — for the claim" if label in d.for_claim else "")
+            )
+            lines.append(f"- secondary, {label}{tag}: " + "; ".join(x.text() for x in diffs))
+        lines += ev.notes
+        return Verdict(d.headline, "\n".join(lines), ev.tables, ev.figures)
+
+
+@functools.cache
+def num_classes(dataset: str) -> int:
+    """The number of classes of a dataset (loaded once per name and process)."""
+    from jaxstale import data
+
+    return int(data.load(dataset, validation=0.0, standardize="none").num_classes)
+
+
+def chance_of(rows: Sequence[Mapping[str, Any]]) -> float:
+    """The task's chance accuracy, ``1 / num_classes`` of the rows' dataset (the ``num_classes``
+    the rows record, else their ``dataset``, which :meth:`Context.rows` fills in from the run's
+    config.json): the score of a diverged seed in selection and intention to treat.
+
+    Raises:
+        ValueError: the rows name no dataset, or several."""
+    ks = {r["num_classes"] for r in rows if r.get("num_classes")}
+    if not ks:
+        names = {r["dataset"] for r in rows if r.get("dataset")}
+        if len(names) != 1:
+            raise ValueError(
+                f"chance level: the rows name {len(names)} datasets ({sorted(names)}); "
+                "need exactly one (a row's 'dataset' or the run's config.json)"
+            )
+        ks = {num_classes(names.pop())}
+    if len(ks) != 1:
+        raise ValueError(f"chance level: rows of datasets with {sorted(ks)} classes")
+    return 1.0 / ks.pop()
+
+
+def _needs_chance(rows: Sequence[Mapping[str, Any]], value: str) -> bool:
+    return any(r.get("diverged") or r.get(value) is None for r in rows)
+
+
+def chance_if_needed(rows: Sequence[Mapping[str, Any]], value: str = "final_val_accuracy") -> float:
+    """:func:`chance_of` where a seed diverged (or lacks ``value``), else 0 (unused then:
+    selection scores a diverged seed only)."""
+    return chance_of(rows) if _needs_chance(rows, value) else 0.0
 
 
 class Context:
@@ -49,35 +170,50 @@ class Context:
         return (self.path(name) / "summary.json").exists()
 
     def rows(self, name: str) -> list[dict[str, Any]]:
+        """The rows of a run; a row without ``dataset`` gets the run config's (so that
+        :func:`chance_of` finds the task's chance level from the rows)."""
         if name not in self._rows:
             summary = self.path(name) / "summary.json"
             if not summary.exists():
                 raise FileNotFoundError(
                     f"no results for {name!r} in {self.path(name)}: run with --run"
                 )
-            self._rows[name] = json.loads(summary.read_text())["rows"]
+            rows = json.loads(summary.read_text())["rows"]
+            ds = self.dataset(name)
+            if ds is not None:
+                rows = [r if r.get("dataset") else {**r, "dataset": ds} for r in rows]
+            self._rows[name] = rows
         return self._rows[name]
 
     def config(self, name: str) -> dict[str, Any]:
         return json.loads((self.path(name) / "config.json").read_text())["config"]
 
+    def dataset(self, name: str) -> str | None:
+        """The dataset a run's config.json names (None without one)."""
+        try:
+            ds = self.config(name).get("dataset")
+        except (FileNotFoundError, KeyError, json.JSONDecodeError):
+            return None
+        return ds if isinstance(ds, str) else None
+
+    def chance(self, name: str) -> float:
+        """The chance level of a run's task (1 / classes of its dataset)."""
+        return chance_of(self.rows(name)) if self.rows(name) else math.nan
+
 
 # --------------------------------------------------------------------------------- judging
-
-
-def chance_of(rows: Sequence[dict[str, Any]]) -> float:
-    return 0.1  # every dataset here has 10 classes; a diverged seed scores as chance
 
 
 def selected(
     rows: Sequence[dict[str, Any]], knob: Sequence[str] = ("lr", "lam"), **fields: Any
 ) -> list[dict[str, Any]]:
-    """The rows of one group (``fields``) at its knob selected on validation."""
+    """The rows of one group (``fields``) at its knob selected on validation (a diverged seed
+    scored at the task's chance level)."""
     group = [r for r in rows if all(r.get(k) == v for k, v in fields.items())]
     if not group:
         return []
     knob = tuple(k for k in knob if any(k in r for r in group))
-    (pick,) = runs.select(group, by=(), knob=knob, chance=chance_of(group)).values()
+    (pick,) = runs.select(group, by=(), knob=knob, chance=chance_if_needed(group)).values()
     return [r for r in group if runs.stats.knob_value(r, knob) == pick]
 
 
@@ -92,49 +228,23 @@ def cell(rows: Sequence[dict[str, Any]]) -> str:
     return f"{text} @ {lr:g}" if isinstance(lr, float) else text
 
 
-@dataclass
-class Diff:
-    """A paired difference a − b of test accuracy, in points."""
-
-    a: str
-    b: str
-    mean: float
-    half: float
-    n: int
-
-    @property
-    def sign(self) -> int:
-        """+1 / −1 when the 95 % interval excludes 0, else 0 (within noise)."""
-        if self.n < 2 or not (self.half == self.half):  # NaN: one pair
-            return 0
-        if self.mean - self.half > 0:
-            return 1
-        if self.mean + self.half < 0:
-            return -1
-        return 0
-
-    def text(self) -> str:
-        if self.n == 0:
-            return f"{self.a} − {self.b}: no seed where both trained"
-        noise = {1: "beyond noise", -1: "beyond noise", 0: "within noise"}[self.sign]
-        half = f" ± {100 * self.half:.1f}" if self.half == self.half else ""
-        return (
-            f"{self.a} − {self.b} = {100 * self.mean:+.1f}{half} points ({self.n} seeds, {noise})"
-        )
-
-
 def diff(a_rows: Sequence[dict], b_rows: Sequence[dict], a: str, b: str) -> Diff:
-    return Diff(a, b, *runs.paired_difference(a_rows, b_rows))
+    """The paired difference ``a − b`` with its intention-to-treat companion (a diverged seed
+    at the rows' chance level, :func:`chance_of`)."""
+    return verdicts.paired(a_rows, b_rows, a, b, chance_of)
 
 
-def verdict_of(diffs: Sequence[Diff]) -> str:
-    """held: every difference beyond noise in the claimed direction; did not hold: any beyond
-    noise against it; else within noise."""
-    if diffs and all(d.sign > 0 for d in diffs):
-        return "held"
-    if any(d.sign < 0 for d in diffs):
-        return "did not hold"
-    return "within noise"
+def trend(
+    points: Sequence[tuple[float, Sequence[dict], Sequence[dict]]], a: str, b: str, var: str
+) -> Diff:
+    """The per-seed slope of ``a − b`` against log2 ``var`` (:func:`verdicts.trend`)."""
+    return verdicts.trend(points, a, b, var, chance_of)
+
+
+#: methods whose step is divided by the staleness or the gap: one shared rate is not neutral
+#: between them and a method that does not rescale, nor between the two (they rescale
+#: differently), so the one-rate conditions leave out every pair with one of them
+RESCALED = frozenset({"sa-asgd", "gap-aware"})
 
 
 def _async_table(
@@ -163,6 +273,10 @@ def _ordering(
     return _compare(rows, better, workers, knob=("lr", "lam"))
 
 
+def _pick(rows: Sequence[dict], method: str, w: int, knob: Sequence[str]) -> list[dict]:
+    return selected(rows, knob=knob, method=method, workers=1 if method == "sgd" else w)
+
+
 def _compare(
     rows: Sequence[dict[str, Any]],
     better: Sequence[tuple[str, str]],
@@ -174,11 +288,31 @@ def _compare(
     out = []
     for w in workers:
         for a, b in better:
-            ra = selected(rows, knob=knob, method=a, workers=1 if a == "sgd" else w)
-            rb = selected(rows, knob=knob, method=b, workers=1 if b == "sgd" else w)
+            ra, rb = _pick(rows, a, w, knob), _pick(rows, b, w, knob)
             if ra and rb:
                 out.append(diff(ra, rb, f"{a} (M={w})", f"{b} (M={w})"))
     return out
+
+
+def _trend_in_m(
+    ctx: Context, name: str, a: str, b: str, workers: Sequence[int], mu: float = 0.9
+) -> Diff | None:
+    """The slope of ``a − b`` (each at its own selected rate) against log2 M; None with fewer
+    than two worker counts run."""
+    rows = [r for r in ctx.rows(name) if r["momentum"] == mu]
+    knob = ("lr", "lam")
+    pts = [(w, _pick(rows, a, w, knob), _pick(rows, b, w, knob)) for w in workers]
+    pts = [(w, ra, rb) for w, ra, rb in pts if ra and rb]
+    return trend(pts, a, b, "M") if len(pts) >= 2 else None
+
+
+def _workers(ctx: Context, name: str) -> list[int]:
+    """The worker counts of a run (its config's, else its rows'), M = 1 left out."""
+    try:
+        ws = [int(w) for w in ctx.config(name)["workers"]]
+    except (FileNotFoundError, KeyError, json.JSONDecodeError):
+        ws = sorted({int(r["workers"]) for r in ctx.rows(name)})
+    return [w for w in ws if w > 1]
 
 
 def _at_sync_rate(
@@ -190,38 +324,28 @@ def _at_sync_rate(
 ) -> tuple[str, list[Diff] | None]:
     """The comparisons at one rate for every method: the rate selected on validation for
     1-worker SGD (as a practitioner without a per-method sweep would run); LC-ASGD's λ is still
-    chosen on validation at that rate. ``(label, diffs)``; ``diffs`` None without SGD rows."""
+    chosen on validation at that rate. Pairs with a method of :data:`RESCALED` are left out.
+    ``(label, diffs)``; ``diffs`` None without SGD rows."""
     rows = [r for r in ctx.rows(name) if r["momentum"] == mu]
     ref = selected(rows, method="sgd", workers=1)
-    if not ref:
+    better = [(a, b) for a, b in better if not {a, b} & RESCALED]
+    if not ref or not better:
         return "", None
     lr = ref[0]["lr"]
     out = _compare([r for r in rows if r["lr"] == lr], better, workers, knob=("lam",))
-    return f"one rate for every method, 1-worker SGD's ({lr:g}, chosen on validation)", out
+    return f"one rate for every method (1-worker SGD's, {lr:g})", out
 
 
 def _conditional(ctx: Context, name: str, fn: Callable[[], list[Diff]]) -> list[Diff] | None:
     return fn() if ctx.has(name) else None
 
 
-def _evidence(main: list[Diff], cond: dict[str, list[Diff] | None]) -> tuple[str, str]:
-    """The verdict and evidence text from the main comparisons and conditional ones."""
-    v = verdict_of(main)
-    lines = [f"- {d.text()}" for d in main]
-    held_when = []
-    for label, diffs in cond.items():
-        if diffs is None:
-            continue
-        cv = verdict_of(diffs)
-        lines.append(f"- {label}: **{cv}** — " + "; ".join(d.text() for d in diffs))
-        if cv == "held" and v != "held":
-            held_when.append(label)
-    if held_when:
-        v = "held only when " + " / ".join(held_when)
-    return v, "\n".join(lines)
+def _secondary(items: Mapping[str, list[Diff] | None]) -> dict[str, list[Diff]]:
+    """The secondary comparisons that were run (labels with no difference left out)."""
+    return {k: v for k, v in items.items() if k and v}
 
 
-# ------------------------------------------------------------------------------- the claims
+# ------------------------------------------------------------------------------- the targets
 
 
 def _gap(best: list[dict], ref: list[dict], a: str, b: str, target: float) -> tuple[bool, str]:
@@ -248,7 +372,8 @@ def _best(
     for m in candidates:
         pick = selected(rows, method=m, **fields)
         if pick:
-            scored.append((runs.stats.score(pick, "final_val_accuracy", chance_of(pick)), m, pick))
+            score = runs.stats.score(pick, "final_val_accuracy", chance_if_needed(pick))
+            scored.append((score, m, pick))
     if not scored:
         return []
     top = max(t[0] for t in scored)

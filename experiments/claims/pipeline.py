@@ -13,15 +13,17 @@ from .. import delay_cliff
 from .core import (
     Context,
     Diff,
+    Evidence,
     Verdict,
     _best,
-    _evidence,
     _methods_of,
+    _secondary,
     _target,
     cell,
     chance_of,
     diff,
     selected,
+    trend,
 )
 
 
@@ -34,70 +36,92 @@ def _pipe_table(rows: Sequence[dict], methods: Sequence[str], stages: Sequence[i
     return runs.markdown_table(["policy", *(f"N={n}" for n in stages)], body)
 
 
-#: the further pipeline comparisons the report lists (a − b)
+#: the further pipeline comparisons the report lists (a − b), with no claimed direction
 PIPE_PAIRS = (
     ("stash", "vanilla"),
-    ("spectrain-v1", "stash"),
-    ("nesterov", "stash"),
     ("sync", "spectrain-v1"),
     ("sync", "nesterov"),
     ("sync", "stash"),
 )
 
-
-def judge_pipeline(ctx: Context) -> Verdict:
-    return _pipeline_verdict(ctx, "pipeline")
-
-
-def judge_pipeline_adam(ctx: Context) -> Verdict:
-    return _pipeline_verdict(ctx, "pipeline-adam")
+#: prediction against stashing (P1 claims prediction beats PipeDream's stashing too)
+OVER_STASH = (("spectrain-v1", "stash"), ("nesterov", "stash"))
 
 
-def _pipeline_verdict(ctx: Context, name: str) -> Verdict:
+def judge_pipeline(ctx: Context) -> Evidence:
+    return _pipeline_evidence(ctx, "pipeline")
+
+
+def judge_pipeline_adam(ctx: Context) -> Evidence:
+    return _pipeline_evidence(ctx, "pipeline-adam")
+
+
+def _pairs_at(rows: Sequence[dict], pairs: Sequence[tuple[str, str]], ns: Sequence[int]) -> list:
+    out = []
+    for n in ns:
+        for a, b in pairs:
+            ra, rb = _pipe_cell(rows, a, n), _pipe_cell(rows, b, n)
+            if ra and rb:
+                out.append(diff(ra, rb, f"{a} (N={n})", f"{b} (N={n})"))
+    return out
+
+
+def _pipeline_evidence(ctx: Context, name: str) -> Evidence:
+    """Primary: SpecTrain − vanilla at the deepest pipeline run, each policy at its own rate;
+    secondaries: NAG − vanilla, SpecTrain − vanilla at the other depths ≥ 4, prediction −
+    stashing, the trend of SpecTrain − vanilla in N, and the comparisons at one rate."""
     rows = ctx.rows(name)
     ns = sorted({r["stages"] for r in rows})
     methods = _methods_of(ctx, name, rows)
     deep = [n for n in ns if n >= 4] or ns
-    main = []
-    for n in deep:
-        for a in ("spectrain-v1", "nesterov"):
-            ra, rb = _pipe_cell(rows, a, n), _pipe_cell(rows, "vanilla", n)
-            if ra and rb:
-                main.append(diff(ra, rb, f"{a} (N={n})", f"vanilla (N={n})"))
-    # the same comparison at one rate for every policy: sync's rate (selected on validation)
+    top = max(deep)
+    pts = [(n, _pipe_cell(rows, "spectrain-v1", n), _pipe_cell(rows, "vanilla", n)) for n in ns]
+    pts = [(n, a, b) for n, a, b in pts if a and b]
+    sec: dict[str, list[Diff] | None] = {
+        "NAG prediction − vanilla": _pairs_at(rows, [("nesterov", "vanilla")], deep),
+        "SpecTrain − vanilla at the other depths": _pairs_at(
+            rows, [("spectrain-v1", "vanilla")], [n for n in deep if n != top]
+        ),
+        "prediction − stashing": _pairs_at(rows, OVER_STASH, deep),
+        "trend in N (staleness grows with depth)": [trend(pts, "spectrain-v1", "vanilla", "N")]
+        if len(pts) >= 2
+        else [],
+    }
+    # the same comparisons at one rate for every policy: sync's rate (selected on validation)
     sync_pick = _pipe_cell(rows, "sync", ns[0])
-    fixed: list[Diff] | None = None
     if sync_pick:
         lr = sync_pick[0]["lr"]
+        at = [r for r in rows if r["lr"] == lr]
         fixed = []
         for n in deep:
-            at = [r for r in rows if r["lr"] == lr and r["stages"] == n]
             for a in ("spectrain-v1", "nesterov"):
-                ra = [r for r in at if r["method"] == a]
-                rb = [r for r in at if r["method"] == "vanilla"]
+                ra = [r for r in at if r["method"] == a and r["stages"] == n]
+                rb = [r for r in at if r["method"] == "vanilla" and r["stages"] == n]
                 if ra and rb:
                     fixed.append(diff(ra, rb, f"{a} (N={n})", f"vanilla (N={n})"))
-    label = f"one rate for every policy (sync's, {sync_pick[0]['lr']:g})" if sync_pick else ""
-    v, ev = _evidence(main, {label: fixed} if fixed else {})
-    ttt = []
+        sec[f"one rate for every policy (sync's, {lr:g})"] = fixed
+    notes = []
     for n in deep:
+        ttt = []
         for m in methods:
             pick = _pipe_cell(rows, m, n)
             if pick and "updates_to_target" in pick[0]:
                 ttt.append(f"{m} {runs.format_steps([r.get('updates_to_target') for r in pick])}")
         if ttt:
-            ev += f"\n- updates to the validation target at N = {n} (selected rates): "
-            ev += ", ".join(ttt)
-            ttt = []
-    others = []
-    for n in deep:
-        for a, b in PIPE_PAIRS:
-            ra, rb = _pipe_cell(rows, a, n), _pipe_cell(rows, b, n)
-            if ra and rb:
-                others.append(f"- {diff(ra, rb, f'{a} (N={n})', f'{b} (N={n})').text()}")
-    ev += "\n" + "\n".join(others)
-    table = _pipe_table(rows, methods, ns)
-    return Verdict(v, ev, [table], [(name, "accuracy_vs_stages"), (name, "plot")])
+            notes.append(
+                f"- updates to the validation target at N = {n} (selected rates): " + ", ".join(ttt)
+            )
+    others = [f"  - {d.text()}" for d in _pairs_at(rows, PIPE_PAIRS, deep)]
+    if others:
+        notes += ["- further differences (no claimed direction; not in the verdict):", *others]
+    primary = _pairs_at(rows, [("spectrain-v1", "vanilla")], [top])
+    return Evidence(
+        primary[0] if primary else None,
+        _secondary(sec),
+        notes,
+        [_pipe_table(rows, methods, ns)],
+        [(name, "accuracy_vs_stages"), (name, "plot")],
+    )
 
 
 def judge_cliff(ctx: Context) -> Verdict:

@@ -1,0 +1,303 @@
+"""Paired differences and the verdict rule.
+
+A claim is judged from one **primary** comparison, declared in the claim's entry before any
+number is read, and **secondary** ones (other worker counts or depths, other pairs the claim
+names, trends, conditions such as raw inputs or one fixed rate), grouped under labels. Every
+comparison is a :class:`Diff`, oriented so that a positive value is the claimed direction.
+
+* A difference is **beyond noise** when at least :data:`~experiments.reports.MIN_PAIRS` seeds
+  trained in both runs and the 95 % t interval of the per-seed paired differences excludes 0.
+* The **minimum detectable effect** of the primary (paired t test, two-sided 5 %, 80 % power):
+  ``MDE = (t_{0.975, n−1} + t_{0.80, n−1}) · sd / √n`` from its pairs (infinite with fewer than
+  ``MIN_PAIRS`` pairs), compared with the paper's effect rescaled to this task.
+* The **intention-to-treat companion** of a difference scores a diverged seed at the task's
+  chance level instead of leaving the seed out; the per-protocol difference stays the statistic
+  the verdict reads, the companion is shown beside it.
+
+:func:`decide` is the rule (see its docstring); :func:`trend` tests "as M grows" claims as the
+per-seed slope of the paired difference against log2 M.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..reports import MIN_PAIRS
+
+#: the labels :func:`decide` returns, with the definitions the report's header prints
+LABELS: dict[str, str] = {
+    "held": "the primary comparison is beyond noise in the claimed direction and no secondary "
+    "comparison or condition is beyond noise against it",
+    "mixed": "the primary is beyond noise for the claim but a secondary comparison or a "
+    "condition is beyond noise against it (named in the verdict), or the primary is within "
+    "noise while a secondary is beyond noise (either way, named)",
+    "within noise": "nothing beyond noise although the primary could have shown the paper's "
+    "effect: its minimum detectable effect (80 % power) is at most the expected effect",
+    "did not hold": "the primary comparison is beyond noise against the claim",
+    "untestable here": "nothing beyond noise, and the primary's minimum detectable effect (80 % "
+    "power) is larger than the paper's effect rescaled to this task: the runs could not have "
+    "seen it (both printed)",
+}
+
+
+def _t(q: float, df: int) -> float:
+    from scipy import stats
+
+    return float(stats.t.ppf(q, df))
+
+
+def _points(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+@dataclass(frozen=True)
+class Diff:
+    """A paired difference ``a − b`` of test accuracy (fractions; printed in points).
+
+    ``values``: one per seed that trained in both runs (per protocol); ``itt``: one per seed
+    run in both, a diverged run scored at ``chance`` (intention to treat; equal to ``values``
+    when no seed diverged); ``b_error``: the mean test error of ``b`` over the pairs (the scale
+    a paper's relative effect is applied to); ``unit``: what one value measures. ``b`` empty:
+    ``a`` names the whole comparison (a trend)."""
+
+    a: str
+    b: str
+    values: tuple[float, ...]
+    itt: tuple[float, ...] = ()
+    chance: float | None = None
+    b_error: float = math.nan
+    unit: str = "points"
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.values)) if self.values else math.nan
+
+    @property
+    def sd(self) -> float:
+        return float(np.std(self.values, ddof=1)) if self.n > 1 else math.nan
+
+    @property
+    def half(self) -> float:
+        """Half-width of the 95 % t interval (NaN with fewer than two pairs)."""
+        return _t(0.975, self.n - 1) * self.sd / math.sqrt(self.n) if self.n > 1 else math.nan
+
+    @property
+    def sign(self) -> int:
+        """+1 / −1 when beyond noise (≥ ``MIN_PAIRS`` pairs, the 95 % interval excludes 0),
+        else 0 (within noise)."""
+        if self.n < MIN_PAIRS or not math.isfinite(self.half):
+            return 0
+        if self.mean - self.half > 0:
+            return 1
+        if self.mean + self.half < 0:
+            return -1
+        return 0
+
+    @property
+    def mde(self) -> float:
+        """Minimum detectable effect (fraction): paired t, two-sided 5 %, 80 % power; infinite
+        with fewer than ``MIN_PAIRS`` pairs (nothing can be called beyond noise then)."""
+        if self.n < MIN_PAIRS:
+            return math.inf
+        return (_t(0.975, self.n - 1) + _t(0.80, self.n - 1)) * self.sd / math.sqrt(self.n)
+
+    @property
+    def dropped(self) -> int:
+        """Seeds run in both but left out of ``values`` (diverged in one or both)."""
+        return max(len(self.itt) - self.n, 0)
+
+    def name(self) -> str:
+        return f"{self.a} − {self.b}" if self.b else self.a
+
+    def _stat(self, values: Sequence[float]) -> str:
+        d = Diff(self.a, self.b, tuple(values))
+        half = f" ± {_points(d.half)}" if math.isfinite(d.half) else ""
+        return f"{100 * d.mean:+.1f}{half}"
+
+    def text(self, *, itt: bool = False) -> str:
+        """``a − b = +x.x ± y.y points (n seeds, beyond noise)``; with the intention-to-treat
+        companion when a seed was left out (or always, ``itt=True``)."""
+        if self.n == 0:
+            out = f"{self.name()}: no seed where both trained"
+        else:
+            noise = (
+                f"fewer than {MIN_PAIRS} pairs, not testable"
+                if self.n < MIN_PAIRS
+                else ("beyond noise" if self.sign else "within noise")
+            )
+            seeds = "seed" if self.n == 1 else "seeds"
+            out = (
+                f"{self.name()} = {self._stat(self.values)} {self.unit} ({self.n} {seeds}, {noise})"
+            )
+        if self.itt and (itt or self.dropped):
+            chance = "" if self.chance is None else f" at chance, {100 * self.chance:.3g} %"
+            out += (
+                f"; intention to treat (diverged seeds{chance}): {self._stat(self.itt)} "
+                f"over {len(self.itt)} seeds"
+            )
+        return out
+
+
+def _by_seed(rows: Sequence[Mapping[str, Any]], chance: float | None) -> dict[Any, float]:
+    """Test accuracy by seed; a diverged (or valueless) run left out, or at ``chance``."""
+    out: dict[Any, float] = {}
+    for r in rows:
+        v = r.get("final_test_accuracy")
+        if not r.get("diverged") and v is not None and math.isfinite(float(v)):
+            out[r.get("seed")] = float(v)
+        elif chance is not None:
+            out[r.get("seed")] = chance
+    return out
+
+
+def _trained(rows: Sequence[Mapping[str, Any]]) -> bool:
+    return all(not r.get("diverged") and r.get("final_test_accuracy") is not None for r in rows)
+
+
+def _pairs(
+    a_rows: Sequence[Mapping[str, Any]],
+    b_rows: Sequence[Mapping[str, Any]],
+    chance_of: Callable[[Sequence[Mapping[str, Any]]], float],
+) -> tuple[dict[Any, tuple[float, float]], dict[Any, tuple[float, float]], float | None]:
+    """Per-protocol pairs, intention-to-treat pairs (by seed) and the chance level used (None
+    when no seed diverged: it is then never looked up)."""
+    pa, pb = _by_seed(a_rows, None), _by_seed(b_rows, None)
+    pp = {k: (pa[k], pb[k]) for k in pa if k in pb}
+    if _trained(a_rows) and _trained(b_rows):
+        return pp, pp, None
+    chance = chance_of([*a_rows, *b_rows])
+    ia, ib = _by_seed(a_rows, chance), _by_seed(b_rows, chance)
+    return pp, {k: (ia[k], ib[k]) for k in ia if k in ib}, chance
+
+
+def paired(
+    a_rows: Sequence[Mapping[str, Any]],
+    b_rows: Sequence[Mapping[str, Any]],
+    a: str,
+    b: str,
+    chance_of: Callable[[Sequence[Mapping[str, Any]]], float],
+) -> Diff:
+    """The paired difference ``a − b`` by seed, with its intention-to-treat companion
+    (``chance_of(rows)`` is asked only when a seed diverged)."""
+    pp, itt, chance = _pairs(a_rows, b_rows, chance_of)
+    err = 1.0 - float(np.mean([y for _, y in pp.values()])) if pp else math.nan
+    return Diff(
+        a,
+        b,
+        tuple(x - y for x, y in pp.values()),
+        tuple(x - y for x, y in itt.values()),
+        chance,
+        err,
+    )
+
+
+def _slope(points: Sequence[tuple[float, float]]) -> float | None:
+    xs = np.array([x for x, _ in points])
+    if len(set(xs.tolist())) < 2:
+        return None
+    ys = np.array([y for _, y in points])
+    return float(np.sum((xs - xs.mean()) * (ys - ys.mean())) / np.sum((xs - xs.mean()) ** 2))
+
+
+def trend(
+    points: Sequence[tuple[float, Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]]],
+    a: str,
+    b: str,
+    var: str,
+    chance_of: Callable[[Sequence[Mapping[str, Any]]], float],
+) -> Diff:
+    """How the paired difference ``a − b`` changes as ``var`` grows: per seed, the least-squares
+    slope of its differences against log2 ``var`` over the values of ``var`` where that seed
+    has a pair (at least two), in points per doubling; its 95 % interval over the seeds (a seed
+    fixes the initial weights and the data order at every ``var``). ``points``: ``(value of
+    var, a's rows, b's rows)``, each pair at its own selected rate."""
+    pp: dict[Any, list[tuple[float, float]]] = {}
+    itt: dict[Any, list[tuple[float, float]]] = {}
+    errors, chance = [], None
+    for x, ra, rb in points:
+        p, i, c = _pairs(ra, rb, chance_of)
+        chance = c if c is not None else chance
+        for k, (u, v) in p.items():
+            pp.setdefault(k, []).append((math.log2(x), u - v))
+        for k, (u, v) in i.items():
+            itt.setdefault(k, []).append((math.log2(x), u - v))
+        if p:
+            errors.append(1.0 - float(np.mean([v for _, v in p.values()])))
+    xs = ", ".join(f"{x:g}" for x, _, _ in points)
+
+    def slopes(per: dict[Any, list[tuple[float, float]]]) -> tuple[float, ...]:
+        return tuple(s for s in (_slope(v) for v in per.values()) if s is not None)
+
+    return Diff(
+        f"slope of {a} − {b} against log2 {var} ({var} = {xs})",
+        "",
+        slopes(pp),
+        slopes(itt),
+        chance,
+        float(np.mean(errors)) if errors else math.nan,
+        f"points per doubling of {var}",
+    )
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome of :func:`decide`: ``label`` (a key of :data:`LABELS`), ``headline`` (the
+    label with what it rests on), the secondary labels beyond noise ``for`` and ``against``
+    the claim, and the primary's MDE and the expected effect (fractions)."""
+
+    label: str
+    headline: str
+    for_claim: tuple[str, ...]
+    against: tuple[str, ...]
+    mde: float
+    expected: float
+
+
+def decide(primary: Diff, secondary: Mapping[str, Sequence[Diff]], expected: float) -> Decision:
+    """The verdict rule. ``primary``: the declared comparison (positive = the claim);
+    ``secondary``: the other comparisons and conditions by label (same orientation);
+    ``expected``: the paper's effect rescaled to this task (a fraction, same unit as the
+    primary).
+
+    * **did not hold** — the primary is beyond noise against the claim;
+    * **held** — the primary is beyond noise for it and no secondary is beyond noise against;
+    * **mixed** — the primary is beyond noise for it and some secondary is beyond noise against
+      (headline: ``mixed (reversed: <labels>)``); or the primary is within noise and some
+      secondary is beyond noise, either way (headline names both sides);
+    * **untestable here** — nothing beyond noise and the primary's MDE > ``expected`` (or
+      ``expected`` unknown);
+    * **within noise** — nothing beyond noise and MDE ≤ ``expected``.
+    """
+    up = tuple(k for k, ds in secondary.items() if any(d.sign > 0 for d in ds))
+    down = tuple(k for k, ds in secondary.items() if any(d.sign < 0 for d in ds))
+    mde, unit = primary.mde, primary.unit
+
+    def out(label: str, headline: str) -> Decision:
+        return Decision(label, headline, up, down, mde, expected)
+
+    if primary.sign < 0:
+        return out("did not hold", "did not hold")
+    if primary.sign > 0:
+        if down:
+            return out("mixed", f"mixed (reversed: {'; '.join(down)})")
+        return out("held", "held")
+    if up or down:
+        parts = ["primary within noise"]
+        parts += [f"for the claim: {'; '.join(up)}"] if up else []
+        parts += [f"reversed: {'; '.join(down)}"] if down else []
+        return out("mixed", f"mixed ({'; '.join(parts)})")
+    sizes = f"MDE {_points(mde)} vs expected {_points(expected)} {unit}"
+    if not math.isfinite(expected) or not mde <= expected:
+        if not math.isfinite(mde):
+            sizes = f"fewer than {MIN_PAIRS} pairs; expected {_points(expected)} {unit}"
+        return out("untestable here", f"untestable here ({sizes})")
+    return out("within noise", f"within noise ({sizes})")
