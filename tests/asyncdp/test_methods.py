@@ -92,6 +92,7 @@ def test_emulated_async_bn_merges_batch_statistics_into_the_server_ema(decay):
     np.testing.assert_allclose(np.asarray(got["var"]), var, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow  # ~9 s; the mesh and emulator Async-BN parity tests stay in make test
 def test_async_bn_differs_from_ordinary_bn_only_with_stale_copies():
     steps = 10
     xb, yb = _bn_stream(steps)

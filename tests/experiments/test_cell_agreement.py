@@ -51,6 +51,7 @@ def test_pipeline_lanes_are_the_runs_alone_bit_for_bit(tmp_path):
     _agree(pipe.main, argv, ["--seed-mode", "vmap"], ["--seed-mode", "sequential"], tmp_path)
 
 
+@pytest.mark.slow  # 20 s: the resume test of LC-ASGD keeps the claim in make test
 def test_async_lanes_are_the_runs_alone_bit_for_bit(tmp_path):
     """LC-ASGD, the reported cell's method, in a group of M = 4 and 32, two rates, two seeds (an
     M = 32 lane parted from its run alone at update 97 before ℓ_delay was a fixed-order sum)."""

@@ -8,7 +8,12 @@ from flax import nnx
 
 from jaxstale import losses, models
 
-CASES = [("mlp", {"hidden": (32, 16)}), ("cnn", {}), ("resnet20", {"width": 4})]
+CASES = [
+    ("mlp", {"hidden": (32, 16)}),
+    ("cnn", {}),
+    # ResNet-20 compiles for 10-30 s per case: make test-slow (its batch-norm tests stay here)
+    pytest.param("resnet20", {"width": 4}, marks=pytest.mark.slow, id="resnet20-kwargs2"),
+]
 
 
 def _make(name="resnet20", kwargs=None):

@@ -519,7 +519,14 @@ def test_errors():
         pipeline.make("gpu", stages, sched, "vanilla", _TX, xb, yb)
 
 
-@pytest.mark.parametrize("policy", ["vanilla", "stash", "nesterov"])
+@pytest.mark.parametrize(
+    "policy",  # vanilla in make test; the other two (~7 s each) in make test-slow
+    [
+        "vanilla",
+        pytest.param("stash", marks=pytest.mark.slow),
+        pytest.param("nesterov", marks=pytest.mark.slow),
+    ],
+)
 def test_lanes_equal_separate_runs_with_per_lane_learning_rates(policy):
     """lanes=L: L runs (seeds x learning rates) in one vmapped round equal L separate runs."""
     stages = _stages(3, 3)
