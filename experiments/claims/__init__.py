@@ -283,8 +283,10 @@ def report(ctx: Context, out: Path) -> str:
             "numbers.**",
             "",
         ]
+    names = sorted({d for n in RUNS if ctx.has(n) and (d := ctx.dataset(n)) is not None})
+    on = " and ".join(f"`{d}`" for d in names) or "no"
     lines += [
-        "Each published claim jaxstale tests, with its verdict on the embedded digits data "
+        f"Each published claim jaxstale tests, with its verdict on the {on} data "
         "under one protocol: inputs standardised with training statistics, a validation split "
         "carved from the training set, every method at its own learning rate **selected on "
         "validation accuracy**, at least 5 seeds, budgets at which the synchronous reference "

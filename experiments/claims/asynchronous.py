@@ -167,7 +167,11 @@ def judge_lc_asgd(ctx: Context) -> Evidence:
     rows = [r for r in ctx.rows("async") if r["method"] == "lc-asgd"]
     lams = sorted({r["lam"] for r in rows if r.get("lam") is not None})
     sel = [selected(rows, method="lc-asgd", workers=w) for w in cfgw]
-    picked = ", ".join(f"M={w}: λ {s[0]['lam']:+g}" for w, s in zip(cfgw, sel, strict=True) if s)
+    picked = ", ".join(
+        f"M={w}: λ {s[0]['lam']:+g}"
+        for w, s in zip(cfgw, sel, strict=True)
+        if s and s[0].get("lam") is not None
+    )
     notes = [f"- LC-ASGD's λ tuned on validation over {lams} (sign included): {picked}"]
     table = _async_table(ctx, "async", ["sgd", "asgd", "dc-asgd-a", "lc-asgd"], [1, *cfgw])
     return Evidence(

@@ -94,9 +94,10 @@ class Claim:
         p = ev.primary
         expected = self.expected_points(p)
         d = verdicts.decide(p, ev.secondary, expected)
+        over = " (mean over the trend's points)" if p.what else ""
         scale = (
-            f"{100 * (self.expected or 0):.3g} % of {p.b or 'the reference'}'s test error "
-            f"here ({100 * p.b_error:.1f} %)"
+            f"{100 * (self.expected or 0):.3g} % of {p.b}'s test error here{over}, "
+            f"{100 * p.b_error:.1f} %"
         )
         mde = "∞ (too few pairs)" if not math.isfinite(d.mde) else f"{100 * d.mde:.1f}"
         lines = [

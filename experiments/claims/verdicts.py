@@ -62,8 +62,8 @@ class Diff:
     ``values``: one per seed that trained in both runs (per protocol); ``itt``: one per seed
     run in both, a diverged run scored at ``chance`` (intention to treat; equal to ``values``
     when no seed diverged); ``b_error``: the mean test error of ``b`` over the pairs (the scale
-    a paper's relative effect is applied to); ``unit``: what one value measures. ``b`` empty:
-    ``a`` names the whole comparison (a trend)."""
+    a paper's relative effect is applied to); ``unit``: what one value measures; ``what``: the
+    comparison's name when it is not ``a − b`` (a trend)."""
 
     a: str
     b: str
@@ -72,6 +72,7 @@ class Diff:
     chance: float | None = None
     b_error: float = math.nan
     unit: str = "points"
+    what: str = ""
 
     @property
     def n(self) -> int:
@@ -116,7 +117,7 @@ class Diff:
         return max(len(self.itt) - self.n, 0)
 
     def name(self) -> str:
-        return f"{self.a} − {self.b}" if self.b else self.a
+        return self.what or f"{self.a} − {self.b}"
 
     def _stat(self, values: Sequence[float]) -> str:
         d = Diff(self.a, self.b, tuple(values))
@@ -138,7 +139,9 @@ class Diff:
             out = (
                 f"{self.name()} = {self._stat(self.values)} {self.unit} ({self.n} {seeds}, {noise})"
             )
-        if self.itt and (itt or self.dropped):
+        if itt and self.n and not self.dropped and self.chance is None:
+            out += "; intention to treat: the same (no seed diverged)"
+        elif self.itt and (itt or self.dropped):
             chance = "" if self.chance is None else f" at chance, {100 * self.chance:.3g} %"
             out += (
                 f"; intention to treat (diverged seeds{chance}): {self._stat(self.itt)} "
@@ -219,7 +222,8 @@ def trend(
     slope of its differences against log2 ``var`` over the values of ``var`` where that seed
     has a pair (at least two), in points per doubling; its 95 % interval over the seeds (a seed
     fixes the initial weights and the data order at every ``var``). ``points``: ``(value of
-    var, a's rows, b's rows)``, each pair at its own selected rate."""
+    var, a's rows, b's rows)``, each pair at its own selected rate; ``b_error``: ``b``'s mean
+    error over them."""
     pp: dict[Any, list[tuple[float, float]]] = {}
     itt: dict[Any, list[tuple[float, float]]] = {}
     errors, chance = [], None
@@ -238,13 +242,14 @@ def trend(
         return tuple(s for s in (_slope(v) for v in per.values()) if s is not None)
 
     return Diff(
-        f"slope of {a} − {b} against log2 {var} ({var} = {xs})",
-        "",
+        a,
+        b,
         slopes(pp),
         slopes(itt),
         chance,
         float(np.mean(errors)) if errors else math.nan,
         f"points per doubling of {var}",
+        f"slope of {a} − {b} against log2 {var} ({var} = {xs})",
     )
 
 

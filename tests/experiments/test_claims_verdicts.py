@@ -1,0 +1,223 @@
+"""experiments/claims/verdicts.py and the judges' verdicts on hand-built run folders: every
+verdict kind, the n ≥ 3 rule, the MDE, intention to treat at the dataset's chance level, trends,
+a reversed condition in the headline, the one-rate conditions left out for rescaling methods."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from experiments import claims
+from experiments.claims.verdicts import Diff
+from jaxstale import data
+
+
+def _d(values, name="a", unit="points"):
+    return Diff(name, "b", tuple(values), tuple(values), b_error=0.1, unit=unit)
+
+
+UP = _d([0.02, 0.021, 0.019, 0.02, 0.022], "up")  # beyond noise for the claim
+DOWN = _d([-0.02, -0.021, -0.019, -0.02, -0.022], "down")  # beyond noise against it
+FLAT = _d([0.0005, -0.0005, 0.001, -0.001, 0.0], "flat")  # within noise, MDE ≈ 0.1 points
+WILD = _d([0.05, -0.06, 0.04, -0.05, 0.02], "wild")  # within noise, MDE ≈ 6 points
+
+
+def test_diff_needs_three_pairs_to_be_beyond_noise():
+    two = _d([0.05, 0.051])
+    assert two.n == 2 and two.mean - two.half > 0  # the interval excludes 0 ...
+    assert two.sign == 0 and "fewer than 3 pairs" in two.text()  # ... but two pairs say nothing
+    assert math.isinf(two.mde)
+    three = _d([0.05, 0.051, 0.052])
+    assert three.sign == 1 and "beyond noise" in three.text()
+    assert DOWN.sign == -1 and FLAT.sign == 0 and "within noise" in FLAT.text()
+
+
+def test_minimum_detectable_effect_is_the_paired_t_power_formula():
+    n, sd = WILD.n, float(np.std(WILD.values, ddof=1))
+    want = (stats.t.ppf(0.975, n - 1) + stats.t.ppf(0.80, n - 1)) * sd / math.sqrt(n)
+    assert WILD.mde == pytest.approx(want)
+
+
+@pytest.mark.parametrize(
+    ("primary", "secondary", "label", "headline"),
+    [
+        (UP, {"x": [UP, FLAT]}, "held", "held"),
+        (UP, {"raw inputs": [DOWN]}, "mixed", "mixed (reversed: raw inputs)"),
+        (FLAT, {"other M": [UP]}, "mixed", "mixed (primary within noise; for the claim: other M)"),
+        (FLAT, {"raw": [DOWN]}, "mixed", "mixed (primary within noise; reversed: raw)"),
+        (DOWN, {"x": [UP]}, "did not hold", "did not hold"),
+        (FLAT, {"x": [FLAT]}, "within noise", "within noise (MDE 0.1 vs expected 1.0 points)"),
+        (WILD, {"x": [FLAT]}, "untestable here", "untestable here (MDE 8.6 vs expected 1.0 "),
+        (_d([0.05, 0.06]), {}, "untestable here", "untestable here (fewer than 3 pairs"),
+    ],
+    ids=["held", "mixed-reversed", "mixed-secondary-for", "mixed-secondary-against",
+         "did-not-hold", "within-noise", "untestable", "two-pairs"],
+)  # fmt: skip
+def test_decide_every_outcome(primary, secondary, label, headline):
+    d = claims.decide(primary, secondary, expected=0.01)
+    assert d.label == label and d.label in claims.LABELS
+    assert d.headline.startswith(headline), d.headline
+
+
+def _rows(accs, lr=0.01, mu=0.9):
+    return [
+        {"method": m, "workers": w, "momentum": mu, "lr": lr, "lam": None, "seed": s,
+         "diverged": v is None, "final_val_accuracy": v, "final_test_accuracy": v}
+        for (m, w), vals in accs.items() for s, v in enumerate(vals)
+    ]  # fmt: skip
+
+
+def _folder(root, name, rows, workers, dataset="digits", **config):
+    d = root / name
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "summary.json").write_text(json.dumps({"rows": rows}))
+    cfg = {"workers": workers, "dataset": dataset, **config}
+    (d / "config.json").write_text(json.dumps({"config": cfg}))
+
+
+BASE = [0.90, 0.91, 0.905, 0.895, 0.90]
+NOISE = [0.0005, -0.0005, 0.001, -0.001, 0.0]
+
+
+def _plus(xs, k):
+    return [x + k for x in xs]
+
+
+def _async(gains, ms=(4, 8, 16, 32)):
+    """The default run: sgd, asgd at BASE; dc-asgd-a, ssgd and dc-asgd-c from ``gains``
+    (method -> per-M offset from ASGD, a float or a list of per-seed offsets)."""
+    accs = {("sgd", 1): _plus(BASE, 0.05)}
+    for m in ms:
+        accs[("asgd", m)] = BASE
+        for meth, g in gains.items():
+            off = g(m) if callable(g) else g
+            accs[(meth, m)] = [b + o for b, o in zip(BASE, np.broadcast_to(off, 5), strict=True)]
+    return accs
+
+
+def test_c1_held_then_a_reversed_condition_reaches_the_headline(tmp_path):
+    gains = {"dc-asgd-a": _plus(NOISE, 0.02), "ssgd": NOISE, "dc-asgd-c": NOISE}
+    _folder(tmp_path, "async", _rows(_async(gains)), [4, 8, 16, 32])
+    c1 = claims.claim("C1")
+    v = c1.assess(claims.Context(tmp_path, quick=False))
+    assert v.verdict == "held", v.evidence
+    assert "**primary**: dc-asgd-a (M=8) − asgd (M=8) = +2.0" in v.evidence
+    assert "secondary, DC-ASGD-a − SSGD — for the claim" in v.evidence
+    raw = _rows({("asgd", 16): BASE, ("dc-asgd-a", 16): _plus(BASE, -0.03)})
+    _folder(tmp_path, "async-raw", raw, [16, 32])
+    v = c1.assess(claims.Context(tmp_path, quick=False))
+    assert v.verdict == "mixed (reversed: raw inputs, M = 16, 32)"
+    assert "raw inputs, M = 16, 32 — **against the claim**" in v.evidence
+    report = claims.report(claims.Context(tmp_path, quick=False), tmp_path / "docs" / "c.md")
+    assert "**mixed (reversed: raw inputs, M = 16, 32)**" in report
+    for label in claims.LABELS:  # the header defines every label the report uses
+        assert f"- **{label}**: " in report
+
+
+def test_c1_uses_the_moonshots_64_and_128_workers(tmp_path):
+    gains = {"dc-asgd-a": _plus(NOISE, 0.02), "ssgd": NOISE, "dc-asgd-c": NOISE}
+    _folder(tmp_path, "async", _rows(_async(gains)), [4, 8, 16, 32])
+    big = _async({"dc-asgd-a": _plus(NOISE, -0.05)}, ms=(64, 128))
+    _folder(tmp_path, "async-m128", _rows(big), [64, 128])
+    v = claims.claim("C1").assess(claims.Context(tmp_path, quick=False))
+    assert v.verdict.startswith("mixed (reversed: round-robin workers, M = 64, 128")
+    assert "dc-asgd-a (M=128) − asgd (M=128) = -5.0" in v.evidence
+
+
+def test_c1_within_noise_and_untestable(tmp_path):
+    gains = {"dc-asgd-a": NOISE, "ssgd": NOISE, "dc-asgd-c": NOISE}
+    _folder(tmp_path, "async", _rows(_async(gains)), [4, 8, 16, 32])
+    c1 = claims.claim("C1")
+    v = c1.assess(claims.Context(tmp_path, quick=False))
+    # expected: 10 % of ASGD's 9.8 % error = 1.0 point; MDE about 0.1
+    assert v.verdict == "within noise (MDE 0.1 vs expected 1.0 points)", v.evidence
+    assert "intention to treat: the same (no seed diverged)" in v.evidence
+    wild = {"dc-asgd-a": [0.05, -0.06, 0.04, -0.05, 0.02], "ssgd": NOISE, "dc-asgd-c": NOISE}
+    _folder(tmp_path, "async", _rows(_async(wild)), [4, 8, 16, 32])
+    v = c1.assess(claims.Context(tmp_path, quick=False))
+    assert v.label == "untestable here" and "vs expected 1.0 points" in v.verdict, v.verdict
+
+
+def test_c3_did_not_hold(tmp_path):
+    accs = _async({"dana": _plus(NOISE, -0.02)})
+    _folder(tmp_path, "async", _rows(accs), [4, 8, 16, 32])
+    v = claims.claim("C3").assess(claims.Context(tmp_path, quick=False))
+    assert v.verdict == "did not hold" and "dana (M=32) − asgd (M=32) = -2.0" in v.evidence
+
+
+def test_c2_is_a_trend_in_m_and_leaves_the_one_rate_conditions_out(tmp_path):
+    # Gap-Aware's advantage grows by one point per doubling of M: 2, 3, 4, 5 points
+    grow = {"gap-aware": lambda m: _plus(NOISE, 0.01 * math.log2(m)), "sa-asgd": NOISE}
+    _folder(tmp_path, "async", _rows(_async(grow)), [4, 8, 16, 32])
+    # at one fixed rate, SA-ASGD wins beyond noise: not neutral, so it must not count
+    fixed = _rows({("gap-aware", 16): BASE, ("sa-asgd", 16): _plus(BASE, 0.05)}, lr=0.02)
+    _folder(tmp_path, "async-fixed-lr", fixed, [16])
+    c2 = claims.claim("C2")
+    v = c2.assess(claims.Context(tmp_path, quick=False))
+    assert v.verdict == "held", v.evidence
+    primary = v.evidence.splitlines()[0]
+    assert (
+        primary.startswith(
+            "- **primary**: slope of gap-aware − sa-asgd against log2 M (M = 4, 8, 16, 32) = +1.0"
+        )
+        and "points per doubling of M (5 seeds, beyond noise)" in primary
+    )
+    assert "not used: the one-rate" in v.evidence
+    assert "secondary, one" not in v.evidence  # neither the fixed rate nor SGD's
+    # a constant advantage: beats SA-ASGD at every M but not increasingly so
+    flat = {"gap-aware": _plus(NOISE, 0.02), "sa-asgd": NOISE}
+    _folder(tmp_path, "async", _rows(_async(flat)), [4, 8, 16, 32])
+    v = c2.assess(claims.Context(tmp_path, quick=False))
+    assert v.verdict == (
+        "mixed (primary within noise; for the claim: Gap-Aware − SA-ASGD at each worker count, "
+        "own rates)"
+    ), v.verdict
+
+
+def test_trend_is_the_per_seed_slope_against_log2():
+    def rows(meth, vals):
+        return [{"method": meth, "seed": s, "diverged": False, "final_test_accuracy": v}
+                for s, v in enumerate(vals)]  # fmt: skip
+
+    # seed s gains 0.01 per doubling plus a per-seed offset: every slope is exactly 0.01
+    pts = [(m, rows("a", [b + 0.01 * k + 0.001 * s for s, b in enumerate(BASE)]), rows("b", BASE))
+           for k, m in enumerate((2, 4, 8))]  # fmt: skip
+    t = claims.trend(pts, "a", "b", "N")
+    assert t.n == 5 and t.mean == pytest.approx(0.01) and t.half == pytest.approx(0, abs=1e-9)
+    assert t.sign == 1
+    assert t.unit == "points per doubling of N" and t.text().startswith("slope of a − b against")
+
+
+def _five(data_dir):
+    y = np.arange(100) % 5
+    x = (np.arange(100)[:, None] * np.ones((1, 3))).astype(np.float32)
+    return x[:80], y[:80], x[80:], y[80:], 5
+
+
+def test_itt_companion_scores_a_diverged_seed_at_the_datasets_chance(tmp_path):
+    data.register_dataset("claims-test-five", _five, overwrite=True)
+    gains = {"dc-asgd-a": _plus(NOISE, 0.02), "ssgd": NOISE, "dc-asgd-c": NOISE}
+    rows = _rows(_async(gains))
+    for r in rows:  # seed 4 of DC-ASGD-a at M = 8 diverged
+        if r["method"] == "dc-asgd-a" and r["workers"] == 8 and r["seed"] == 4:
+            r["diverged"], r["final_test_accuracy"], r["final_val_accuracy"] = True, None, None
+    _folder(tmp_path, "async", rows, [4, 8, 16, 32], dataset="claims-test-five")
+    ctx = claims.Context(tmp_path, quick=False)
+    assert ctx.chance("async") == pytest.approx(0.2)
+    v = claims.claim("C1").assess(ctx)
+    primary = v.evidence.splitlines()[0]
+    assert "dc-asgd-a (M=8) − asgd (M=8) = +2.0 ± 0.1 points (4 seeds, beyond noise)" in primary
+    # the ITT mean: four seeds +2.0, seed 4 at 20 % − 90 % = −70 points: (8 − 70) / 5 = −12.4
+    assert "intention to treat (diverged seeds at chance, 20 %): -12.4" in primary
+    assert "over 5 seeds" in primary
+
+
+def test_chance_comes_from_the_rows_dataset_not_a_constant():
+    data.register_dataset("claims-test-five", _five, overwrite=True)
+    assert claims.chance_of([{"dataset": "claims-test-five"}]) == pytest.approx(0.2)
+    assert claims.chance_of([{"dataset": "digits"}]) == pytest.approx(0.1)
+    assert claims.chance_of([{"num_classes": 2}]) == 0.5  # a recorded class count wins
+    with pytest.raises(ValueError, match="name 0 datasets"):
+        claims.chance_of([{"seed": 0}])
