@@ -221,3 +221,46 @@ def test_chance_comes_from_the_rows_dataset_not_a_constant():
     assert claims.chance_of([{"num_classes": 2}]) == 0.5  # a recorded class count wins
     with pytest.raises(ValueError, match="name 0 datasets"):
         claims.chance_of([{"seed": 0}])
+
+
+def _pipe(accs, lr=0.01):
+    return [
+        {"method": m, "model": "mlp", "stages": n, "lr": lr, "seed": s, "diverged": v is None,
+         "final_val_accuracy": v, "final_test_accuracy": v}
+        for (m, n), vals in accs.items() for s, v in enumerate(vals)
+    ]  # fmt: skip
+
+
+def test_p1_one_reversed_cell_makes_it_mixed_not_did_not_hold(tmp_path):
+    # the case: prediction wins at N = 8, NAG loses at N = 4 (one cell)
+    accs = {("sync", n): _plus(BASE, 0.05) for n in (2, 4, 8)}
+    for n in (2, 4, 8):
+        accs[("vanilla", n)] = BASE
+        accs[("stash", n)] = BASE
+        accs[("spectrain-v1", n)] = [b + g for b, g in zip(BASE, _plus(NOISE, 0.02), strict=True)]
+    accs[("nesterov", 4)] = _plus(BASE, -0.02)
+    accs[("nesterov", 8)] = _plus(BASE, 0.02)
+    _folder(tmp_path, "pipeline", _pipe(accs), [])
+    v = claims.claim("P1").assess(claims.Context(tmp_path, quick=False))
+    # the cell reverses NAG − vanilla, NAG − stash and NAG − vanilla at sync's rate alike
+    assert v.verdict == (
+        "mixed (reversed: NAG prediction − vanilla; prediction − stashing; one rate for every "
+        "policy (sync's, 0.01))"
+    ), v.evidence
+    assert v.evidence.startswith("- **primary**: spectrain-v1 (N=8) − vanilla (N=8) = +")
+    assert "further differences (no claimed direction; not in the verdict)" in v.evidence
+
+
+def test_p1_trend_in_n_reversed_reaches_the_headline(tmp_path):
+    # SpecTrain's gain shrinks with depth (4, 2, 1 points at N = 2, 4, 8): still a gain at N = 8
+    accs = {}
+    for k, n in enumerate((2, 4, 8)):
+        accs[("sync", n)] = _plus(BASE, 0.05)
+        accs[("vanilla", n)] = BASE
+        accs[("spectrain-v1", n)] = [
+            b + g for b, g in zip(BASE, _plus(NOISE, 0.04 / 2**k), strict=True)
+        ]
+    _folder(tmp_path, "pipeline", _pipe(accs), [])
+    v = claims.claim("P1").assess(claims.Context(tmp_path, quick=False))
+    assert v.verdict == "mixed (reversed: trend in N (staleness grows with depth))", v.evidence
+    assert "slope of spectrain-v1 − vanilla against log2 N (N = 2, 4, 8) = -1.5" in v.evidence
