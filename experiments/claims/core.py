@@ -100,10 +100,14 @@ class Claim:
             f"{100 * p.b_error:.1f} %"
         )
         mde = "∞ (too few pairs)" if not math.isfinite(d.mde) else f"{100 * d.mde:.1f}"
+        want = (
+            f"expected {100 * expected:.1f} {p.unit} ({scale}; {self.expected_why})"
+            if math.isfinite(expected)
+            else "no expected effect (no paper effect, or no pair to rescale it by)"
+        )
         lines = [
             f"- **primary**: {p.text(itt=True)}",
-            f"- minimum detectable effect (80 % power): {mde} {p.unit}; expected "
-            f"{100 * expected:.1f} {p.unit} ({scale}; {self.expected_why})",
+            f"- minimum detectable effect (80 % power): {mde} {p.unit}; {want}",
         ]
         for label, diffs in ev.secondary.items():
             if not diffs:

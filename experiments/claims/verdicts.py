@@ -300,9 +300,11 @@ def decide(primary: Diff, secondary: Mapping[str, Sequence[Diff]], expected: flo
         parts += [f"for the claim: {'; '.join(up)}"] if up else []
         parts += [f"reversed: {'; '.join(down)}"] if down else []
         return out("mixed", f"mixed ({'; '.join(parts)})")
-    sizes = f"MDE {_points(mde)} vs expected {_points(expected)} {unit}"
+    got = f"MDE {_points(mde)}" if math.isfinite(mde) else f"fewer than {MIN_PAIRS} pairs"
+    want = (
+        f"expected {_points(expected)} {unit}" if math.isfinite(expected) else "no expected effect"
+    )
+    sizes = f"{got} vs {want}" if math.isfinite(mde) else f"{got}; {want}"
     if not math.isfinite(expected) or not mde <= expected:
-        if not math.isfinite(mde):
-            sizes = f"fewer than {MIN_PAIRS} pairs; expected {_points(expected)} {unit}"
         return out("untestable here", f"untestable here ({sizes})")
     return out("within noise", f"within noise ({sizes})")

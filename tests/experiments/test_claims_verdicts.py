@@ -264,3 +264,18 @@ def test_p1_trend_in_n_reversed_reaches_the_headline(tmp_path):
     v = claims.claim("P1").assess(claims.Context(tmp_path, quick=False))
     assert v.verdict == "mixed (reversed: trend in N (staleness grows with depth))", v.evidence
     assert "slope of spectrain-v1 − vanilla against log2 N (N = 2, 4, 8) = -1.5" in v.evidence
+
+
+def test_every_seed_diverged_in_one_arm_is_untestable_with_the_itt_companion_shown():
+    a = [{"seed": s, "dataset": "digits", "diverged": False, "final_test_accuracy": 0.9}
+         for s in range(3)]  # fmt: skip
+    b = [{"seed": s, "dataset": "digits", "diverged": True, "final_test_accuracy": None}
+         for s in range(3)]  # fmt: skip
+    d = claims.diff(a, b, "a", "b")
+    assert d.n == 0 and d.itt == pytest.approx((0.8, 0.8, 0.8))
+    assert d.text() == (
+        "a − b: no seed where both trained; intention to treat (diverged seeds at chance, "
+        "10 %): +80.0 ± 0.0 over 3 seeds"
+    )
+    got = claims.decide(d, {}, math.nan)
+    assert got.headline == "untestable here (fewer than 3 pairs; no expected effect)"
