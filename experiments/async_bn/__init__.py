@@ -87,7 +87,6 @@ selection on validation, the tables and figures).
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,15 +98,7 @@ from jaxstale.asyncdp.methods import LC_BN_MOMENTUM as BN_MOMENTUM
 from jaxstale.asyncdp.methods import LC_LAMBDA
 
 from ..common import chance, load_checked, opened
-from ..config import (
-    Base,
-    ConfigError,
-    check_memory,
-    check_model,
-    from_argv,
-    opt,
-    usage_errors,
-)
+from ..config import Base, ConfigError, check_memory, check_model, cli, opt, seed_mode_opt
 from .bank import (
     ASYNC,
     DEFAULT_DECAY,
@@ -187,7 +178,6 @@ class Config(Base):
     steps: int | None = opt(
         None, f"updates per run, the budget (default {UPDATES}; --quick 80)", low=1
     )
-    seeds: int | None = opt(None, "number of seeds (default 5; --quick 2)", low=1)
     lrs: tuple[float, ...] | None = opt(
         None,
         "learning-rate grid, selected on validation (default 0.03,0.1)",
@@ -210,16 +200,8 @@ class Config(Base):
     width: int | None = opt(
         None, f"ResNet-20's first-stage channels (default {WIDTH}; the paper: 16)", low=1
     )
-    batch_size: int = opt(32, "mini-batch size", low=1)
     eval_every: int | None = opt(
         None, "updates between validation evaluations (default 40, one epoch)", low=1
-    )
-    target: float = opt(
-        0.95,
-        "validation accuracy whose first crossing is the time to accuracy",
-        low=0,
-        high=1,
-        low_open=True,
     )
     delay: str = opt(
         "gamma",
@@ -227,11 +209,8 @@ class Config(Base):
         choices=delays.DELAY_MODELS,
         kind="delay model",
     )
-    seed_mode: str = opt(
-        "auto",
-        "seeds as vmapped lanes of one run, or one after the other (auto: by model and backend)",
-        choices=("auto", "vmap", "sequential"),
-        kind="seed mode",
+    seed_mode: str = seed_mode_opt(
+        "seeds as vmapped lanes of one run, or one after the other (auto: by model and backend)"
     )
 
     def __post_init__(self) -> None:
@@ -330,8 +309,4 @@ def report(
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """The command line over :func:`run` and :func:`report` (flags from :class:`Config`)."""
-    t0 = time.perf_counter()
-    config, p = from_argv(Config, argv, __doc__.splitlines()[0])
-    with usage_errors(p):
-        return report(run(config), config, started=t0)
-    raise AssertionError("not reached")  # pragma: no cover (usage errors exit)
+    return cli(Config, run, report, argv, __doc__.splitlines()[0])
