@@ -295,11 +295,22 @@ class _Items(argparse.Action):
         setattr(namespace, self.dest, items)
 
 
+def prog_of(module: str) -> str | None:
+    """The program name of a usage line: argparse's (``sys.argv[0]``'s name), except
+    ``python -m <module>`` for a package run with ``python -m`` (argparse would say
+    ``__main__.py``)."""
+    prog = os.path.basename(sys.argv[0]) or None
+    return f"python -m {module}" if prog == "__main__.py" else prog
+
+
 def parser(cls: type[Base], description: str | None = None) -> argparse.ArgumentParser:
     """The command line of a config class: one flag per field (``--field-name``), with the
     field's help, default and choices (the registries as they are now). Only the flags given
     appear in the parsed namespace; defaults come from the dataclass."""
-    p = runs.OneLineParser(description=description, argument_default=argparse.SUPPRESS)
+    prog = os.path.basename(sys.argv[0]) or None
+    if prog == "__main__.py":  # python -m of a package experiment (async_bn, claims)
+        prog = f"python -m {cls.__module__}"
+    p = runs.OneLineParser(prog=prog, description=description, argument_default=argparse.SUPPRESS)
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         meta = dict(f.metadata)

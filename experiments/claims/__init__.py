@@ -40,6 +40,7 @@ from typing import Any
 
 from jaxstale import runs
 
+from ..config import prog_of
 from ..reports import MIN_PAIRS
 from .asynchronous import (
     judge_acceptance,
@@ -374,7 +375,7 @@ def report(ctx: Context, out: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    p = runs.OneLineParser(description=__doc__.splitlines()[0])
+    p = runs.OneLineParser(prog=prog_of(__name__), description=__doc__.splitlines()[0])
     p.add_argument("--run", action="store_true", help="run (or resume) the configurations first")
     p.add_argument(
         "--quick", action="store_true", help="smoke configurations (about a minute each)"
