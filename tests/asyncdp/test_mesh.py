@@ -60,7 +60,11 @@ def _parity(method: str, kind: str, m: int, devices: int) -> float:
 
 @pytest.mark.parametrize(
     "method, kind, m",
-    [("dc-asgd-a", "round_robin", 4), ("dana-dc", "gamma", 8), ("ssgd", "round_robin", 4)],
+    [
+        pytest.param("dc-asgd-a", "round_robin", 4, marks=pytest.mark.slow),
+        ("dana-dc", "gamma", 8),
+        ("ssgd", "round_robin", 4),
+    ],
 )
 def test_async_parity_with_emulator(method, kind, m):
     assert _parity(method, kind, m, m) < TOL
@@ -92,7 +96,9 @@ class _BNNet(nnx.Module):
         return self.out(nnx.relu(self.bn(self.lin(x.reshape(len(x), -1)))))
 
 
-@pytest.mark.parametrize("method", ["asgd", "lc-asgd-async-bn"])
+@pytest.mark.parametrize(
+    "method", ["asgd", pytest.param("lc-asgd-async-bn", marks=pytest.mark.slow)]
+)
 def test_batch_norm_statistics_match_the_emulator(method):
     """Each worker's pulled BN copy lives on its device: running statistics are exact too."""
     f = models.functional(_BNNet())

@@ -146,6 +146,7 @@ def _host_async(tx, sched, xb, yb, w0):
     return w
 
 
+@pytest.mark.slow  # make test ≤ 8 min: CI runs it in make test-slow
 def test_dc_asgd_a_per_worker_is_one_ms_per_worker_in_the_emulator():
     import optax
 

@@ -223,6 +223,7 @@ def test_bad_input_is_a_one_line_usage_error_before_anything_is_written(
     assert not out.exists()
 
 
+@pytest.mark.slow  # make test ≤ 8 min: CI runs it in make test-slow
 def test_divergence_is_a_row_not_a_crash(tmp_path):
     argv = [*TINY, "--workers", "4", "--seeds", "1", "--lrs", "1e30", "--out", str(tmp_path)]
     res = async_bn.main(argv)

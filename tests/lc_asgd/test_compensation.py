@@ -124,6 +124,7 @@ def test_sensitivity_clipping_bounds_an_explosive_fit():
     np.testing.assert_allclose([exact, clipped], [1.5 + 2.25 + 3.375, 3.0], rtol=1e-4)
 
 
+@pytest.mark.slow  # make test ≤ 8 min: CI runs it in make test-slow
 def test_steps_source_predicted_true_or_given():
     g = {"a": jnp.ones(2)}
     kw = dict(worker_loss=1.0, worker=0, staleness=5)

@@ -65,6 +65,7 @@ def test_delay_loss_weights_integer_fractional_and_clipped_k():
         np.testing.assert_allclose([value, slope], [2.0 * want, want], rtol=1e-6)
 
 
+@pytest.mark.slow  # make test ≤ 8 min: CI runs it in make test-slow
 def test_rnn_starts_at_persistence_and_learns_a_trend():
     lp = rnn_loss_predictor(hidden=8, window=4, learning_rate=3e-2)
     rollout = jax.jit(lp.rollout, static_argnums=2)

@@ -145,6 +145,7 @@ def test_functional_stages_compose_to_apply_exactly(num_stages):
     assert sum(len(jax.tree.leaves(s.params)) for s in stages) == len(jax.tree.leaves(full.params))
 
 
+@pytest.mark.slow  # make test ≤ 8 min: CI runs it in make test-slow
 def test_apply_train_flag_is_static_under_jit():
     f = models.functional(_make())
     apply = jax.jit(f.apply, static_argnums=3, donate_argnums=1)
