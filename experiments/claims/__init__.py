@@ -21,17 +21,27 @@ the data order for every method). Nothing is selected on test data. ::
     python -m experiments.claims --run           # run (or resume) every configuration, then
                                                  # write docs/claims.md and its figures
     python -m experiments.claims                 # re-write the report from existing folders
+                                                 # (from the committed rows when there are none)
+    python -m experiments.claims --from-rows     # rebuild it from the committed rows only
     python -m experiments.claims --run --quick   # smoke: tiny runs, the report says so
 
 ``make claims`` is the first line. The run folders live under ``--results`` (default
 ``results/claims``), one per configuration (:data:`RUNS`); a folder computed by other code is
 refused, as for any experiment (re-run, or ``--force-resume``).
+
+``results/`` is not committed: the report step first copies each configuration's small files
+(``summary.json``, ``config.json``, ``table.md``) into ``docs/claims/rows/<name>/`` (committed,
+:mod:`~experiments.claims.provenance`), then builds the report from that copy, so the report
+rebuilds byte for byte from the repository (``--from-rows``). Its "Provenance" section records
+the commit checked out when the rows were copied and each configuration's code fingerprint,
+library versions and dataset digest; every comparative claim gets a forest plot of its paired
+differences (:mod:`~experiments.claims.figures`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
+import os
 import shutil
 import sys
 from collections.abc import Sequence
@@ -42,6 +52,7 @@ from jaxstale import runs
 
 from ..config import prog_of
 from ..reports import MIN_PAIRS
+from . import provenance
 from .asynchronous import (
     judge_acceptance,
     judge_async_bn,
@@ -65,7 +76,9 @@ from .core import (
     selected,
     trend,
 )
+from .figures import forest_figure, save_png
 from .pipeline import judge_cliff, judge_moonshot_pipeline, judge_pipeline, judge_pipeline_adam
+from .provenance import Snapshot
 from .verdicts import LABELS, Decision, decide
 
 __all__ = [
@@ -78,12 +91,14 @@ __all__ = [
     "Diff",
     "Evidence",
     "Run",
+    "Snapshot",
     "Verdict",
     "cell",
     "chance_of",
     "claim",
     "decide",
     "diff",
+    "forest_figure",
     "judge_acceptance",
     "judge_async_bn",
     "judge_cliff",
@@ -269,9 +284,65 @@ def run_configs(names: Sequence[str], results: Path, quick: bool, force: bool) -
         spec.experiment.report(spec.experiment.run(config), config)
 
 
-def report(ctx: Context, out: Path) -> str:
-    """docs/claims.md's text (figures copied next to it, under ``claims/``)."""
+def _evidence(c: Claim, ctx: Context) -> Evidence | None:
+    """The judge's evidence of a comparative claim (None: a threshold check, a moonshot, or its
+    first run folder missing); the verdict itself is :meth:`Claim.assess`'s."""
+    if not all(ctx.has(n) for n in c.runs[:1]):
+        return None
+    got = c.judge(ctx)
+    return got if isinstance(got, Evidence) else None
+
+
+def _figure_links(
+    c: Claim, v: Verdict, ctx: Context, fig_dir: Path, figures_from: Path | None
+) -> list[str]:
+    """The claim's figures under ``fig_dir``: the experiments' (copied from ``figures_from``'s
+    run folders; None: the copies already beside the report) and its forest plot."""
+    lines = []
+    ev = _evidence(c, ctx)
+    forest = fig_dir / f"claim-{c.id.lower()}-forest.png"
+    fig = forest_figure(c, ev, smoke=ctx.quick) if ev is not None else None
+    if fig is not None:
+        fig_dir.mkdir(parents=True, exist_ok=True)
+        save_png(fig, forest)
+        lines += [
+            "",
+            f"![{c.id}: every paired difference (forest plot: mean, 95 % interval, seeds, "
+            f"expected effect)](claims/{forest.name})",
+        ]
+    elif forest.exists():
+        forest.unlink()
+    for run_name, stem in v.figures:
+        dst = fig_dir / f"{run_name}-{stem}.png"
+        if figures_from is not None:
+            src = figures_from / run_name / f"{stem}.png"
+            if src.exists():
+                fig_dir.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dst)
+            elif dst.exists():
+                dst.unlink()  # a copy of an earlier run's figure: not this report's
+        if dst.exists():
+            lines += ["", f"![{c.id}: {stem}](claims/{dst.name})"]
+    return lines
+
+
+def report(
+    ctx: Context,
+    out: Path,
+    *,
+    snap: Snapshot | None = None,
+    figures_from: Path | None = None,
+) -> str:
+    """docs/claims.md's text (figures written next to it, under ``claims/``).
+
+    ``snap``: the committed rows ``ctx`` reads (:func:`provenance.snapshot`), recorded in the
+    text; ``figures_from``: the run folders whose figures are copied beside the report (None:
+    ``ctx``'s own folders without ``snap``, the copies already there with it). Nothing in the
+    text depends on the date or on where the rows were read: rebuilt from the same rows, the
+    report is the same bytes."""
     fig_dir = out.parent / "claims"
+    if snap is None and figures_from is None:
+        figures_from = ctx.results
     lines = [
         "# Claims report",
         "",
@@ -319,8 +390,7 @@ def report(ctx: Context, out: Path) -> str:
         "- **reached** / **not reached** for a moonshot (M1, M2): the target met / missed;",
         "- **not run**: the claim's run folder (or its primary comparison's cells) is missing.",
         "",
-        f"Generated {datetime.date.today().isoformat()} from the run folders in "
-        f"`{ctx.results}` by `python -m experiments.claims`; the configurations:",
+        *_source_lines(ctx, out, snap),
         "",
     ]
     for name, spec in RUNS.items():
@@ -364,14 +434,33 @@ def report(ctx: Context, out: Path) -> str:
         ]
         for t in v.tables:
             lines += ["", t]
-        for run_name, stem in v.figures:
-            src = ctx.path(run_name) / f"{stem}.png"
-            if src.exists():
-                fig_dir.mkdir(parents=True, exist_ok=True)
-                dst = fig_dir / f"{run_name}-{stem}.png"
-                shutil.copyfile(src, dst)
-                lines += ["", f"![{c.id}: {stem}](claims/{dst.name})"]
+        lines += _figure_links(c, v, ctx, fig_dir, figures_from)
+    folders = {n: ctx.path(n) for n in RUNS if ctx.has(n)}
+    lines += ["", '<a id="provenance"></a>', ""]
+    lines += provenance.section(folders, snap, _rows_link(out, snap))
     return "\n".join(lines) + "\n"
+
+
+def _rows_link(out: Path, snap: Snapshot | None) -> str | None:
+    """The committed rows' folder relative to the report (posix), None without rows."""
+    if snap is None:
+        return None
+    return Path(os.path.relpath(snap.rows, out.parent)).as_posix()
+
+
+def _source_lines(ctx: Context, out: Path, snap: Snapshot | None) -> list[str]:
+    if snap is None:
+        return [
+            f"Generated by `python -m experiments.claims` from the run folders in "
+            f"`{ctx.results}` (their fingerprints: [Provenance](#provenance)); the "
+            "configurations:",
+        ]
+    return [
+        f"Generated by `python -m experiments.claims` from the rows committed in "
+        f"`{_rows_link(out, snap)}/`, copied from the run folders in `{snap.source}` (the "
+        "commit and each configuration's fingerprint: [Provenance](#provenance)); the "
+        "configurations:",
+    ]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -387,6 +476,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     p.add_argument("--out", default="docs/claims.md", help="the report (default docs/claims.md)")
     p.add_argument(
+        "--rows",
+        default=None,
+        help="the committed copy of the rows (default: claims/rows beside --out)",
+    )
+    p.add_argument(
+        "--from-rows",
+        action="store_true",
+        help="rebuild the report from the committed rows alone (no run folder read)",
+    )
+    p.add_argument(
         "--only",
         type=runs.name_list(list(RUNS), "configuration"),
         default=None,
@@ -394,26 +493,53 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     p.add_argument("--force-resume", action="store_true", help="passed to every experiment")
     args = p.parse_args(argv)
-    results = Path(args.results or ("results/claims-quick" if args.quick else "results/claims"))
-    if not args.run:
+    out = Path(args.out)
+    rows = Path(args.rows) if args.rows else out.parent / "claims" / "rows"
+    source = args.results or ("results/claims-quick" if args.quick else "results/claims")
+    results = Path(source)
+    from_rows = bool(args.from_rows)
+    if from_rows:
+        for flag, given in (
+            ("--run", args.run),
+            ("--quick", args.quick),
+            ("--results", args.results),
+            ("--only", args.only),
+            ("--force-resume", args.force_resume),
+        ):
+            if given:
+                p.error(f"argument {flag}: not with --from-rows (it reads the committed rows)")
+    elif not args.run:
         for flag, given in (("--only", args.only), ("--force-resume", args.force_resume)):
             if given:
                 p.error(f"argument {flag}: applies with --run only (nothing would be run)")
         if not any(results.glob("**/summary.json")):
-            p.error(
-                f"no finished run under {results}: nothing to report (run with --run first, or "
-                f"point --results at the run folders); {args.out} left as it is"
-            )
-    if args.run:
-        run_configs(args.only or list(RUNS), results, args.quick, args.force_resume)
-    ctx = Context(results, args.quick)
-    out = Path(args.out)
-    text = report(ctx, out)
+            if args.results is None and provenance.read_index(rows) is not None:
+                from_rows = True
+                print(
+                    f"[{EXPERIMENT}] no finished run under {results}: rebuilding {out} from the "
+                    f"committed rows in {rows}",
+                    file=sys.stderr,
+                )
+            else:
+                p.error(
+                    f"no finished run under {results}: nothing to report (run with --run first, "
+                    f"or point --results at the run folders); {args.out} left as it is"
+                )
+    if from_rows:
+        snap = provenance.read_index(rows)
+        if snap is None:
+            p.error(f"no committed rows in {rows} (no {provenance.INDEX}): run the report first")
+    else:
+        if args.run:
+            run_configs(args.only or list(RUNS), results, args.quick, args.force_resume)
+        snap = provenance.snapshot(results, rows, list(RUNS), quick=args.quick, source=source)
+    ctx = Context(snap.rows, snap.quick)
+    text = report(ctx, out, snap=snap, figures_from=None if from_rows else results)
     out.parent.mkdir(parents=True, exist_ok=True)
     runs.atomic_write_text(out, text)
     print(text)
-    print(f"[{EXPERIMENT}] wrote {out}", file=sys.stderr)
-    return {"text": text, "path": out}
+    print(f"[{EXPERIMENT}] wrote {out} (rows: {rows})", file=sys.stderr)
+    return {"text": text, "path": out, "rows": rows}
 
 
 if __name__ == "__main__":

@@ -1,0 +1,172 @@
+"""The claims report's own figures: one forest plot per comparative claim.
+
+A forest plot shows every paired difference a claim's judge computed (:class:`Evidence`): the
+declared primary (highlighted, on top) and each secondary comparison or condition, as the mean
+over seeds with its 95 % t interval, every seed's own difference as a dot, the zero line and
+the paper's effect rescaled to this task. Differences are oriented so that positive is the
+claimed direction; a trend (points per doubling) gets its own panel, since its unit differs.
+Matplotlib ``Figure`` objects only (no pyplot); legends beside the axes
+(:func:`jaxstale.runs.finish_figure`).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import tempfile
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jaxstale import runs
+
+from .core import Claim, Evidence
+from .verdicts import Diff
+
+__all__ = ["COLORS", "forest_figure", "forest_items", "save_png"]
+
+#: colour of a difference by what it shows (beyond noise for / against the claim, within noise)
+COLORS = {"for": "#1f77b4", "against": "#d62728", "within": "#7f7f7f"}
+_EXPECTED = "#ff7f0e"
+_PRIMARY_BAND = "#fff2cc"
+
+
+def forest_items(ev: Evidence) -> list[tuple[str, Diff]]:
+    """The differences a forest plot shows, ``(label, diff)``: the primary first (label
+    ``"primary"``), then every secondary in the judge's order."""
+    out: list[tuple[str, Diff]] = [] if ev.primary is None else [("primary", ev.primary)]
+    out += [(label, d) for label, diffs in ev.secondary.items() for d in diffs]
+    return out
+
+
+def _kind(d: Diff) -> str:
+    return "for" if d.sign > 0 else "against" if d.sign < 0 else "within"
+
+
+def _tick(label: str, d: Diff, first: bool) -> str:
+    """A row's label: the group's label on its first row only (a line separates groups)."""
+    if label == "primary":
+        text = f"PRIMARY: {d.name()}"
+    else:
+        text = f"{label}: {d.name()}" if first else d.name()
+    return "\n".join(textwrap.wrap(text, 58)) or text
+
+
+def _draw(ax: Any, items: list[tuple[str, Diff]], expected: float | None) -> None:
+    """One panel (one unit): rows top to bottom in ``items``' order."""
+    n = len(items)
+    ticks = []
+    for i, (label, d) in enumerate(items):
+        y = n - 1 - i
+        primary = label == "primary"
+        first = i == 0 or items[i - 1][0] != label
+        if first and i:
+            ax.axhline(y + 0.5, color="0.6", linewidth=0.8, zorder=1)
+        ticks.append((y, _tick(label, d, first), primary))
+        if primary:
+            ax.axhspan(y - 0.45, y + 0.45, color=_PRIMARY_BAND, zorder=0)
+        if d.values:
+            vals = 100 * np.asarray(d.values, dtype=float)
+            jitter = np.linspace(-0.18, 0.18, len(vals)) if len(vals) > 1 else np.zeros(1)
+            ax.scatter(vals, y + jitter, s=9, color="0.45", alpha=0.55, linewidths=0, zorder=2)
+        if d.n == 0:
+            ax.text(0, y, " no seed where both trained", va="center", fontsize="small",
+                    color="0.35", style="italic")  # fmt: skip
+            continue
+        color = COLORS[_kind(d)]
+        half = 100 * d.half if math.isfinite(d.half) else None
+        ax.errorbar(
+            100 * d.mean, y, xerr=half, fmt="D" if primary else "o", color=color,
+            markersize=9 if primary else 6, markeredgecolor="black" if primary else color,
+            elinewidth=2.8 if primary else 1.6, capsize=5 if primary else 3, zorder=4,
+        )  # fmt: skip
+        if d.dropped and d.itt:
+            ax.plot(100 * float(np.mean(d.itt)), y, marker="o", markersize=8, zorder=3,
+                    markerfacecolor="none", markeredgecolor=color, linestyle="none")  # fmt: skip
+    ax.axvline(0.0, color="black", linewidth=1.0, zorder=1)
+    if expected is not None and math.isfinite(expected):
+        ax.axvline(100 * expected, color=_EXPECTED, linestyle="--", linewidth=1.6, zorder=1)
+    ax.set_yticks([y for y, _, _ in ticks], [t for _, t, _ in ticks], fontsize="small")
+    for label, (_, _, primary) in zip(ax.get_yticklabels(), ticks, strict=True):
+        if primary:
+            label.set_fontweight("bold")
+    ax.set_ylim(-0.6, n - 0.4)
+    ax.grid(axis="x", alpha=0.3)
+
+
+def _legend(ax: Any, expected: float | None, unit: str, itt: bool) -> None:
+    from matplotlib.lines import Line2D
+
+    def mark(color: str, marker: str = "o", **kw: Any) -> Line2D:
+        return Line2D([], [], color=color, marker=marker, linestyle="none", **kw)
+
+    handles = [
+        mark(COLORS["for"], "D", markeredgecolor="black", markersize=8),
+        mark(COLORS["for"]),
+        mark(COLORS["against"]),
+        mark(COLORS["within"]),
+        mark("0.45", markersize=4, alpha=0.6),
+    ]
+    texts = [
+        "primary (declared before the numbers)",
+        "beyond noise, for the claim",
+        "beyond noise, against the claim",
+        "within noise (95 % interval covers 0)",
+        "one seed's paired difference",
+    ]
+    if itt:
+        handles.append(mark("0.3", markerfacecolor="none", markersize=8))
+        texts.append("intention to treat (diverged seeds at chance)")
+    if expected is not None and math.isfinite(expected):
+        handles.append(Line2D([], [], color=_EXPECTED, linestyle="--"))
+        texts.append(f"expected effect: {100 * expected:.2g} {unit}\n(the paper's, rescaled)")
+    ax.legend(handles, texts, fontsize="small", loc="upper left")
+
+
+def forest_figure(claim: Claim, ev: Evidence, *, smoke: bool = False) -> Any:
+    """The forest plot of a comparative claim's evidence (a matplotlib ``Figure``), or None
+    when the judge returned no primary (its cells were not run)."""
+    from matplotlib.figure import Figure
+
+    if ev.primary is None:
+        return None
+    items = forest_items(ev)
+    expected = claim.expected_points(ev.primary)
+    units = list(dict.fromkeys(d.unit for _, d in items))
+    groups = [[(label, d) for label, d in items if d.unit == u] for u in units]
+    fig = Figure(figsize=(11.0, 1.9 + 0.5 * len(items) + 0.4 * len(units)), layout="constrained")
+    axes = fig.subplots(len(units), 1, squeeze=False, height_ratios=[len(g) for g in groups])
+    itt = any(d.dropped and d.itt for _, d in items)
+    for k, (ax, unit, group) in enumerate(zip(axes[:, 0], units, groups, strict=True)):
+        mine = expected if unit == ev.primary.unit else None
+        _draw(ax, group, mine)
+        ax.set_xlabel(f"paired difference of test accuracy, {unit} (positive = as claimed)")
+        if k == 0:
+            _legend(ax, expected, ev.primary.unit, itt)
+    title = (
+        f"{claim.id}: {claim.title} — every paired difference the verdict reads (primary "
+        "highlighted): mean over seeds with its 95 % t interval, one dot per seed, zero line, "
+        "the paper's effect rescaled to this task"
+    )
+    fig.suptitle("\n".join(textwrap.wrap(title, 110)), fontsize="medium")
+    return runs.finish_figure(fig, smoke=smoke)
+
+
+def save_png(fig: Any, path: Path) -> Path:
+    """Writes ``fig`` as a PNG atomically (the same bytes for the same figure: no date in it)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(buf.getvalue())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path

@@ -1,0 +1,239 @@
+"""The report's committed rows and its provenance.
+
+``results/`` is not committed, so a report computed from it could not be audited from the
+repository. The report step therefore copies each configuration's small files (``summary.json``
+— re-written one row per line, same content —, ``config.json`` and ``table.md``; never
+``metrics.jsonl`` or the cells) into a committed folder beside the report
+(``docs/claims/rows/<name>/``, :func:`snapshot`) with an ``index.json`` naming the commit that
+was checked out when they were copied, and then builds the report **from that folder**: so
+``python -m experiments.claims --from-rows`` rebuilds it byte for byte without recomputing.
+
+:func:`section` is the report's "Provenance" section: the commit of the report (checked out
+when the rows were copied) and, per configuration, the fingerprint of its runs as its run
+folder recorded it (``config.json``'s ``code``: the code hash that decides results, the git
+commit the cells were computed at, the jax / jaxlib / flax / optax versions, the datasets'
+content digest), with any cells reused from other code (``--force-resume``) named.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jaxstale import runs
+
+__all__ = ["INDEX", "ROW_FILES", "Snapshot", "git_state", "read_index", "section", "snapshot"]
+
+#: the file naming the snapshot (commit, smoke flag, source folder, configurations)
+INDEX = "index.json"
+
+#: the files copied verbatim beside ``summary.json`` (small; ``metrics.jsonl`` stays out)
+ROW_FILES = ("config.json", "table.md")
+
+_VERSIONS = ("jax", "jaxlib", "flax", "optax", "numpy", "python")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Where a report's rows come from: ``rows`` (the committed folder), ``source`` (the run
+    folders they were copied from, as given on the command line), ``commit`` (HEAD when they
+    were copied; None outside a git checkout), ``dirty`` (the work tree had uncommitted changes
+    to tracked files then), ``quick`` (smoke runs)."""
+
+    rows: Path
+    source: str
+    commit: str | None
+    dirty: bool
+    quick: bool
+
+    def index(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "commit": self.commit,
+            "dirty": self.dirty,
+            "quick": self.quick,
+        }
+
+
+def git_state(where: Path | None = None) -> tuple[str | None, bool]:
+    """``(HEAD, dirty)`` of the git checkout holding ``where`` (default: this package);
+    ``(None, False)`` outside one or without git (never raises)."""
+    folder = str(where or Path(__file__).resolve().parent)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", "-C", folder, *args],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                env=env,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError, ValueError):
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+    head = (git("rev-parse", "--verify", "-q", "HEAD") or "").strip()
+    if not re.fullmatch(r"[0-9a-f]{40,64}", head):
+        return None, False
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return head, bool(status and status.strip())
+
+
+def _summary_text(summary: Mapping[str, Any]) -> str:
+    """``summary.json`` with one row per line (the same JSON values; diffs read row by row)."""
+
+    def dump(v: Any) -> str:
+        return json.dumps(v, ensure_ascii=False, separators=(", ", ": "))
+
+    head = [f"  {dump(k)}: {dump(v)}," for k, v in summary.items() if k != "rows"]
+    rows = [f"    {dump(r)}" for r in summary.get("rows", [])]
+    body = ",\n".join(rows)
+    return "\n".join(["{", *head, '  "rows": [', *([body] if rows else []), "  ]", "}"]) + "\n"
+
+
+def snapshot(
+    results: Path, rows: Path, names: Sequence[str], *, quick: bool, source: str | None = None
+) -> Snapshot:
+    """Copies the small files of each configuration of ``names`` finished under ``results``
+    into ``rows/<name>/`` and writes ``rows/index.json``. The folder becomes an exact copy: a
+    configuration no longer under ``results`` has its copy removed (the report reads it as not
+    run, as it would read the results folder)."""
+    have = [n for n in names if (results / n / "summary.json").exists()]
+    rows.mkdir(parents=True, exist_ok=True)
+    for old in sorted(rows.iterdir()):
+        if old.is_dir() and old.name not in have and (old / "summary.json").exists():
+            shutil.rmtree(old)
+    for name in have:
+        src, dst = results / name, rows / name
+        dst.mkdir(exist_ok=True)
+        summary = json.loads((src / "summary.json").read_text())
+        runs.atomic_write_text(dst / "summary.json", _summary_text(summary))
+        for f in ROW_FILES:
+            if (src / f).exists():
+                runs.atomic_write_text(dst / f, (src / f).read_text())
+            elif (dst / f).exists():
+                (dst / f).unlink()
+    commit, dirty = git_state()
+    snap = Snapshot(rows, source or str(results), commit, dirty, quick)
+    runs.atomic_write_text(rows / INDEX, json.dumps(snap.index(), indent=2) + "\n")
+    return snap
+
+
+def read_index(rows: Path) -> Snapshot | None:
+    """The snapshot recorded in ``rows/index.json`` (None when there is none)."""
+    try:
+        index = json.loads((rows / INDEX).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return Snapshot(
+        rows,
+        str(index.get("source") or ""),
+        index.get("commit"),
+        bool(index.get("dirty")),
+        bool(index.get("quick")),
+    )
+
+
+def _short(sha: Any, n: int = 12) -> str:
+    return f"`{sha[:n]}`" if isinstance(sha, str) and sha else "–"
+
+
+def _header(path: Path) -> dict[str, Any]:
+    try:
+        got = json.loads((path / "config.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return got if isinstance(got, dict) else {}
+
+
+def _count(path: Path) -> int:
+    try:
+        return len(json.loads((path / "summary.json").read_text()).get("rows", []))
+    except (FileNotFoundError, json.JSONDecodeError, AttributeError):
+        return 0
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _versions(code: Mapping[str, Any]) -> str:
+    v = _mapping(code.get("versions"))
+    return ", ".join(f"{k} {v[k]}" for k in _VERSIONS if v.get(k)) or "not recorded"
+
+
+def _reuse(header: Mapping[str, Any]) -> str:
+    """Cells of other code in the folder: force-resumed events and earlier fingerprints."""
+    events = header.get("force_resumed") or []
+    cells = sum(int(e.get("reused_cells") or 0) for e in events if isinstance(e, Mapping))
+    earlier = len(header.get("code_history") or [])
+    parts = [f"{cells} cells reused from other code (--force-resume)"] if events else []
+    parts += [f"{earlier} earlier fingerprint(s) in config.json"] if earlier else []
+    return "; ".join(parts) or "–"
+
+
+def section(folders: Mapping[str, Path], snap: Snapshot | None, rows_link: str | None) -> list[str]:
+    """The report's "Provenance" section: the commit of the report and, per configuration (by
+    name, its folder), the fingerprint of its runs (markdown lines)."""
+    lines = ["## Provenance", ""]
+    if snap is not None and rows_link is not None:
+        at = (
+            f"`{snap.commit}`" + (" (with uncommitted changes)" if snap.dirty else "")
+            if snap.commit
+            else "none recorded (not a git checkout)"
+        )
+        lines += [
+            f"**Commit of the report**: {at} — the commit checked out when the rows were "
+            f"copied from the run folders in `{snap.source}` into [`{rows_link}/`]({rows_link}/): "
+            "each configuration's `summary.json` (the rows behind every table, one per line), "
+            "`config.json` and `table.md`. `python -m experiments.claims --from-rows` rebuilds "
+            "this report (and the forest plots) from them byte for byte, without recomputing.",
+            "",
+        ]
+    else:
+        lines += ["Read directly from the run folders (no committed copy of the rows).", ""]
+    headers = {n: _header(p) for n, p in folders.items()}
+    codes = {n: _mapping(h.get("code")) for n, h in headers.items()}
+    lines += [
+        "**Fingerprint of the runs**, as each run folder recorded it (`config.json`, `code`): "
+        "the code hash that decides results (jaxstale, experiment and user sources, the datasets' "
+        "content digest, jax / jaxlib / optax / flax versions), the git commit checked out when "
+        "the run folder was last started (the fingerprint's `git_commit`; it does not enter the "
+        "hash, so cells computed at an earlier commit with the same code hash are kept) and the "
+        "datasets' content digest.",
+        "",
+    ]
+    if not folders:
+        return [*lines, "No configuration was run."]
+    versions = {n: _versions(c) for n, c in codes.items()}
+    same = len(set(versions.values())) == 1
+    if same:
+        lines += [f"Library versions (every configuration): {next(iter(versions.values()))}.", ""]
+    head = ["configuration", "rows", "code hash", "commit of the runs", "dataset digest"]
+    head += [] if same else ["versions"]
+    body = []
+    for name, path in folders.items():
+        code = codes[name]
+        row = [
+            f"`{name}`",
+            str(_count(path)),
+            _short(code.get("hash"), 16),
+            _short(code.get("git_commit")),
+            _short(code.get("data_sha")),
+        ]
+        body.append(row if same else [*row, versions[name]])
+    lines.append(runs.markdown_table(head, body))
+    reused = [(n, r) for n in folders if (r := _reuse(headers[n])) != "–"]
+    if reused:
+        lines += ["", *(f"- `{n}`: {r}." for n, r in reused)]
+    return lines
