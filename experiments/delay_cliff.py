@@ -70,7 +70,10 @@ import numpy as np
 from jaxstale import asyncdp, data, models, runs
 
 from .common import (
+    EXTEND_HELP,
     chance,
+    edge_limit,
+    extend_grid,
     lanes_for,
     load_checked,
     make_delay,
@@ -89,7 +92,7 @@ from .config import (
     opt,
     seed_mode_opt,
 )
-from .reports import tuned_tables
+from .reports import edge_notes, tuned_tables
 
 EXPERIMENT = "delay_cliff"
 DEFAULT_METHODS = ("asgd", "sa-asgd", "dc-asgd-a", "gap-aware")
@@ -126,6 +129,11 @@ class Config(Base):
         None,
         "constant delays d, including 0, the reference of 'stable' (default 0,1,2,4,8,16; "
         "--quick 0,2,8)",
+        low=0,
+    )
+    extend_edges: int | None = opt(
+        None,
+        EXTEND_HELP + "; the rate selected per (method, d) only: the cliff reads the grid",
         low=0,
     )
     momentum: float = opt(0.9, "SGD momentum", low=0, high=1, high_open=True)
@@ -178,6 +186,7 @@ class Config(Base):
             "tolerance": self.tolerance,
             "target": self.target,
             "seed_mode": self.seed_mode,
+            "extend_edges": edge_limit(self),
         }
 
 
@@ -248,6 +257,7 @@ def d0_reference(
 ) -> tuple[float, float] | None:
     """The method's best mean validation accuracy at d = 0 over the grid, and its rate (None:
     no d = 0 rows)."""
+    rows = [r for r in rows if not r.get("extended")]  # the configured grid
     rates = sorted({r["lr"] for r in rows if r["method"] == method and r["delay"] == 0})
     scored = [(_val(_group(rows, method, 0, lr), chance_acc), lr) for lr in rates]
     return max(scored) if scored else None
@@ -260,8 +270,10 @@ def stable_rates(
 
     η is stable at d when no seed diverged at (d, η) and the seeds' mean *validation* accuracy
     there is ≥ the method's best d = 0 mean validation accuracy − ``tolerance``
-    (:func:`d0_reference`). Test accuracy is never read.
+    (:func:`d0_reference`). Test accuracy is never read; the rates an edge extension added
+    (rows with ``extended``) are not part of the cliff.
     """
+    rows = [r for r in rows if not r.get("extended")]
     out: dict[tuple[str, int], list[float]] = {}
     methods = list(dict.fromkeys(r["method"] for r in rows))
     for method in methods:
@@ -349,6 +361,9 @@ def make_table(
                     ]
                 )
     claim_md = runs.markdown_table(["", *dcols], claim) if claim else ""
+    lim = cfg.get("extend_edges", 0)
+    by, lrs = ("method", "delay"), cfg["lrs"]
+    edges = edge_notes(rows, by=by, grid=lrs, limit=lim, chance_acc=chance_acc)
 
     grid = []
     for method in cfg["methods"]:
@@ -382,6 +397,7 @@ def make_table(
         f"**Updates until the validation accuracy first reaches {100 * cfg['target']:g} % at the "
         f"selected rate (median over seeds; [reached/seeds])**",
         ttime,
+        *([edges] if edges else []),
     ]
     if claim_md:
         parts += [
@@ -494,12 +510,10 @@ def run(config: Config) -> list[dict[str, Any]]:
       jaxstale.runs.RunFolderError: ``out`` holds another config or results of other code.
     """
     cfg, ds, folder = opened(EXPERIMENT, config, sys.modules[__name__], _prepare, fresh=True)
-    return folder.run_grouped(
-        _cells(cfg),
-        lambda ks: _run_group(cfg, ds, ks),
-        vary=("delay", "lr", "seed"),
-        desc=EXPERIMENT,
-    )
+    compute = lambda ks: _run_group(cfg, ds, ks)
+    rows = folder.run_grouped(_cells(cfg), compute, vary=("delay", "lr", "seed"), desc=EXPERIMENT)
+    kw = {"key": KEY, "by": ("method", "delay"), "grid": cfg["lrs"], "limit": cfg["extend_edges"]}
+    return extend_grid(folder, rows, compute, chance=chance(ds), **kw)
 
 
 def report(

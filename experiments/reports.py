@@ -2,7 +2,8 @@
 on validation (:func:`tuned_tables`), rows at the selected knob (:func:`at_selected`), paired
 seed-by-seed differences against a baseline (:func:`paired_table`) and every pair beyond noise in
 words (:func:`pairs_text`), and test accuracy against a setting with intervals
-(:func:`accuracy_vs`).
+(:func:`accuracy_vs`); where a selected rate sat at an edge of its grid, what the extension
+did (:func:`edge_notes`).
 
 Every table is a function of its rows: a resumed sweep writes the same bytes.
 """
@@ -16,7 +17,17 @@ import numpy as np
 
 from jaxstale import runs
 
-__all__ = ["MIN_PAIRS", "accuracy_vs", "at_selected", "paired_table", "pairs_text", "tuned_tables"]
+from .common import edge_state
+
+__all__ = [
+    "MIN_PAIRS",
+    "accuracy_vs",
+    "at_selected",
+    "edge_notes",
+    "paired_table",
+    "pairs_text",
+    "tuned_tables",
+]
 
 
 def _fmt_lr(v: Any) -> str:
@@ -74,6 +85,8 @@ def tuned_tables(
     joint = not isinstance(knob, str)
     first_field = knob if isinstance(knob, str) else knob[0]
     firsts = _unique(r.get(first_field) for r in rows)
+    if any(r.get("extended") for r in rows):  # rates added beyond the grid: in their place
+        firsts = sorted(firsts)
 
     def _rest(kv: Any) -> tuple[Any, ...]:
         return tuple(kv[1:]) if joint else ()
@@ -130,6 +143,81 @@ def tuned_tables(
         runs.markdown_table(gheads, grid),
         selected,
     )
+
+
+def edge_notes(
+    rows: Sequence[dict[str, Any]],
+    *,
+    by: Sequence[str],
+    grid: Sequence[float] | Callable[[tuple[Any, ...]], Sequence[float]],
+    limit: int,
+    chance_acc: float,
+    knob: str | Sequence[str] = "lr",
+    label: Callable[[tuple[Any, ...]], str] | None = None,
+) -> str:
+    """What the grid-edge rule (:func:`experiments.common.extend_grid`) did, one line per
+    method × setting (group of ``by``) whose selected rate is or was at an edge of its grid:
+    the rates added (mean final validation accuracy %, diverged seeds at chance), and whether
+    the selection is now interior or still at the edge after ``limit`` extensions; a line that
+    every selection is interior otherwise. Empty when every grid has one rate. A function of
+    the rows."""
+    grid_of = grid if callable(grid) else (lambda _g: grid)
+    name = label or (lambda g: ", ".join(f"{k} {v}" for k, v in zip(by, g, strict=True)))
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r.get(k) for k in by), []).append(r)
+    lines, states = [], []
+    for g, per in groups.items():
+        e = edge_state(per, grid_of(g), limit=limit, chance=chance_acc, knob=knob)
+        states.append(e.state)
+        where = "smallest" if e.side < 0 else "largest"
+        sel = f"selected {_fmt_lr(e.selected)}"
+        if e.added:
+            added = ", ".join(f"{_fmt_lr(x)} ({_best(per, x, knob, chance_acc)})" for x in e.added)
+            state = {
+                "interior": "now interior",
+                "capped": f"**still at the edge after {limit} extension{'s' * (limit != 1)}** (the "
+                f"grid's {where}; "
+                "the optimum may lie beyond)",
+                "diverged": f"at the grid's {where}, where every seed diverged",
+            }.get(e.state, "extension pending (an interrupted run: re-run to finish)")
+            lines.append(
+                f"- grid extended: {name(g)}: lr {added} added (the selection was at the "
+                f"edge); {sel}, {state}."
+            )
+        elif e.state == "capped":
+            lines.append(
+                f"- at the edge, not extended (--extend-edges {limit}): {name(g)}: {sel}, the "
+                f"grid's {where}; the optimum may lie beyond."
+            )
+        elif e.state == "diverged":
+            lines.append(
+                f"- at the edge, not extended: {name(g)}: {sel}, the grid's {where}, where every "
+                "seed diverged."
+            )
+    if not states or all(s == "fixed" for s in states):
+        return ""
+    head = (
+        f"**Grid edges** (--extend-edges {limit}: where the rate selected on validation is "
+        "the grid's smallest or largest and trained, the next rate beyond it by the grid's "
+        f"ratio at that end runs for that row only, up to {limit} per side; in parentheses the "
+        'mean validation accuracy %; summary.json marks those rows "extended")'
+    )
+    return "\n".join([head, *(lines or ["- every selected rate is interior to its grid."])])
+
+
+def _best(rows: Sequence[dict[str, Any]], lr: float, knob: Any, chance_acc: float) -> str:
+    """The best validation score % at rate ``lr`` over the knob's other fields, with its
+    diverged seeds (as the grid table writes a cell)."""
+    per: dict[Any, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["lr"] == lr:
+            per.setdefault(runs.stats.knob_value(r, knob), []).append(r)
+    sc, best = max(
+        (runs.stats.score(p, "final_val_accuracy", chance_acc), k) for k, p in per.items()
+    )
+    div = sum(bool(r.get("diverged")) for r in per[best])
+    return f"{100 * sc:.1f}" + (f" [{div}/{len(per[best])} div.]" if div else "")
 
 
 def at_selected(

@@ -56,15 +56,17 @@ import optax
 from jaxstale import data, models, runs
 
 from .common import (
+    EXTEND_HELP,
     chance,
     convergence,
+    edge_limit,
     fit_grid,
     load_checked,
     opened,
     title,
 )
 from .config import Base, check_memory, check_model, cli, opt
-from .reports import tuned_tables
+from .reports import edge_notes, tuned_tables
 
 EXPERIMENT = "sync_baseline"
 METHOD = "sgd"
@@ -90,6 +92,7 @@ class Config(Base):
         low=0,
         low_open=True,
     )
+    extend_edges: int | None = opt(None, EXTEND_HELP, low=0)
     momentum: float = opt(0.9, "SGD momentum", low=0, high=1, high_open=True)
     eval_every: int | None = opt(None, "steps between evaluations (default 50; --quick 20)", low=1)
     flat_tol: float = opt(
@@ -118,6 +121,7 @@ class Config(Base):
             "momentum": self.momentum,
             "target": self.target,
             "flat_tol": self.flat_tol,
+            "extend_edges": edge_limit(self),
         }
 
 
@@ -167,7 +171,9 @@ def summarise(
     ``chance_acc``); ``reference`` is :func:`reference`'s."""
     _, _, grid, selected = tuned_tables(rows, index=("model",), columns=None, chance_acc=chance_acc)
     ref = reference(rows, selected, curves_of, cfg)
-    return make_table(rows, cfg, ref, grid), selected, ref
+    lim = cfg.get("extend_edges", 0)
+    notes = edge_notes(rows, by=("model",), grid=cfg["lrs"], limit=lim, chance_acc=chance_acc)
+    return make_table(rows, cfg, ref, grid + ("\n\n" + notes if notes else "")), selected, ref
 
 
 def make_table(rows: list[dict], cfg: dict[str, Any], ref: dict, grid: str) -> str:
@@ -274,6 +280,8 @@ def run(config: Config) -> list[dict[str, Any]]:
         batch_size=cfg["batch_size"],
         eval_every=cfg["eval_every"],
         target=cfg["target"],
+        extend_edges=cfg["extend_edges"],
+        chance=chance(ds),
     )
 
 
@@ -290,7 +298,7 @@ def report(
             f"lr {lr:g}" + (" (selected)" if ref.get(model, {}).get("lr") == lr else ""): _curves(
                 folder, rows, model, lr
             )
-            for lr in cfg["lrs"]
+            for lr in dict.fromkeys(r["lr"] for r in rows if r["model"] == model)
         }
         for model in cfg["models"]
     }
