@@ -197,12 +197,22 @@ def judge_acceptance(ctx: Context) -> Verdict:
         vals = [r["final_test_accuracy"] for r in rs if not r["diverged"]]
         return sum(vals) / len(vals) if vals else 0.0
 
-    collapsed = [r["diverged"] or (r["final_test_accuracy"] or 0) < 0.2 for r in got["asgd"]]
+    # the simulations' thresholds (digits: Gap-Aware and SA > 95 %, DC-ASGD-a > 90 %, with
+    # 1-worker SGD at about 98 %) rescaled to the task: points below 1-worker SGD of the same run
+    # (3 and 8), and "collapsed" as below twice the chance level
+    chance = ctx.chance("async-fixed-lr")
+    sgd = [r for r in rows if r["method"] == "sgd"]
+    ref = mean(sgd) if sgd else 0.98
+    where = "1-worker SGD" if sgd else "98 % (no SGD rows)"
+    collapsed = [r["diverged"] or (r["final_test_accuracy"] or 0) < 2 * chance for r in got["asgd"]]
     checks = [
-        (f"ASGD diverges or collapses to chance at M={m}", all(collapsed)),
-        ("Gap-Aware > 95 %", mean(got["gap-aware"]) > 0.95),
-        ("SA-ASGD > 95 %", mean(got["sa-asgd"]) > 0.95),
-        ("DC-ASGD-a > 90 %", mean(got["dc-asgd-a"]) > 0.90),
+        (f"ASGD diverges or collapses to chance (< {200 * chance:.3g} %) at M={m}", all(collapsed)),
+        (
+            f"Gap-Aware within 3 points of {where} ({100 * ref:.1f} %)",
+            mean(got["gap-aware"]) > ref - 0.03,
+        ),
+        (f"SA-ASGD within 3 points of {where}", mean(got["sa-asgd"]) > ref - 0.03),
+        (f"DC-ASGD-a within 8 points of {where}", mean(got["dc-asgd-a"]) > ref - 0.08),
     ]
     v = "held" if all(ok for _, ok in checks) else "did not hold"
     ev = "\n".join(f"- {label}: {'yes' if ok else 'no'}" for label, ok in checks)
