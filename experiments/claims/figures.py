@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import shutil
 import tempfile
 import textwrap
 from pathlib import Path
@@ -26,7 +27,7 @@ from jaxstale import runs
 from .core import Claim, Evidence
 from .verdicts import Diff
 
-__all__ = ["COLORS", "forest_figure", "forest_items", "save_png"]
+__all__ = ["COLORS", "copy_figure", "forest_figure", "forest_items", "save_png"]
 
 #: colour of a difference by what it shows (beyond noise for / against the claim, within noise)
 COLORS = {"for": "#1f77b4", "against": "#d62728", "within": "#7f7f7f"}
@@ -170,3 +171,17 @@ def save_png(fig: Any, path: Path) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+def copy_figure(run_name: str, stem: str, fig_dir: Path, figures_from: Path | None) -> Path | None:
+    """An experiment's figure beside the report (``<run>-<stem>.png``): copied from
+    ``figures_from``'s run folder (a stale copy removed when the run has none); None: no copy."""
+    dst = fig_dir / f"{run_name}-{stem}.png"
+    if figures_from is not None:
+        src = figures_from / run_name / f"{stem}.png"
+        if src.exists():
+            fig_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dst)
+        elif dst.exists():
+            dst.unlink()  # a copy of an earlier run's figure: not this report's
+    return dst if dst.exists() else None

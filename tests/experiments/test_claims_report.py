@@ -10,7 +10,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from experiments import claims
-from experiments.claims import figures, provenance
+from experiments.claims import figures, provenance, sweeps
 from experiments.claims.verdicts import Diff
 
 BASE = [0.90, 0.91, 0.905, 0.895, 0.90]
@@ -62,9 +62,17 @@ def _folder(root, name, rows, workers, code=None, header=None, figs=()):
     return d
 
 
+def _worse(accs, k=0.1):
+    """The same cells at a second, worse rate (0.1; one ASGD seed diverged)."""
+    out = {key: [a - k for a in vals] for key, vals in accs.items()}
+    out[("asgd", 32)] = [None, *out[("asgd", 32)][1:]]
+    return out
+
+
 def _results(root):
     res = root / "results" / "claims"
-    _folder(res, "async", _rows(_async()), [4, 8, 16, 32], figs=("accuracy_vs_workers",))
+    rows = _rows(_async()) + _rows(_worse(_async()), lr=0.1)
+    _folder(res, "async", rows, [4, 8, 16, 32], figs=("accuracy_vs_workers", "plot"))
     raw = _rows({("asgd", 16): BASE, ("dc-asgd-a", 16): [b - 0.03 for b in BASE]})
     _folder(res, "async-raw", raw, [16, 32], code=_code(git_commit="f" * 40, hash="0" * 16),
             header={"force_resumed": [{"time": "t", "reused_cells": 4, "from": ["a"],
@@ -80,7 +88,8 @@ def test_report_rebuilds_from_the_committed_rows_byte_for_byte(tmp_path, monkeyp
     text, rows = out.read_bytes(), tmp_path / "docs" / "claims" / "rows"
     assert got["rows"] == rows and got["text"].encode() == text
     figs = {p.name: p.read_bytes() for p in (tmp_path / "docs" / "claims").glob("*.png")}
-    assert {"claim-c1-forest.png", "async-accuracy_vs_workers.png"} <= set(figs)
+    assert {"claim-c1-forest.png", "async-accuracy_vs_workers.png", "async-plot.png",
+            "async-val-vs-lr.png", "async-acc-vs-staleness.png"} <= set(figs)  # fmt: skip
     # the committed copy: the small files only, the same rows, one per line
     assert sorted(p.name for p in (rows / "async").iterdir()) == [
         "config.json", "summary.json", "table.md"
@@ -107,7 +116,7 @@ def test_provenance_records_commit_fingerprints_versions_and_reuse(tmp_path, mon
     prov = text[text.index("## Provenance") :]
     assert f"**Commit of the report**: `{'a' * 40}` (with uncommitted changes) — the commit" in prov
     assert "[`claims/rows/`](claims/rows/)" in prov and f"`{res}`" in prov
-    assert "| `async` | 85 | `feedfacecafebeef` | `0123456789ab` | `dddddddddddd` |" in prov
+    assert "| `async` | 170 | `feedfacecafebeef` | `0123456789ab` | `dddddddddddd` |" in prov
     assert "| `async-raw` | 10 | `0000000000000000` | `ffffffffffff` |" in prov
     assert "jax 0.4.35, jaxlib 0.4.35, flax 0.10.2, optax 0.2.4" in prov
     assert "- `async-raw`: 4 cells reused from other code (--force-resume)." in prov
@@ -210,3 +219,23 @@ def test_the_report_links_each_forest_plot_under_its_claim(tmp_path):
     assert "](claims/claim-c1-forest.png)" in c1 and "(claims/async-accuracy_vs_workers.png)" in c1
     assert "claim-a1-forest" not in text  # a threshold check has no paired differences
     assert np.isfinite(claims.claim("C1").expected or np.nan)
+
+
+def test_the_main_configurations_get_rate_and_staleness_figures_from_their_rows(tmp_path):
+    res = _results(tmp_path)
+    out = tmp_path / "claims.md"
+    text = claims.main(["--results", str(res), "--out", str(out)])["text"]
+    part = text[text.index("## Learning rates, staleness") : text.index("## Provenance")]
+    for stem in ("val-vs-lr", "acc-vs-staleness", "plot"):
+        assert f"(claims/async-{stem}.png)" in part
+    assert "### `pipeline`" not in part  # not run: nothing drawn, nothing linked
+    ctx = claims.Context(res, quick=False)
+    rows, var = sweeps.sweep_rows(ctx, "async")
+    assert var == "workers" and len(rows) == 170
+    fig = sweeps.rate_figure("async", rows, var)
+    assert len(fig.axes) == 5 and "validation accuracy vs learning rate" in fig._suptitle.get_text()
+    stars = [ln for ln in fig.axes[1].lines if ln.get_marker() == "*"]
+    assert {float(ln.get_xdata()[0]) for ln in stars} == {0.01}  # selected on validation
+    fig = sweeps.staleness_figure("async", rows, var)
+    title = fig._suptitle.get_text().replace("\n", " ")
+    assert "at one learning rate for every method (0.01, selected on validation for sgd)" in title
