@@ -41,10 +41,14 @@ _VAL, _TEST = "final_val_accuracy", "final_test_accuracy"
 
 
 def sweep_rows(ctx: Context, name: str) -> tuple[list[dict[str, Any]], str | None]:
-    """A run's rows with a method and a rate (at momentum 0.9 when several momenta were run)
-    and its staleness variable (None: not a sweep these figures draw)."""
+    """A run's rows with a method and a rate (of its first model when several were run, at
+    momentum 0.9 when several momenta were) and its staleness variable (None: not a sweep these
+    figures draw)."""
     rows = [r for r in ctx.rows(name) if "method" in r and "lr" in r]
     var = next((k for k in STALENESS if rows and all(k in r for r in rows)), None)
+    models = list(dict.fromkeys(r["model"] for r in rows if "model" in r))
+    if len(models) > 1:
+        rows = [r for r in rows if r.get("model") == models[0]]
     moms = list(dict.fromkeys(r["momentum"] for r in rows if "momentum" in r))
     if moms:
         mu = 0.9 if 0.9 in moms else moms[0]

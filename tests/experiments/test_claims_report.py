@@ -239,3 +239,22 @@ def test_the_main_configurations_get_rate_and_staleness_figures_from_their_rows(
     fig = sweeps.staleness_figure("async", rows, var)
     title = fig._suptitle.get_text().replace("\n", " ")
     assert "at one learning rate for every method (0.01, selected on validation for sgd)" in title
+
+
+def test_pipeline_sweeps_use_stages_and_one_model(tmp_path):
+    res = _results(tmp_path)
+    rows = [
+        {"method": m, "model": model, "stages": n, "lr": lr, "seed": s, "diverged": False,
+         "final_val_accuracy": a - (lr == 0.1) * 0.05, "final_test_accuracy": a}
+        for model in ("mlp", "cnn") for n in (2, 4) for lr in (0.01, 0.1)
+        for m, a in (("sync", 0.95), ("vanilla", 0.9 - 0.01 * n)) for s in range(3)
+    ]  # fmt: skip
+    _folder(res, "pipeline", rows, [])
+    out = tmp_path / "claims.md"
+    text = claims.main(["--results", str(res), "--out", str(out)])["text"]
+    assert "### `pipeline`" in text and "(claims/pipeline-val-vs-lr.png)" in text
+    got, var = sweeps.sweep_rows(claims.Context(res, quick=False), "pipeline")
+    assert var == "stages" and {r["model"] for r in got} == {"mlp"} and len(got) == 24
+    fig = sweeps.staleness_figure("pipeline", got, var)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["2", "4"]
+    assert "selected on validation for sync" in fig._suptitle.get_text().replace("\n", " ")
