@@ -98,21 +98,23 @@ def _draw(ax: Any, items: list[tuple[str, Diff]], expected: float | None) -> Non
     ax.grid(axis="x", alpha=0.3)
 
 
-def _legend(ax: Any, expected: float | None, unit: str, itt: bool) -> None:
+def _legend(fig: Any, expected: float | None, unit: str, itt: bool) -> None:
+    """One legend for the figure, below the panels (a short top panel cannot hold it, and the
+    title spans the width)."""
     from matplotlib.lines import Line2D
 
     def mark(color: str, marker: str = "o", **kw: Any) -> Line2D:
         return Line2D([], [], color=color, marker=marker, linestyle="none", **kw)
 
     handles = [
-        mark(COLORS["for"], "D", markeredgecolor="black", markersize=8),
+        mark("white", "D", markeredgecolor="black", markersize=8),
         mark(COLORS["for"]),
         mark(COLORS["against"]),
         mark(COLORS["within"]),
         mark("0.45", markersize=4, alpha=0.6),
     ]
     texts = [
-        "primary (declared before the numbers)",
+        "primary (declared before the numbers;\ncoloured as the others)",
         "beyond noise, for the claim",
         "beyond noise, against the claim",
         "within noise (95 % interval covers 0)",
@@ -124,7 +126,7 @@ def _legend(ax: Any, expected: float | None, unit: str, itt: bool) -> None:
     if expected is not None and math.isfinite(expected):
         handles.append(Line2D([], [], color=_EXPECTED, linestyle="--"))
         texts.append(f"expected effect: {100 * expected:.2g} {unit}\n(the paper's, rescaled)")
-    ax.legend(handles, texts, fontsize="small", loc="upper left")
+    fig.legend(handles, texts, fontsize="small", loc="outside lower center", ncols=3)
 
 
 def forest_figure(claim: Claim, ev: Evidence, *, smoke: bool = False) -> Any:
@@ -138,15 +140,15 @@ def forest_figure(claim: Claim, ev: Evidence, *, smoke: bool = False) -> Any:
     expected = claim.expected_points(ev.primary)
     units = list(dict.fromkeys(d.unit for _, d in items))
     groups = [[(label, d) for label, d in items if d.unit == u] for u in units]
-    fig = Figure(figsize=(11.0, 1.9 + 0.5 * len(items) + 0.4 * len(units)), layout="constrained")
+    height = max(3.6, 1.9 + 0.5 * len(items) + 0.6 * len(units))
+    fig = Figure(figsize=(12.0, height), layout="constrained")
     axes = fig.subplots(len(units), 1, squeeze=False, height_ratios=[len(g) for g in groups])
     itt = any(d.dropped and d.itt for _, d in items)
-    for k, (ax, unit, group) in enumerate(zip(axes[:, 0], units, groups, strict=True)):
+    for ax, unit, group in zip(axes[:, 0], units, groups, strict=True):
         mine = expected if unit == ev.primary.unit else None
         _draw(ax, group, mine)
         ax.set_xlabel(f"paired difference of test accuracy, {unit} (positive = as claimed)")
-        if k == 0:
-            _legend(ax, expected, ev.primary.unit, itt)
+    _legend(fig, expected, ev.primary.unit, itt)
     title = (
         f"{claim.id}: {claim.title} — every paired difference the verdict reads (primary "
         "highlighted): mean over seeds with its 95 % t interval, one dot per seed, zero line, "

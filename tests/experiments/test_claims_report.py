@@ -196,8 +196,8 @@ def test_forest_plot_shows_every_difference_with_the_primary_first_and_the_expec
     assert 0.0 in vlines and round(100 * c1.expected_points(up), 6) in vlines  # fmt: skip
     assert "C1" in fig.texts[0].get_text() or "C1" in fig._suptitle.get_text()
     assert any(t.get_gid() == "smoke" for t in fig.texts)
-    legend = ax.get_legend()
-    assert legend is not None and any("expected effect" in t.get_text() for t in legend.texts)
+    (legend,) = fig.legends  # one legend, below the panels
+    assert any("expected effect" in t.get_text() for t in legend.texts)
     assert figures.forest_figure(c1, claims.Evidence(None)) is None
 
 
