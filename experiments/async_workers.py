@@ -12,8 +12,9 @@ M runs a learning-rate grid (``--lrs``) over ``--seeds`` seeds; the rate is **se
 validation accuracy** (a diverged seed counts at chance) and the table reports **test
 accuracy at the selected rate** (mean ± 95 % CI over the seeds that trained, diverged fraction
 in the cell, the rate after ``@``). LC-ASGD's λ is tuned the same way, its sign included
-(``--lc-lambdas``). Time to accuracy: updates until the validation accuracy first reaches
-``--target``.
+(``--lc-lambdas``). A rate selected at an edge of its grid extends that method × M's grid
+(``--extend-edges``, :func:`experiments.common.extend_grid`); the table says what was added.
+Time to accuracy: updates until the validation accuracy first reaches ``--target``.
 
 Setting: :func:`jaxstale.asyncdp.run` (exact emulation, or the mesh executor), digits + MLP by
 default, batch 32, SGD with momentum 0.9, gamma-timed workers (``--delay``). **Budget =
@@ -57,7 +58,10 @@ import numpy as np
 from jaxstale import asyncdp, data, delays, models, runs
 
 from .common import (
+    EXTEND_HELP,
     chance,
+    edge_limit,
+    extend_grid,
     lanes_for,
     load_checked,
     make_delay,
@@ -78,7 +82,7 @@ from .config import (
     seed_mode_opt,
 )
 from .presets import PRESETS
-from .reports import accuracy_vs, tuned_tables
+from .reports import accuracy_vs, edge_notes, tuned_tables
 
 EXPERIMENT = "async_workers"
 DEFAULT_METHODS = (
@@ -96,6 +100,7 @@ DEFAULT_METHODS = (
 ONE_WORKER = ("sgd",)  # methods that only run with M = 1
 LAMBDA_METHODS = ("lc-asgd", "lc-asgd-async-bn")  # λ tuned with the rate
 KEY = ("method", "workers", "momentum", "lr", "lam", "seed")  # the fields of a cell key
+KNOB, EDGE_BY = ("lr", "lam"), ("method", "workers", "momentum")  # tuned; its grid's rows
 #: the learning-rate grid per momentum (×10 without momentum: the same effective step η/(1−μ))
 LRS = {0.9: [0.001, 0.003, 0.01, 0.03, 0.1], 0.0: [0.01, 0.03, 0.1, 0.3, 1.0]}
 
@@ -131,6 +136,7 @@ class Config(Base):
     momentum: tuple[float, ...] | None = opt(
         None, "momenta (default 0.9)", low=0, high=1, high_open=True
     )
+    extend_edges: int | None = opt(None, EXTEND_HELP, low=0)
     lc_lambdas: tuple[float, ...] | None = opt(
         None, "LC-ASGD's λ grid, tuned with the rate, sign included (default -0.1,0.1)"
     )
@@ -225,6 +231,7 @@ class Config(Base):
             "warmup_epochs": self.warmup_epochs,
             "seed_mode": self.seed_mode,
             "executor": self.executor,
+            "extend_edges": edge_limit(self),
         }
 
 
@@ -340,7 +347,7 @@ def make_table(rows: list[dict], cfg: dict[str, Any], ds_chance: float) -> tuple
             index=("method",),
             columns="workers",
             chance_acc=ds_chance,
-            knob=("lr", "lam"),
+            knob=KNOB,
             col_label=lambda m: f"M={m}",
             fmt_knob=_fmt_knob,
         )
@@ -367,6 +374,9 @@ def make_table(rows: list[dict], cfg: dict[str, Any], ds_chance: float) -> tuple
             f"chance; bold: selected), momentum {mu}**",
             grid,
         ]
+        lim, lrs = cfg.get("extend_edges", 0), cfg["lrs"][str(mu)]
+        edges = edge_notes(sub, by=EDGE_BY, grid=lrs, limit=lim, chance_acc=ds_chance, knob=KNOB)
+        parts += [edges] if edges else []
     if cfg.get("preset"):
         parts.append(paper_table(rows, selected, cfg))
     return "\n\n".join(parts) + "\n", selected
@@ -538,12 +548,11 @@ def run(config: Config) -> list[dict[str, Any]]:
       jaxstale.runs.RunFolderError: ``out`` holds another config or results of other code.
     """
     cfg, ds, folder = opened(EXPERIMENT, config, sys.modules[__name__], _prepare, fresh=True)
-    return folder.run_grouped(
-        _cells(cfg),
-        lambda ks: _run_group(cfg, ds, ks),
-        vary=("seed", "workers", "lr"),
-        desc=EXPERIMENT,
-    )
+    compute = lambda ks: _run_group(cfg, ds, ks)
+    rows = folder.run_grouped(_cells(cfg), compute, vary=("seed", "workers", "lr"), desc=EXPERIMENT)
+    lrs = lambda g: cfg["lrs"][str(g[2])]
+    kw = {"key": KEY, "by": EDGE_BY, "knob": KNOB, "limit": cfg["extend_edges"]}
+    return extend_grid(folder, rows, compute, grid=lrs, chance=chance(ds), **kw)
 
 
 def report(

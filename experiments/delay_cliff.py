@@ -25,6 +25,9 @@ at τ = 0), so the d = 0 references agree up to float rounding. Besides the clif
 that trained, diverged fraction in the cell) and the updates until the validation accuracy
 first reaches ``--target``; and, for the published claim, ASGD's test accuracy at the paper's
 rates (0.01 and 0.001) for every d (those rates are fixed by the paper, nothing is chosen).
+A rate selected at an edge of the grid extends that (method, d)'s grid for the selection only
+(``--extend-edges``, :func:`experiments.common.extend_grid`; the table says what was added):
+the cliff, its reference and the heat maps read the configured grid.
 
 Setting: constant delay ``d ∈ {0, 1, 2, 4, 8, 16}`` (``jaxstale.delays.constant``; the first
 ``d`` gradients are taken at ``w_0``) × learning rates {0.001, 0.003, 0.01, 0.03, 0.1, 0.3} ×

@@ -18,8 +18,9 @@ vanilla and minus sync at each one's selected rate with a 95 % t interval over t
 (:func:`jaxstale.runs.paired_difference`), marked *beyond noise* when it excludes 0, and the
 text under them lists every pair of policies whose difference is beyond noise (uncorrected for
 the number of comparisons: with 15 pairs per depth about one in 20 within-noise pairs is
-marked by chance). Time to accuracy: updates until the validation accuracy first reaches
-``--target``.
+marked by chance). A rate selected at an edge of the grid extends that policy × N's grid
+(``--extend-edges``, :func:`experiments.common.extend_grid`), and the table says so. Time to
+accuracy: updates until the validation accuracy first reaches ``--target``.
 
 Setting: each model is split into ``N`` parameter-balanced stages and trained by the pipeline
 emulator (:mod:`jaxstale.pipeline`) on ``one_f_one_b(N, steps)`` (a policy may have its own
@@ -97,25 +98,10 @@ import optax
 
 from jaxstale import data, loop, models, pipeline, runs, schedules
 
-from .common import (
-    chance,
-    load_checked,
-    opened,
-    outcome,
-    seed_mode,
-    splits,
-    title,
-)
-from .config import (
-    Base,
-    ConfigError,
-    check_memory,
-    check_model,
-    cli,
-    opt,
-    seed_mode_opt,
-)
-from .reports import accuracy_vs, at_selected, paired_table, pairs_text, tuned_tables
+from . import common
+from .common import chance, load_checked, opened, outcome, seed_mode, splits, title
+from .config import Base, ConfigError, check_memory, check_model, cli, opt, seed_mode_opt
+from .reports import accuracy_vs, at_selected, edge_notes, paired_table, pairs_text, tuned_tables
 
 EXPERIMENT = "pipeline_staleness"
 DEFAULT_METHODS = ("sync", "vanilla", "stash", "spectrain-v1", "spectrain-v2", "nesterov")
@@ -137,6 +123,7 @@ MODEL_KW: dict[str, dict[str, Any]] = {
     "resnet20": {"width": 8},  # 11 blocks
 }
 KEY = ("model", "stages", "method", "lr", "seed")  # the fields of a cell key
+EDGE_BY = ("model", "method", "stages")  # the rows of one rate grid
 
 #: policy name -> schedule factory ``(num_stages, num_batches) -> Schedule`` for a policy that
 #: needs its own schedule (e.g. a double-buffered 2BW-style one); every other policy runs
@@ -175,6 +162,7 @@ class Config(Base):
         low=0,
         low_open=True,
     )
+    extend_edges: int | None = opt(None, common.EXTEND_HELP, low=0)
     stages: tuple[int, ...] | None = opt(None, "stage counts N (default 2,4,8; --quick 2,4)", low=1)
     methods: tuple[str, ...] | None = opt(
         None,
@@ -236,6 +224,7 @@ class Config(Base):
             "backward": self.backward,
             "executor": self.executor,
             "seed_mode": self.seed_mode,
+            "extend_edges": common.edge_limit(self),
             # what each policy is (a registered one's definition decides its results)
             "policies": {m: pipeline.get_policy(m)._asdict() for m in methods},
             "schedules": {m: _factory_name(schedule_factory(m)) for m in methods},
@@ -412,6 +401,9 @@ def make_table(
         "bold: selected)**",
         grid,
     ]
+    lim, lrs = cfg.get("extend_edges", 0), cfg.get("lrs", ())
+    edges = edge_notes(rows, by=EDGE_BY, grid=lrs, limit=lim, chance_acc=chance_acc)
+    parts += [edges] if edges else []
     methods = list(dict.fromkeys(r["method"] for r in rows))
     for base in ("vanilla", "sync"):
         if base in methods and len(methods) > 1:
@@ -567,6 +559,8 @@ def run(config: Config) -> list[dict[str, Any]]:
     rows = folder.run_grouped(
         _cells(cfg, blocks), runner.group, vary=("seed", "lr"), desc=EXPERIMENT
     )
+    kw = {"key": KEY, "by": EDGE_BY, "grid": cfg["lrs"], "limit": cfg["extend_edges"]}
+    rows = common.extend_grid(folder, rows, runner.group, chance=chance(ds), **kw)
     print(f"[{EXPERIMENT}] {runner.computed} runs computed now, the rest resumed", file=sys.stderr)
     return rows
 

@@ -11,7 +11,9 @@ Protocol (the experiments' common one, ``experiments/common.py``): standardised 
 a learning-rate grid (``--lrs``) over ``--seeds`` seeds; the rate is **selected on validation
 accuracy** (a diverged seed counts at chance) and the table reports **test accuracy at the
 selected rate** (mean ± 95 % CI over the seeds that trained, diverged fraction in the cell).
-Time to accuracy: updates until the validation accuracy first reaches ``--target``.
+A rate selected at an edge of the grid extends that model's grid (``--extend-edges``,
+:func:`experiments.common.extend_grid`); the table says what was added. Time to accuracy:
+updates until the validation accuracy first reaches ``--target``.
 **Convergence evidence**, on validation at the selected rate: the change of each seed's
 validation accuracy over the last third of training (mean ± 95 % CI; an interval around 0 is a
 flat curve), and "flat since step Z": the first evaluation from which the seeds' mean

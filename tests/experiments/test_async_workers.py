@@ -10,7 +10,7 @@ from experiments import async_workers
 from jaxstale.asyncdp import register_method
 
 TINY = ["--steps", "24", "--seeds", "1", "--workers", "1,4", "--momentum", "0.9"]
-TINY += ["--batch-size", "16"]
+TINY += ["--batch-size", "16", "--extend-edges", "0"]  # the grid as given (test_grid_edges)
 
 
 def test_end_to_end_files_rows_and_resume(tmp_path, monkeypatch, capsys):

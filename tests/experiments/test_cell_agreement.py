@@ -15,6 +15,8 @@ from experiments import pipeline_staleness as pipe
 PIPE = ["--model", "mlp", "--seeds", "2", "--lrs", "0.003,0.01"]
 ASYNC = ["--seeds", "2", "--lrs", "0.003,0.01", "--batch-size", "32", "--momentum", "0.9"]
 ASYNC += ["--lc-lambdas", "0.1"]
+PIPE += ["--extend-edges", "0"]  # the grid as given (two rates: its winner is at an edge)
+ASYNC += ["--extend-edges", "0"]
 
 
 def _results(folder):

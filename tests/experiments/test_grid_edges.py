@@ -195,3 +195,23 @@ def test_sync_baseline_extends_its_edge_and_resumes_to_the_same_table(tmp_path):
     cell.unlink()
     sync_baseline.main(argv)
     assert _bytes(out) == (rows, text)
+
+
+def test_async_workers_and_pipeline_extend_per_setting(tmp_path):
+    """async_workers: LC-ASGD's λ tuned with the rate, so an extension runs the new rate at
+    every λ; the rate grid per momentum. pipeline_staleness: per (model, policy, N)."""
+    from experiments import async_workers, pipeline_staleness
+
+    argv = ["--steps", "24", "--seeds", "1", "--workers", "4", "--batch-size", "16"]
+    argv += ["--lrs", "0.0001,0.0003", "--extend-edges", "1", "--methods", "lc-asgd"]
+    res = async_workers.main([*argv, "--lc-lambdas=-0.1,0.1", "--out", str(tmp_path / "a")])
+    ext = {(r["lr"], r["lam"], r["extended"]) for r in res["rows"] if r.get("extended")}
+    assert ext == {(0.0009, -0.1, 1), (0.0009, 0.1, 1)}
+    assert "- grid extended: method lc-asgd, workers 4, momentum 0.9: lr 0.0009 (" in res["table"]
+    argv = ["--model", "mlp", "--stages", "2", "--seeds", "1", "--steps", "16"]
+    argv += ["--lrs", "0.003,0.01", "--extend-edges", "1", "--methods", "vanilla"]
+    res = pipeline_staleness.main([*argv, "--out", str(tmp_path / "p")])
+    ext = {(r["method"], r["stages"], r["lr"]) for r in res["rows"] if r.get("extended")}
+    assert ext in ({("vanilla", 2, 0.001)}, {("vanilla", 2, 0.0333)})  # two rates: an edge wins
+    lr = next(iter(ext))[2]
+    assert f"- grid extended: model mlp, method vanilla, stages 2: lr {lr:g} (" in res["table"]

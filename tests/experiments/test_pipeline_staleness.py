@@ -11,6 +11,7 @@ from jaxstale import pipeline, schedules
 from jaxstale.pipeline import Policy, register_policy
 
 TINY = ["--model", "mlp", "--stages", "2", "--seeds", "1", "--steps", "16", "--lrs", "0.01"]
+TINY += ["--extend-edges", "0"]  # the grid as given (test_grid_edges tests the extension)
 
 
 def test_end_to_end_files_rows_and_resume(tmp_path, monkeypatch, capsys):

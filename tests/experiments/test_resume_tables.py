@@ -18,6 +18,7 @@ from experiments import pipeline_staleness as pipe
 ASYNC = ["--steps", "24", "--seeds", "2", "--workers", "2,4", "--lrs", "0.01"]
 ASYNC += ["--batch-size", "16", "--momentum", "0.9"]
 PIPE = ["--model", "mlp", "--stages", "2", "--seeds", "2", "--steps", "16", "--lrs", "0.003,0.01"]
+PIPE += ["--extend-edges", "0"]  # the grid as given: test_grid_edges resumes an extended one
 
 #: async_workers families, each with a second group so that the kill leaves one group done
 FAMILIES = {
