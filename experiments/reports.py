@@ -176,9 +176,8 @@ def edge_notes(
             added = ", ".join(f"{_fmt_lr(x)} ({_best(per, x, knob, chance_acc)})" for x in e.added)
             state = {
                 "interior": "now interior",
-                "capped": f"**still at the edge after {limit} extension{'s' * (limit != 1)}** (the "
-                f"grid's {where}; "
-                "the optimum may lie beyond)",
+                "capped": f"**still at the edge after {limit} extension{'s' * (limit != 1)}** "
+                f"(the grid's {where}; the optimum may lie beyond)",
                 "diverged": f"at the grid's {where}, where every seed diverged",
             }.get(e.state, "extension pending (an interrupted run: re-run to finish)")
             lines.append(
@@ -213,9 +212,9 @@ def _best(rows: Sequence[dict[str, Any]], lr: float, knob: Any, chance_acc: floa
     for r in rows:
         if r["lr"] == lr:
             per.setdefault(runs.stats.knob_value(r, knob), []).append(r)
-    sc, best = max(
-        (runs.stats.score(p, "final_val_accuracy", chance_acc), k) for k, p in per.items()
-    )
+    score = lambda k: runs.stats.score(per[k], "final_val_accuracy", chance_acc)
+    best = max(per, key=score)  # the first on ties (a knob's values need not compare)
+    sc = score(best)
     div = sum(bool(r.get("diverged")) for r in per[best])
     return f"{100 * sc:.1f}" + (f" [{div}/{len(per[best])} div.]" if div else "")
 

@@ -72,6 +72,10 @@ def test_one_rate_grid_and_joint_knob():
     rows = _rows({0.01: 0.5, 0.1: 0.7}, lam=-0.1) + _rows({0.01: 0.6, 0.1: 0.9}, lam=0.1)
     e = edge_state(rows, [0.01, 0.1], limit=1, chance=0.1, knob=("lr", "lam"))
     assert (e.state, e.selected, e.rate) == ("extend", 0.1, 1.0)
+    rows += [{**r, "extended": 1} for r in _rows({1.0: 0.8}, lam=-0.1) + _rows({1.0: 0.8}, lam=0.1)]
+    notes = edge_notes(rows, by=(), grid=[0.01, 0.1], limit=1, chance_acc=0.1, knob=("lr", "lam"))
+    assert notes.endswith("- grid extended: : lr 1 (80.0) added (the selection was at the edge); "
+                          "selected 0.1, now interior.")  # fmt: skip
 
 
 def test_edge_limit_defaults():
