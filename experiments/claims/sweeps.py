@@ -53,6 +53,12 @@ def sweep_rows(ctx: Context, name: str) -> tuple[list[dict[str, Any]], str | Non
     if moms:
         mu = 0.9 if 0.9 in moms else moms[0]
         rows = [r for r in rows if r.get("momentum") == mu]
+    try:  # the configuration's method order: the styles of the experiment's own figures
+        order = list(ctx.config(name).get("methods") or [])
+    except (FileNotFoundError, KeyError, ValueError):
+        order = []
+    rank = {m: i for i, m in enumerate(order)}
+    rows.sort(key=lambda r: rank.get(r["method"], len(rank)))
     return rows, var
 
 
@@ -76,7 +82,7 @@ def _xscale(ax: Any, xs: Sequence[float], ticks: bool = False) -> None:
     elif xs:
         ax.set_xscale("symlog", linthresh=1.0)
     if ticks and xs:
-        ax.set_xticks(list(xs), [f"{x:g}" for x in xs])
+        ax.set_xticks(list(xs), [f"{x:g}" for x in xs], rotation=45 if len(xs) > 4 else 0)
         ax.minorticks_off()
 
 
@@ -113,7 +119,7 @@ def rate_figure(name: str, rows: list[dict[str, Any]], var: str, *, smoke: bool 
                         markeredgecolor="black", linestyle="none", zorder=5)  # fmt: skip
         if chance:
             ax.axhline(100 * chance, color="0.5", linestyle=":", linewidth=1)
-        _xscale(ax, sorted({r["lr"] for r in rows}))
+        _xscale(ax, sorted({r["lr"] for r in rows}), ticks=True)
         symbol = STALENESS[var].split(",")[0]
         ax.set_title(f"{symbol} = {level:g}" if isinstance(level, float | int) else str(level))
         ax.set_xlabel("learning rate")
