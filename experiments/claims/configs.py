@@ -48,6 +48,9 @@ _FIVE = ("sgd", "asgd", "sa-asgd", "dc-asgd-a", "gap-aware")
 #: 3 seeds: 85.6 ± 0.7 % test, flat since 9,000; at M = 16 and 9,000 updates, 2 seeds: SGD 84.7,
 #: DANA 81.4, DC-ASGD-a 75.2, ASGD 74.5, SSGD 70.1 %). Ten seeds: the claims are close.
 #: Async-BN stays on digits: its claim needs a batch-norm CNN on images (ResNet-20).
+#: Not settled yet for the pipelines: the pipeline MLP (7 hidden layers of 64) at N = 8 is still
+#: rising at 9,000 mini-batches (sync, 2 seeds, validation 73–78 % at lr 0.003–0.03) and costs
+#: ~10 ms per run and mini-batch on this CPU (the default pipeline sweep: ~19 CPU-hours).
 TASK: dict[str, Any] = {"dataset": "mnist1d", "steps": 9000, "seeds": 10}
 #: the smoke versions: the same data, a tiny budget
 QUICK: tuple[tuple[str, Any], ...] = (("steps", 300), ("seeds", 2))
