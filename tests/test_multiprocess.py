@@ -291,11 +291,11 @@ def _end_to_end(tmp_path, name: str, flags: list[str]):
 
 def test_pipeline_staleness_under_the_launcher(tmp_path):
     flags = ["--model", "mlp", "--stages", "2,4", "--seeds", "1", "--steps", "20"]
-    flags += ["--methods", "vanilla,stash"]
+    flags += ["--methods", "vanilla,stash", "--extend-edges", "0"]
     _end_to_end(tmp_path, "pipeline_staleness", flags)
 
 
 def test_async_workers_under_the_launcher(tmp_path):
     flags = ["--workers", "1,4", "--seeds", "1", "--steps", "40", "--lrs", "0.01,0.03"]
-    flags += ["--methods", "asgd,ssgd"]
+    flags += ["--methods", "asgd,ssgd", "--extend-edges", "0"]
     _end_to_end(tmp_path, "async_workers", flags)

@@ -129,7 +129,7 @@ def judge_cliff(ctx: Context) -> Verdict:
     stable = delay_cliff.stable_rates(rows, tolerance=cfg["tolerance"], chance_acc=chance_of(rows))
     ds = sorted({r["delay"] for r in rows})
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    top = max(r["lr"] for r in rows)
+    top = max(r["lr"] for r in rows if not r.get("extended"))  # the configured grid's largest
 
     def largest(m: str, d: int) -> float | None:
         ok = stable.get((m, d), [])
