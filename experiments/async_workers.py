@@ -72,11 +72,13 @@ from .common import (
     title,
 )
 from .config import (
+    EVAL_HELP,
     Base,
     ConfigError,
     check_memory,
     check_model,
     cli,
+    eval_every,
     opt,
     refuse_unused,
     seed_mode_opt,
@@ -137,6 +139,7 @@ class Config(Base):
         None, "momenta (default 0.9)", low=0, high=1, high_open=True
     )
     extend_edges: int | None = opt(None, EXTEND_HELP, low=0)
+    eval_every: int | None = opt(None, EVAL_HELP, low=1)
     lc_lambdas: tuple[float, ...] | None = opt(
         None, "LC-ASGD's λ grid, tuned with the rate, sign included (default -0.1,0.1)"
     )
@@ -223,7 +226,9 @@ class Config(Base):
             "seeds": self.seeds or pre.get("seeds") or (2 if quick else 5),
             "batch_size": self.batch_size or pre.get("batch_size") or 32,
             "updates": self.steps or (300 if quick else pre.get("updates", 1500)),
-            "eval_every": 50,
+            "eval_every": eval_every(
+                self.eval_every, self.steps or (300 if quick else pre.get("updates", 1500))
+            ),
             "target": self.target,
             "delay": self.delay,
             "straggler_fraction": self.straggler_fraction,

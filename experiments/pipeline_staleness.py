@@ -100,23 +100,26 @@ from jaxstale import data, loop, models, pipeline, runs, schedules
 
 from . import common
 from .common import chance, load_checked, opened, outcome, seed_mode, splits, title
-from .config import Base, ConfigError, check_memory, check_model, cli, opt, seed_mode_opt
+from .config import (
+    EVAL_HELP,
+    Base,
+    ConfigError,
+    check_memory,
+    check_model,
+    cli,
+    eval_every,
+    opt,
+    seed_mode_opt,
+)
 from .reports import accuracy_vs, at_selected, edge_notes, paired_table, pairs_text, tuned_tables
 
 EXPERIMENT = "pipeline_staleness"
 DEFAULT_METHODS = ("sync", "vanilla", "stash", "spectrain-v1", "spectrain-v2", "nesterov")
 OPTIMIZERS = ("sgd", "adam", "nadam")
 #: the learning-rate grids per optimizer (half-decade steps)
-LRS: dict[str, list[float]] = {
-    "sgd": [0.001, 0.003, 0.01, 0.03],
-    "adam": [0.0001, 0.0003, 0.001, 0.003, 0.01],
-    "nadam": [0.0001, 0.0003, 0.001, 0.003, 0.01],
-}
-QUICK_LRS: dict[str, list[float]] = {
-    "sgd": [0.003, 0.01],
-    "adam": [0.0003, 0.001],
-    "nadam": [0.0003, 0.001],
-}
+_ADAM = [0.0001, 0.0003, 0.001, 0.003, 0.01]
+LRS: dict[str, list[float]] = {"sgd": [0.001, 0.003, 0.01, 0.03], "adam": _ADAM, "nadam": _ADAM}
+QUICK_LRS: dict[str, list[float]] = {k: [v[1], v[2]] for k, v in LRS.items()}
 MODEL_KW: dict[str, dict[str, Any]] = {
     "mlp": {"hidden": (64,) * 7},  # 8 blocks: splits into up to 8 stages
     "cnn": {},  # 5 blocks: at most 5 stages
@@ -163,6 +166,7 @@ class Config(Base):
         low_open=True,
     )
     extend_edges: int | None = opt(None, common.EXTEND_HELP, low=0)
+    eval_every: int | None = opt(None, EVAL_HELP, low=1)
     stages: tuple[int, ...] | None = opt(None, "stage counts N (default 2,4,8; --quick 2,4)", low=1)
     methods: tuple[str, ...] | None = opt(
         None,
@@ -205,6 +209,7 @@ class Config(Base):
         quick = self.quick
         methods = list(self.methods or DEFAULT_METHODS)
         names = list(self.model or ["mlp"])
+        steps = self.steps or (300 if quick else 1500)
         return {
             "quick": quick,
             "dataset": self.dataset,
@@ -217,9 +222,10 @@ class Config(Base):
             "momentum": self.momentum,
             "lrs": list(self.lrs or (QUICK_LRS if quick else LRS)[self.optimizer]),
             "seeds": self.seeds or (2 if quick else 5),
-            "steps": self.steps or (300 if quick else 1500),
+            "steps": steps,
             "batch_size": self.batch_size,
-            "eval_every": 25 if quick else 50,  # rounds (one mini-batch each when steady)
+            # rounds (one mini-batch each when steady)
+            "eval_every": self.eval_every or (25 if quick else eval_every(None, steps)),
             "target": self.target,
             "backward": self.backward,
             "executor": self.executor,
