@@ -87,6 +87,7 @@ def test_one_worker_equals_synchronous_trainer(loop):
     assert res.final_test_accuracy == pytest.approx(ref["final_test_accuracy"])
 
 
+@pytest.mark.slow  # make test ≤ 8 min with a margin: CI runs it in make test-slow
 def test_one_worker_every_tau0_method_is_sgd_and_ssgd_too():
     steps = 16
     f = _model()

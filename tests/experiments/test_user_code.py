@@ -61,6 +61,7 @@ def _build(*, input_shape, num_classes, seed):
     return _Net(int(np.prod(input_shape)), WIDTH, num_classes, seed)
 
 
+@pytest.mark.slow  # make test ≤ 8 min with a margin: CI runs it in make test-slow
 def test_editing_a_registered_model_refuses_its_old_results(tmp_path, capsys, monkeypatch):
     models.register_model("fp-net", _build, overwrite=True)
     argv = [*TINY, "--methods", "asgd", "--model", "fp-net", "--out", str(tmp_path / "run")]

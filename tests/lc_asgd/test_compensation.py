@@ -81,7 +81,7 @@ def test_nonzero_lambda_changes_the_trajectory():
     assert not np.allclose(np.asarray(traj["a"]), np.asarray(ref["a"]))
 
 
-@pytest.mark.parametrize("clip", [False, True])
+@pytest.mark.parametrize("clip", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_scale_is_the_gradient_of_loss_plus_lambda_delay_loss(clip):
     """g̃ = ∇_w(ℓ_m(w) + λ·ℓ_delay(ℓ_m(w))) with ℓ_delay from the predictor's rollout."""
     lam, k = 0.3, 3.0

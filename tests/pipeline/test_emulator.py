@@ -251,6 +251,7 @@ def test_sync_equals_jaxstale_train_fit():
     assert _close([ref["params"]], params, 1e-6)
 
 
+@pytest.mark.slow  # make test ≤ 8 min with a margin: CI runs it in make test-slow
 def test_gpipe_micro_batches_equal_sync():
     """Schedule parity: GPipe with 2 micro-batches (gradients averaged) equals sync."""
     xb, yb = _data(4)
@@ -318,6 +319,7 @@ def test_vanilla_really_uses_different_versions():
     assert _maxdiff(van, sta) > 1e-4
 
 
+@pytest.mark.slow  # make test ≤ 8 min with a margin: CI runs it in make test-slow
 def test_n4_roundtrip_horizons_per_stage_reach_params():
     """spectrain-v1 / nesterov with the SpecTrain lab's per-stage horizons (N=4) vs reference."""
     xb, yb = _data(6, seed=3)
