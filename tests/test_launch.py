@@ -244,7 +244,11 @@ def test_a_killed_process_stops_the_group(tmp_path):
     assert elapsed < 15, elapsed  # SIGTERM ends process 0 at once (no 5 s SIGKILL grace)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
+@pytest.mark.parametrize(
+    "sig",
+    [pytest.param(signal.SIGINT, marks=pytest.mark.slow), signal.SIGKILL],  # ctrl-c: make test-slow
+    ids=["ctrl-c", "sigkill"],
+)
 def test_children_die_with_the_launcher(tmp_path, sig):
     """Ctrl-C stops the group (exit 130), even when the launcher started with SIGINT ignored
     (a background job); SIGKILL of the launcher kills it (PDEATHSIG)."""

@@ -107,6 +107,7 @@ def test_divergence_step_is_the_same_in_every_loop(digits):
     assert curve[1]["test_accuracy"] is None
 
 
+@pytest.mark.slow  # long (5 s, a ResNet compile); models/test_functional checks BN updates fast
 def test_batch_norm_state_is_carried(digits):
     kw = dict(width=4, blocks_per_stage=1)
     (res,) = train.fit(

@@ -5,6 +5,8 @@ function (``extend_grid``: its groups, its ``extended`` marks, a resume), what t
 
 import json
 
+import pytest
+
 from experiments import sync_baseline
 from experiments.common import edge_limit, edge_rates, edge_state, extend_grid
 from experiments.reports import edge_notes, tuned_tables
@@ -201,6 +203,7 @@ def test_sync_baseline_extends_its_edge_and_resumes_to_the_same_table(tmp_path):
     assert _bytes(out) == (rows, text)
 
 
+@pytest.mark.slow  # long (19 s): two sweeps; the sync_baseline one above stays in make test
 def test_async_workers_and_pipeline_extend_per_setting(tmp_path):
     """async_workers: LC-ASGD's λ tuned with the rate, so an extension runs the new rate at
     every λ; the rate grid per momentum. pipeline_staleness: per (model, policy, N)."""
