@@ -31,13 +31,15 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import io
 import json
 import os
 import random
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from jaxstale._atomic import write_atomically
 
 NUM_SAMPLES: int = 25_000
 """Examples generated (2,500 per class): 20,000 train and 5,000 test."""
@@ -115,15 +117,10 @@ def load_mnist1d() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]
 def _write(path: Path, arrays: dict[str, np.ndarray]) -> None:
     """Writes the cache file atomically (a concurrent reader sees all or nothing); a folder that
     cannot be written leaves the data uncached (generated again next time), not an error."""
+    buf = io.BytesIO()
+    np.savez(buf, *(), **arrays)  # type: ignore[arg-type]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.tmp")
+        write_atomically(path, buf.getvalue())
     except OSError:
         return
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, *(), **arrays)  # type: ignore[arg-type]
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

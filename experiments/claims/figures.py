@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import io
 import math
-import os
 import shutil
-import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -162,17 +160,7 @@ def save_png(fig: Any, path: Path) -> Path:
     """Writes ``fig`` as a PNG atomically (the same bytes for the same figure: no date in it)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(buf.getvalue())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    return runs.atomic_write_bytes(path, buf.getvalue())
 
 
 def copy_figure(run_name: str, stem: str, fig_dir: Path, figures_from: Path | None) -> Path | None:

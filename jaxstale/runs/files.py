@@ -7,10 +7,10 @@ In a group of JAX processes (:mod:`jaxstale.distributed`) only process 0 writes
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import os
-import secrets
 import sys
 import time
 from collections.abc import Mapping
@@ -19,9 +19,12 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from jaxstale._atomic import write_atomically
+
 __all__ = [
     "RunFolderError",
     "StaleResultsError",
+    "atomic_write_bytes",
     "atomic_write_text",
     "config_hash",
     "to_json",
@@ -115,65 +118,41 @@ def config_hash(config: Mapping[str, Any], length: int = 10) -> str:
     return hashlib.sha1(to_json(config, canonical=True).encode()).hexdigest()[:length]
 
 
-def _create_temp(path: Path) -> tuple[int, Path]:
-    """Creates a new hidden temporary file beside ``path`` with mode ``0o666 & ~umask``.
-
-    (``tempfile.mkstemp`` would create it ``0o600`` whatever the umask, and ``os.replace`` keeps
-    that mode.)
-    """
-    for _ in range(100):
-        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
-        try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"no free temporary file name beside {path}")
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Writes ``text`` to ``path`` atomically (temporary file in the same folder + ``os.replace``).
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Writes ``data`` to ``path`` atomically (temporary file in the same folder + ``os.replace``).
 
     A reader sees either the old file or the complete new one, never a partial write. The file
-    gets the mode an ordinary ``open(path, "w")`` gives a new file: ``0o666 & ~umask``. In a
+    gets the mode an ordinary ``open(path, "wb")`` gives a new file: ``0o666 & ~umask``. In a
     group of JAX processes only process 0 writes; on the others this does nothing
     (:func:`writes_here`).
 
     Args:
       path: destination file; its folder must exist.
-      text: content (UTF-8).
+      data: content.
 
     Returns:
       ``Path(path)``.
+
+    Example:
+      >>> import tempfile
+      >>> with tempfile.TemporaryDirectory() as d:
+      ...     atomic_write_bytes(Path(d) / "f.bin", b"PK").read_bytes()
+      b'PK'
     """
-    path = Path(path)
     if not writes_here():
-        return path
-    fd, tmp = _create_temp(path)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+        return Path(path)
+    return write_atomically(path, data)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """:func:`atomic_write_bytes` of ``text`` in UTF-8 (the same modes, the same process rule)."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def _atomic_savefig(fig: Any, path: Path) -> None:
-    fd, tmp = _create_temp(path)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", dpi=120, bbox_inches="tight")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
+    atomic_write_bytes(path, buf.getvalue())
 
 
 def _sort_value(value: Any) -> tuple[int, Any]:
