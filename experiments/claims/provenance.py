@@ -18,16 +18,14 @@ content digest), with any cells reused from other code (``--force-resume``) name
 from __future__ import annotations
 
 import json
-import os
-import re
 import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from jaxstale import runs
+from jaxstale.runs import fingerprint
 
 __all__ = ["INDEX", "ROW_FILES", "Snapshot", "git_state", "read_index", "section", "snapshot"]
 
@@ -65,27 +63,11 @@ class Snapshot:
 def git_state(where: Path | None = None) -> tuple[str | None, bool]:
     """``(HEAD, dirty)`` of the git checkout holding ``where`` (default: this package);
     ``(None, False)`` outside one or without git (never raises)."""
-    folder = str(where or Path(__file__).resolve().parent)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-
-    def git(*args: str) -> str | None:
-        try:
-            done = subprocess.run(
-                ["git", "-C", folder, *args],
-                capture_output=True,
-                text=True,
-                timeout=20,
-                env=env,
-                check=False,
-            )
-        except (OSError, subprocess.SubprocessError, ValueError):
-            return None
-        return done.stdout if done.returncode == 0 else None
-
-    head = (git("rev-parse", "--verify", "-q", "HEAD") or "").strip()
-    if not re.fullmatch(r"[0-9a-f]{40,64}", head):
+    folder = where or Path(__file__).resolve().parent
+    head = fingerprint.git_head(folder)
+    if head is None:
         return None, False
-    status = git("status", "--porcelain", "--untracked-files=no")
+    status = fingerprint.git(folder, "status", "--porcelain", "--untracked-files=no")
     return head, bool(status and status.strip())
 
 

@@ -71,6 +71,8 @@ __all__ = [
     "code_changes",
     "code_fingerprint",
     "code_hash",
+    "git",
+    "git_head",
     "source_digest",
     "user_source_text",
 ]
@@ -341,22 +343,37 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _git_commit(folder: Path) -> str | None:
-    """HEAD of the git repository holding ``folder``; None when there is none (never raises)."""
+def git(folder: str | os.PathLike[str], *args: str) -> str | None:
+    """Standard output of ``git -C folder *args``; None when git is missing, fails or hangs.
+
+    Never raises, and ignores the caller's ``GIT_*`` variables (a hook's ``GIT_DIR`` would
+    otherwise point every folder at one repository).
+
+    Example:
+      >>> import tempfile
+      >>> with tempfile.TemporaryDirectory() as d:
+      ...     git(d, "rev-parse", "--verify", "-q", "HEAD") is None  # not a repository
+      True
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     try:
         done = subprocess.run(
-            ["git", "-C", str(folder), "rev-parse", "--verify", "-q", "HEAD"],
+            ["git", "-C", str(folder), *args],
             capture_output=True,
             text=True,
-            timeout=10,
+            timeout=20,
             env=env,
             check=False,
         )
     except (OSError, subprocess.SubprocessError, ValueError):
         return None
-    commit = done.stdout.strip()
-    return commit if done.returncode == 0 and re.fullmatch(r"[0-9a-f]{40,64}", commit) else None
+    return done.stdout if done.returncode == 0 else None
+
+
+def git_head(folder: str | os.PathLike[str]) -> str | None:
+    """HEAD of the git repository holding ``folder``; None when there is none (never raises)."""
+    commit = (git(folder, "rev-parse", "--verify", "-q", "HEAD") or "").strip()
+    return commit if re.fullmatch(r"[0-9a-f]{40,64}", commit) else None
 
 
 def code_fingerprint(
@@ -416,7 +433,7 @@ def code_fingerprint(
             **{name: _version(name) for name in _VERSIONED},
             "python": platform.python_version(),
         },
-        "git_commit": _git_commit(where),
+        "git_commit": git_head(where),
     }
 
 

@@ -4,6 +4,7 @@ folders."""
 
 import json
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from matplotlib.figure import Figure
 from experiments import claims
 from experiments.claims import figures, provenance, sweeps
 from experiments.claims.verdicts import Diff
+from jaxstale.runs import fingerprint
 
 BASE = [0.90, 0.91, 0.905, 0.895, 0.90]
 NOISE = [0.0005, -0.0005, 0.001, -0.001, 0.0]
@@ -258,3 +260,20 @@ def test_pipeline_sweeps_use_stages_and_one_model(tmp_path):
     fig = sweeps.staleness_figure("pipeline", got, var)
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["2", "4"]
     assert "selected on validation for sync" in fig._suptitle.get_text().replace("\n", " ")
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_the_claims_report_reads_head_and_dirt_through_the_same_helper(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "a.py").write_text("X = 1\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    assert provenance.git_state(repo) == (None, False)  # not a repository yet
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "a.py"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "x"], check=True)
+    head = fingerprint.git_head(repo)
+    assert head is not None and provenance.git_state(repo) == (head, False)
+    (repo / "a.py").write_text("X = 2\n")
+    (repo / "new.py").write_text("")  # untracked files do not make the checkout dirty
+    assert provenance.git_state(repo) == (head, True)
