@@ -13,7 +13,7 @@ validation accuracy** (a diverged seed counts at chance) and the table reports *
 accuracy at the selected rate** (mean ± 95 % CI over the seeds that trained, diverged fraction
 in the cell, the rate after ``@``). LC-ASGD's λ is tuned the same way, its sign included
 (``--lc-lambdas``). A rate selected at an edge of its grid extends that method × M's grid
-(``--extend-edges``, :func:`experiments.common.extend_grid`); the table says what was added.
+(``--extend-edges``, :func:`experiments.grids.extend_grid`); the table says what was added.
 Time to accuracy: updates until the validation accuracy first reaches ``--target``.
 
 Setting: :func:`jaxstale.asyncdp.run` (exact emulation, or the mesh executor), digits + MLP by
@@ -58,10 +58,7 @@ import numpy as np
 from jaxstale import asyncdp, data, delays, models, runs
 
 from .common import (
-    EXTEND_HELP,
     chance,
-    edge_limit,
-    extend_grid,
     lanes_for,
     load_checked,
     make_delay,
@@ -83,8 +80,17 @@ from .config import (
     refuse_unused,
     seed_mode_opt,
 )
+from .grids import (
+    EXTEND_HELP,
+    TUNE_HELP,
+    confirm_selected,
+    edge_limit,
+    extend_grid,
+    grid_seeds,
+    tune_seeds,
+)
 from .presets import PRESETS
-from .reports import accuracy_vs, edge_notes, tuned_tables
+from .reports import accuracy_vs, edge_notes, tuned_tables, tuning_note
 
 EXPERIMENT = "async_workers"
 DEFAULT_METHODS = (
@@ -139,6 +145,7 @@ class Config(Base):
         None, "momenta (default 0.9)", low=0, high=1, high_open=True
     )
     extend_edges: int | None = opt(None, EXTEND_HELP, low=0)
+    tune_seeds: int | None = opt(None, TUNE_HELP, low=1)
     eval_every: int | None = opt(None, EVAL_HELP, low=1)
     lc_lambdas: tuple[float, ...] | None = opt(
         None, "LC-ASGD's λ grid, tuned with the rate, sign included (default -0.1,0.1)"
@@ -206,6 +213,10 @@ class Config(Base):
             else ([0.003, 0.03] if quick else LRS.get(mu, LRS[0.9] if mu else LRS[0.0]))
             for mu in momenta
         }
+        lams = list(self.lc_lambdas or ([0.1] if quick else [-0.1, 0.1]))
+        seeds = self.seeds or pre.get("seeds") or (2 if quick else 5)
+        methods = list(self.methods or pre.get("methods") or DEFAULT_METHODS)
+        tuned = [*lrs.values(), *([lams] if set(LAMBDA_METHODS) & set(methods) else [])]
         return {
             "quick": quick,
             "preset": self.preset,
@@ -216,14 +227,14 @@ class Config(Base):
             else self.standardize,
             "model": (self.model or [pre.get("model", "mlp")])[0],
             "model_kw": {},
-            "methods": list(self.methods or pre.get("methods") or DEFAULT_METHODS),
+            "methods": methods,
             "workers": list(
                 self.workers or pre.get("workers") or ([4, 16] if quick else [4, 8, 16, 32])
             ),
             "momentum": momenta,
             "lrs": lrs,
-            "lc_lambdas": list(self.lc_lambdas or ([0.1] if quick else [-0.1, 0.1])),
-            "seeds": self.seeds or pre.get("seeds") or (2 if quick else 5),
+            "lc_lambdas": lams,
+            "seeds": seeds,
             "batch_size": self.batch_size or pre.get("batch_size") or 32,
             "updates": self.steps or (300 if quick else pre.get("updates", 1500)),
             "eval_every": eval_every(
@@ -237,6 +248,7 @@ class Config(Base):
             "seed_mode": self.seed_mode,
             "executor": self.executor,
             "extend_edges": edge_limit(self),
+            **tune_seeds(self, seeds, tuned),
         }
 
 
@@ -248,7 +260,7 @@ def _cells(cfg: dict[str, Any]) -> list[dict[str, Any]]:
             for m in [1] if method in ONE_WORKER else cfg["workers"]:
                 for lr in cfg["lrs"][str(mu)]:
                     for lam in lams:
-                        for seed in range(cfg["seeds"]):
+                        for seed in grid_seeds(cfg):
                             keys.append(
                                 {"method": method, "workers": m, "momentum": mu, "lr": lr,
                                  "lam": lam, "seed": seed}
@@ -382,6 +394,7 @@ def make_table(rows: list[dict], cfg: dict[str, Any], ds_chance: float) -> tuple
         lim, lrs = cfg.get("extend_edges", 0), cfg["lrs"][str(mu)]
         edges = edge_notes(sub, by=EDGE_BY, grid=lrs, limit=lim, chance_acc=ds_chance, knob=KNOB)
         parts += [edges] if edges else []
+    parts += [note] if (note := tuning_note(cfg)) else []
     if cfg.get("preset"):
         parts.append(paper_table(rows, selected, cfg))
     return "\n\n".join(parts) + "\n", selected
@@ -556,8 +569,9 @@ def run(config: Config) -> list[dict[str, Any]]:
     compute = lambda ks: _run_group(cfg, ds, ks)
     rows = folder.run_grouped(_cells(cfg), compute, vary=("seed", "workers", "lr"), desc=EXPERIMENT)
     lrs = lambda g: cfg["lrs"][str(g[2])]
-    kw = {"key": KEY, "by": EDGE_BY, "knob": KNOB, "limit": cfg["extend_edges"]}
-    return extend_grid(folder, rows, compute, grid=lrs, chance=chance(ds), **kw)
+    kw = {"key": KEY, "by": EDGE_BY, "knob": KNOB, "chance": chance(ds)}
+    rows = extend_grid(folder, rows, compute, grid=lrs, limit=cfg["extend_edges"], **kw)
+    return confirm_selected(folder, rows, compute, seeds=cfg["seeds"], **kw)
 
 
 def report(

@@ -23,24 +23,20 @@ Experiments do not import each other; what two of them need lives here.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import optax
 
 from jaxstale import data, delays, models, runs, train
 
+from .grids import confirm_selected, extend_grid
+
 __all__ = [
-    "EXTEND_HELP",
     "SMOKE",
-    "Edge",
     "Gather",
     "chance",
     "convergence",
-    "edge_limit",
-    "edge_rates",
-    "edge_state",
-    "extend_grid",
     "fit_grid",
     "lanes_for",
     "load_checked",
@@ -378,6 +374,7 @@ def fit_grid(
     target: float | None = None,
     extend_edges: int = 0,
     chance: float = 0.0,
+    confirm_seeds: int | None = None,
     **fit_kwargs: Any,
 ) -> list[dict[str, Any]]:
     """Runs :func:`jaxstale.train.fit` over a ``model x lr x seed`` grid into a ``RunFolder``.
@@ -399,12 +396,15 @@ def fit_grid(
         validation accuracy reached ``target`` (None: never), as :func:`outcome` records it.
       extend_edges, chance: :func:`extend_grid`'s ``limit`` and ``chance`` per model (0: the
         grid as given).
+      confirm_seeds: a two-stage sweep (:func:`experiments.grids.confirm_selected`): ``seeds``
+        are the grid's (tuning) seeds, and each model's selected rate then runs seeds
+        ``0 … confirm_seeds−1``; None: the grid only.
 
     Returns:
       One row per cell, in grid order: ``method, model, lr, seed, final_val_accuracy,
       final_test_accuracy, final_train_loss, diverged, diverged_step, steps, batch_size, loop,
       seed_mode, wall_s`` (and ``updates_to_target`` with ``target``), then the rows of the
-      grid's extensions (with ``extended``).
+      grid's extensions (with ``extended``), then those of the selected rates' other seeds.
       The cell's metrics (its ``curve``) go to ``metrics.jsonl`` (``run.metrics(key)``).
     """
     seeds = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
@@ -440,158 +440,11 @@ def fit_grid(
 
     rows = run.run_grouped(keys, cells, vary=("seed",), desc=f"{run.experiment} {method}")
     fields = ("method", "model", "lr", "seed")
-    return extend_grid(
+    rows = extend_grid(
         run, rows, cells, key=fields, by=fields[:2], grid=lrs, limit=extend_edges, chance=chance
     )
-
-
-# ----------------------------------------------------------------------------- grid edges
-
-#: the help of every experiment's ``extend_edges`` field
-EXTEND_HELP = (
-    "where the rate selected on validation is the grid's smallest or largest (and trained), "
-    "run the next rate beyond it, by the grid's ratio at that end, for that method and setting "
-    "only; at most this many per side (default 2; --quick 0; 0: off)"
-)
-
-
-def edge_limit(config: Any) -> int:
-    """The resolved ``extend_edges`` of a typed config: its value, else 0 under ``--quick`` (a
-    smoke run's two-rate grid always has its winner at an edge) and 2 otherwise."""
-    value = getattr(config, "extend_edges", None)
-    return int(value) if value is not None else (0 if getattr(config, "quick", False) else 2)
-
-
-def _sig(x: float) -> float:
-    return float(f"{x:.3g}")
-
-
-def edge_rates(grid: Sequence[float], limit: int) -> tuple[list[float], list[float]]:
-    """The rates an extension adds below and above ``grid``, outwards: ``k`` steps of the grid's
-    ratio at that end (its two smallest, its two largest values), 3 significant digits; none for
-    a grid of fewer than two rates. A function of the grid alone: a larger ``limit`` adds to the
-    same list.
-
-    Example:
-        >>> edge_rates([0.001, 0.003, 0.01, 0.03, 0.1], 2)
-        ([0.000333, 0.000111], [0.333, 1.11])
-    """
-    g = sorted({float(x) for x in grid})
-    if len(g) < 2 or limit <= 0:
-        return [], []
-    seen = set(g)
-    out: tuple[list[float], list[float]] = ([], [])
-    for side, edge, ratio in ((out[0], g[0], g[0] / g[1]), (out[1], g[-1], g[-1] / g[-2])):
-        for k in range(1, limit + 1):
-            x = edge * ratio**k
-            v = _sig(x) if _sig(x) not in seen else x  # rounding must not repeat a rate
-            seen.add(v)
-            side.append(v)
-    return out
-
-
-class Edge(NamedTuple):
-    """Where one method × setting's selected rate sits in its grid (:func:`edge_state`):
-    ``state`` ``"fixed"`` (a one-rate grid), ``"interior"``, ``"extend"`` (``rate``: the next to
-    run), ``"capped"`` (``limit`` added on that side), ``"diverged"`` (every seed diverged at
-    the edge); ``side`` −1 / +1 / 0; ``added``: the extension rates present, ascending."""
-
-    state: str
-    side: int
-    selected: float | None
-    rate: float | None
-    added: tuple[float, ...]
-
-
-def edge_state(
-    rows: Sequence[dict], grid: Sequence[float], *, limit: int, chance: float, knob: Any = "lr"
-) -> Edge:
-    """The edge decision of one method × setting: ``rows`` are its cells (every rate, seed and
-    secondary knob value, e.g. LC-ASGD's λ), ``grid`` its configured rates.
-
-    The rate is selected on validation as the tables select it (:func:`jaxstale.runs.select`,
-    diverged seeds at ``chance``, ties to the rate seen first); ``knob`` may be joint
-    (``("lr", "lam")``), its first field the rate. At the smallest rate present the grid is
-    extended downwards, at the largest upwards (a diverged rate above the selected one makes it
-    interior), unless every seed diverged at the selected value or ``limit`` rates were added on
-    that side already. A function of the rows: a resume decides the same.
-
-    Example:
-        >>> rows = [{"lr": lr, "seed": 0, "final_val_accuracy": a, "diverged": False}
-        ...         for lr, a in ((0.01, 0.8), (0.1, 0.9))]
-        >>> edge_state(rows, [0.01, 0.1], limit=2, chance=0.1)
-        Edge(state='extend', side=1, selected=0.1, rate=1.0, added=())
-    """
-    if len({float(x) for x in grid}) < 2 or not rows:
-        return Edge("fixed", 0, None, None, ())
-    sel = runs.select(rows, by=(), knob=knob, chance=chance)[()]
-    lr = sel if isinstance(knob, str) else sel[0]
-    present = sorted({r["lr"] for r in rows})
-    lo, hi = min(grid), max(grid)
-    added = tuple(x for x in present if x < lo or x > hi)
-    side = -1 if lr == present[0] else 1 if lr == present[-1] else 0
-    if side == 0:
-        return Edge("interior", 0, lr, None, added)
-    pick = [r for r in rows if runs.stats.knob_value(r, knob) == sel]
-    if all(r.get("diverged") for r in pick):
-        return Edge("diverged", side, lr, None, added)
-    done = sum(x < lo for x in added) if side < 0 else sum(x > hi for x in added)
-    if done >= limit:
-        return Edge("capped", side, lr, None, added)
-    return Edge("extend", side, lr, edge_rates(grid, limit)[side > 0][done], added)
-
-
-def extend_grid(
-    folder: runs.RunFolder,
-    rows: Sequence[dict[str, Any]],
-    compute: Callable[[list[dict[str, Any]]], Sequence[tuple[dict, list]]],
-    *,
-    key: Sequence[str],
-    by: Sequence[str],
-    grid: Sequence[float] | Callable[[tuple[Any, ...]], Sequence[float]],
-    limit: int,
-    chance: float,
-    knob: str | Sequence[str] = "lr",
-) -> list[dict[str, Any]]:
-    """``rows`` (a configured grid's cells, as ``run_grouped`` returned them) and the cells its
-    edges add: up to ``limit`` rounds, each running :func:`edge_state`'s next rate of every
-    method × setting (group of ``by``; ``grid``: its rates, or a function of the group) at
-    the edge rate's seeds and secondary knob values (cell keys of the fields ``key``).
-
-    The new rate's cells of one group form their own ``run_grouped`` group (``vary=("seed",)``;
-    ``compute`` as ``run_grouped`` takes it), so groups stay a function of the configuration
-    and of the rows before them; each new row carries ``"extended"``: the signed step beyond the
-    grid (−1 one ratio below the smallest rate, +2 two above the largest). The extended grid
-    is a function of the rows: a resume or re-run computes the same cells and the same table.
-
-    Returns:
-        ``rows`` then the added rows, round by round.
-    """
-    out = list(rows)
-    grid_of = grid if callable(grid) else (lambda _g: grid)
-    for _ in range(limit):
-        groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-        for r in out:
-            groups.setdefault(tuple(r.get(k) for k in by), []).append(r)
-        keys, steps = [], {}
-        for g, per in groups.items():
-            e = edge_state(per, grid_of(g), limit=limit, chance=chance, knob=knob)
-            if e.rate is None:
-                continue
-            step = e.side * (1 + edge_rates(grid_of(g), limit)[e.side > 0].index(e.rate))
-            for r in per:
-                k = {f: e.rate if f == "lr" else r.get(f) for f in key}
-                if r["lr"] == e.selected and k not in keys:
-                    keys.append(k)
-                    steps[tuple(k.values())] = step
-        if not keys:
-            break
-
-        def marked(ks: list[dict[str, Any]], steps: dict = steps) -> list[tuple[dict, list]]:
-            return [
-                ({**row, "extended": steps[tuple(k.values())]}, m)
-                for k, (row, m) in zip(ks, compute(ks), strict=True)
-            ]
-
-        out += folder.run_grouped(keys, marked, vary=("seed",), desc=f"{folder.experiment} edges")
-    return out
+    if confirm_seeds is None:
+        return rows
+    return confirm_selected(
+        run, rows, cells, key=fields, by=fields[:2], seeds=confirm_seeds, chance=chance
+    )

@@ -26,7 +26,7 @@ that trained, diverged fraction in the cell) and the updates until the validatio
 first reaches ``--target``; and, for the published claim, ASGD's test accuracy at the paper's
 rates (0.01 and 0.001) for every d (those rates are fixed by the paper, nothing is chosen).
 A rate selected at an edge of the grid extends that (method, d)'s grid for the selection only
-(``--extend-edges``, :func:`experiments.common.extend_grid`; the table says what was added):
+(``--extend-edges``, :func:`experiments.grids.extend_grid`; the table says what was added):
 the cliff, its reference and the heat maps read the configured grid.
 
 Setting: constant delay ``d ∈ {0, 1, 2, 4, 8, 16}`` (``jaxstale.delays.constant``; the first
@@ -73,10 +73,7 @@ import numpy as np
 from jaxstale import asyncdp, data, models, runs
 
 from .common import (
-    EXTEND_HELP,
     chance,
-    edge_limit,
-    extend_grid,
     lanes_for,
     load_checked,
     make_delay,
@@ -95,6 +92,7 @@ from .config import (
     opt,
     seed_mode_opt,
 )
+from .grids import EXTEND_HELP, edge_limit, extend_grid
 from .reports import edge_notes, tuned_tables
 
 EXPERIMENT = "delay_cliff"

@@ -19,8 +19,10 @@ vanilla and minus sync at each one's selected rate with a 95 % t interval over t
 text under them lists every pair of policies whose difference is beyond noise (uncorrected for
 the number of comparisons: with 15 pairs per depth about one in 20 within-noise pairs is
 marked by chance). A rate selected at an edge of the grid extends that policy × N's grid
-(``--extend-edges``, :func:`experiments.common.extend_grid`), and the table says so. Time to
-accuracy: updates until the validation accuracy first reaches ``--target``.
+(``--extend-edges``, :func:`experiments.grids.extend_grid`), and the table says so;
+``--tune-seeds K`` runs the grid on K seeds and the selected rate on all of them
+(:func:`experiments.grids.confirm_selected`). Time to accuracy: updates until the validation
+accuracy first reaches ``--target``.
 
 Setting: each model is split into ``N`` parameter-balanced stages and trained by the pipeline
 emulator (:mod:`jaxstale.pipeline`) on ``one_f_one_b(N, steps)`` (a policy may have its own
@@ -78,10 +80,7 @@ updates_to_target, final_train_loss, steps, batch_size, wall_s), table.md (test 
 selected rate; updates to the target; the validation grid; paired differences against vanilla
 and sync; the pairs beyond noise), plot.png (validation curves at the deepest N at each policy's
 selected rate), accuracy_vs_stages.png (with 95 % CIs), gantt.png (the N = 4 asynchronous 1F1B
-schedule with weight versions).
-
-Run: ``python -m experiments.pipeline_staleness [--quick] [--out DIR] [--optimizer adam]
-[--methods a,b] [--stages 2,4,8] [--lrs ...] [--model cnn]``.
+schedule with weight versions). Run: ``python -m experiments.pipeline_staleness --help``.
 """
 
 from __future__ import annotations
@@ -98,7 +97,7 @@ import optax
 
 from jaxstale import data, loop, models, pipeline, runs, schedules
 
-from . import common
+from . import grids, reports
 from .common import chance, load_checked, opened, outcome, seed_mode, splits, title
 from .config import (
     EVAL_HELP,
@@ -165,7 +164,8 @@ class Config(Base):
         low=0,
         low_open=True,
     )
-    extend_edges: int | None = opt(None, common.EXTEND_HELP, low=0)
+    extend_edges: int | None = opt(None, grids.EXTEND_HELP, low=0)
+    tune_seeds: int | None = opt(None, grids.TUNE_HELP, low=1)
     eval_every: int | None = opt(None, EVAL_HELP, low=1)
     stages: tuple[int, ...] | None = opt(None, "stage counts N (default 2,4,8; --quick 2,4)", low=1)
     methods: tuple[str, ...] | None = opt(
@@ -210,6 +210,8 @@ class Config(Base):
         methods = list(self.methods or DEFAULT_METHODS)
         names = list(self.model or ["mlp"])
         steps = self.steps or (300 if quick else 1500)
+        lrs = list(self.lrs or (QUICK_LRS if quick else LRS)[self.optimizer])
+        seeds = self.seeds or (2 if quick else 5)
         return {
             "quick": quick,
             "dataset": self.dataset,
@@ -220,8 +222,8 @@ class Config(Base):
             "methods": methods,
             "optimizer": self.optimizer,
             "momentum": self.momentum,
-            "lrs": list(self.lrs or (QUICK_LRS if quick else LRS)[self.optimizer]),
-            "seeds": self.seeds or (2 if quick else 5),
+            "lrs": lrs,
+            "seeds": seeds,
             "steps": steps,
             "batch_size": self.batch_size,
             # rounds (one mini-batch each when steady)
@@ -230,7 +232,8 @@ class Config(Base):
             "backward": self.backward,
             "executor": self.executor,
             "seed_mode": self.seed_mode,
-            "extend_edges": common.edge_limit(self),
+            "extend_edges": grids.edge_limit(self),
+            **grids.tune_seeds(self, seeds, [lrs]),
             # what each policy is (a registered one's definition decides its results)
             "policies": {m: pipeline.get_policy(m)._asdict() for m in methods},
             "schedules": {m: _factory_name(schedule_factory(m)) for m in methods},
@@ -306,18 +309,10 @@ class _Runner:
             vmap = seed_mode(name, cfg["seed_mode"])
             for part in [keys] if vmap else [[k] for k in keys]:
                 pairs = [self.data(k["seed"]) for k in part]
-                ex = pipeline.make(
-                    "emulate",
-                    stages,
-                    sched,
-                    method,
-                    self.tx,
-                    np.stack([p[0] for p in pairs]),
-                    np.stack([p[1] for p in pairs]),
-                    lanes=len(part),
-                    hyperparams={"learning_rate": [k["lr"] for k in part]},
-                    **kw,
-                )
+                xb, yb = (np.stack([p[i] for p in pairs]) for i in (0, 1))
+                lrs = {"learning_rate": [k["lr"] for k in part]}
+                args = (stages, sched, method, self.tx, xb, yb)
+                ex = pipeline.make("emulate", *args, lanes=len(part), hyperparams=lrs, **kw)
                 results += self._run(ex, [self.init(name, n, k["seed"]) for k in part])
         wall = (time.perf_counter() - t0) / len(keys)
         self.computed += len(keys)
@@ -363,7 +358,7 @@ def _cells(cfg: dict[str, Any], blocks: dict[str, int]) -> list[dict[str, Any]]:
                 continue
             for method in cfg["methods"]:
                 for lr in cfg["lrs"]:
-                    for seed in range(cfg["seeds"]):
+                    for seed in grids.grid_seeds(cfg):
                         keys.append(
                             {"model": name, "stages": n, "method": method, "lr": lr, "seed": seed}
                         )
@@ -409,7 +404,7 @@ def make_table(
     ]
     lim, lrs = cfg.get("extend_edges", 0), cfg.get("lrs", ())
     edges = edge_notes(rows, by=EDGE_BY, grid=lrs, limit=lim, chance_acc=chance_acc)
-    parts += [edges] if edges else []
+    parts += [n for n in (edges, reports.tuning_note(cfg)) if n]
     methods = list(dict.fromkeys(r["method"] for r in rows))
     for base in ("vanilla", "sync"):
         if base in methods and len(methods) > 1:
@@ -565,8 +560,11 @@ def run(config: Config) -> list[dict[str, Any]]:
     rows = folder.run_grouped(
         _cells(cfg, blocks), runner.group, vary=("seed", "lr"), desc=EXPERIMENT
     )
-    kw = {"key": KEY, "by": EDGE_BY, "grid": cfg["lrs"], "limit": cfg["extend_edges"]}
-    rows = common.extend_grid(folder, rows, runner.group, chance=chance(ds), **kw)
+    kw = {"key": KEY, "by": EDGE_BY, "chance": chance(ds)}
+    rows = grids.extend_grid(
+        folder, rows, runner.group, grid=cfg["lrs"], limit=cfg["extend_edges"], **kw
+    )
+    rows = grids.confirm_selected(folder, rows, runner.group, seeds=cfg["seeds"], **kw)
     print(f"[{EXPERIMENT}] {runner.computed} runs computed now, the rest resumed", file=sys.stderr)
     return rows
 

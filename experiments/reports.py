@@ -17,7 +17,7 @@ import numpy as np
 
 from jaxstale import runs
 
-from .common import edge_state
+from .grids import edge_state
 
 __all__ = [
     "MIN_PAIRS",
@@ -27,6 +27,7 @@ __all__ = [
     "paired_table",
     "pairs_text",
     "tuned_tables",
+    "tuning_note",
 ]
 
 
@@ -68,8 +69,9 @@ def tuned_tables(
         ``(accuracy, time, grid, selected)``: ``value`` in % (mean ± 95 % CI, diverged
         fraction, ``@ <knob>``) at the knob selected on validation; updates to the target
         validation accuracy at that knob (median over seeds, ``[reached/seeds]``); the grid's
-        mean final validation accuracy % per knob value (diverged seeds at chance), which shows
-        how sharp each optimum is; ``{(index…, column): knob}``.
+        mean final validation accuracy % per knob value (diverged seeds at chance) over the
+        seeds the selection compared (a two-stage sweep's tuning seeds), which shows how sharp
+        each optimum is; ``{(index…, column): knob}``.
     """
     by = (*index, columns) if columns is not None else tuple(index)
     selected = runs.select(rows, by=by, knob=knob, chance=chance_acc)
@@ -111,11 +113,12 @@ def tuned_tables(
             t_cells.append(runs.format_steps([r.get("updates_to_target") for r in pick]))
             # grid rows: one per value of the knob's secondary fields (e.g. LC-ASGD's λ),
             # columns: the first field's values (the learning rates)
+            shared = runs.stats.shared_seeds(groups[g])  # the seeds the selection compared
             for rest in _unique(_rest(kv) for kv in groups[g]):
                 g_cells = []
                 for first in firsts:
                     kv = first if not joint else (first, *rest)
-                    per = groups[g].get(kv)
+                    per = shared.get(kv)
                     if not per:
                         g_cells.append("–")
                         continue
@@ -155,7 +158,7 @@ def edge_notes(
     knob: str | Sequence[str] = "lr",
     label: Callable[[tuple[Any, ...]], str] | None = None,
 ) -> str:
-    """What the grid-edge rule (:func:`experiments.common.extend_grid`) did, one line per
+    """What the grid-edge rule (:func:`experiments.grids.extend_grid`) did, one line per
     method × setting (group of ``by``) whose selected rate is or was at an edge of its grid:
     the rates added (mean final validation accuracy %, diverged seeds at chance), and whether
     the selection is now interior or still at the edge after ``limit`` extensions; a line that
@@ -203,6 +206,21 @@ def edge_notes(
         'mean validation accuracy %; summary.json marks those rows "extended")'
     )
     return "\n".join([head, *(lines or ["- every selected rate is interior to its grid."])])
+
+
+def tuning_note(cfg: dict[str, Any]) -> str:
+    """The line a two-stage sweep's tables carry (``--tune-seeds``); empty otherwise."""
+    k = cfg.get("tune_seeds")
+    if not k:
+        return ""
+    n = cfg["seeds"]
+    first = "seed 0" if k == 1 else f"seeds 0–{k - 1}"
+    return (
+        f"**Two-stage sweep** (--tune-seeds {k}): each rate grid (and its extensions) ran on "
+        f"{first}, and the rate was selected on their validation accuracy (the grid tables "
+        f"show those seeds); the selected rate then ran on all {n} seeds, which every table "
+        "at the selected rate reports."
+    )
 
 
 def _best(rows: Sequence[dict[str, Any]], lr: float, knob: Any, chance_acc: float) -> str:

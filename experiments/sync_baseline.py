@@ -12,7 +12,7 @@ a learning-rate grid (``--lrs``) over ``--seeds`` seeds; the rate is **selected 
 accuracy** (a diverged seed counts at chance) and the table reports **test accuracy at the
 selected rate** (mean ± 95 % CI over the seeds that trained, diverged fraction in the cell).
 A rate selected at an edge of the grid extends that model's grid (``--extend-edges``,
-:func:`experiments.common.extend_grid`); the table says what was added. Time to accuracy:
+:func:`experiments.grids.extend_grid`); the table says what was added. Time to accuracy:
 updates until the validation accuracy first reaches ``--target``.
 **Convergence evidence**, on validation at the selected rate: the change of each seed's
 validation accuracy over the last third of training (mean ± 95 % CI; an interval around 0 is a
@@ -58,17 +58,16 @@ import optax
 from jaxstale import data, models, runs
 
 from .common import (
-    EXTEND_HELP,
     chance,
     convergence,
-    edge_limit,
     fit_grid,
     load_checked,
     opened,
     title,
 )
 from .config import Base, check_memory, check_model, cli, opt
-from .reports import edge_notes, tuned_tables
+from .grids import EXTEND_HELP, TUNE_HELP, edge_limit, grid_seeds, tune_seeds
+from .reports import edge_notes, tuned_tables, tuning_note
 
 EXPERIMENT = "sync_baseline"
 METHOD = "sgd"
@@ -95,6 +94,7 @@ class Config(Base):
         low_open=True,
     )
     extend_edges: int | None = opt(None, EXTEND_HELP, low=0)
+    tune_seeds: int | None = opt(None, TUNE_HELP, low=1)
     momentum: float = opt(0.9, "SGD momentum", low=0, high=1, high_open=True)
     eval_every: int | None = opt(None, "steps between evaluations (default 50; --quick 20)", low=1)
     flat_tol: float = opt(
@@ -110,13 +110,17 @@ class Config(Base):
         """The run's config (everything that decides its results; its hash names the folder),
         the defaults filled in."""
         quick = self.quick
+        lrs, seeds = (
+            list(self.lrs or (QUICK_LRS if quick else LRS)),
+            self.seeds or (2 if quick else 5),
+        )
         return {
             "quick": quick,
             "dataset": self.dataset,
             "standardize": self.standardize,
             "models": list(self.model or MODELS),
-            "lrs": list(self.lrs or (QUICK_LRS if quick else LRS)),
-            "seeds": self.seeds or (2 if quick else 5),
+            "lrs": lrs,
+            "seeds": seeds,
             "steps": self.steps or (200 if quick else 1500),
             "batch_size": self.batch_size,
             "eval_every": self.eval_every or (20 if quick else 50),
@@ -124,6 +128,7 @@ class Config(Base):
             "target": self.target,
             "flat_tol": self.flat_tol,
             "extend_edges": edge_limit(self),
+            **tune_seeds(self, seeds, [lrs]),
         }
 
 
@@ -175,6 +180,7 @@ def summarise(
     ref = reference(rows, selected, curves_of, cfg)
     lim = cfg.get("extend_edges", 0)
     notes = edge_notes(rows, by=("model",), grid=cfg["lrs"], limit=lim, chance_acc=chance_acc)
+    notes = "\n\n".join(n for n in (notes, tuning_note(cfg)) if n)
     return make_table(rows, cfg, ref, grid + ("\n\n" + notes if notes else "")), selected, ref
 
 
@@ -277,13 +283,14 @@ def run(config: Config) -> list[dict[str, Any]]:
         method=METHOD,
         models=cfg["models"],
         lrs=cfg["lrs"],
-        seeds=cfg["seeds"],
+        seeds=grid_seeds(cfg),
         steps=cfg["steps"],
         batch_size=cfg["batch_size"],
         eval_every=cfg["eval_every"],
         target=cfg["target"],
         extend_edges=cfg["extend_edges"],
         chance=chance(ds),
+        confirm_seeds=cfg["seeds"],
     )
 
 

@@ -20,7 +20,7 @@ EXPERIMENTS = sorted(
     [p.stem for p in (ROOT / "experiments").glob("*.py") if not p.stem.startswith("_")]
     + [p.parent.name for p in (ROOT / "experiments").glob("*/__init__.py")]  # packages
 )
-for helper in ("common", "config", "presets", "reports"):  # shared helpers, not experiments
+for helper in ("common", "config", "grids", "presets", "reports"):  # helpers, not experiments
     EXPERIMENTS.remove(helper)
 
 

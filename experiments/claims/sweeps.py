@@ -67,8 +67,8 @@ def _best_lam(group: Sequence[dict[str, Any]], chance: float) -> list[dict[str, 
     lams = list(dict.fromkeys(r.get("lam") for r in group))
     if len(lams) < 2:
         return list(group)
-    subs = [[r for r in group if r.get("lam") == lam] for lam in lams]
-    return max(subs, key=lambda g: runs.stats.score(g, _VAL, chance))
+    subs = {lam: [r for r in group if r.get("lam") == lam] for lam in lams}
+    return subs[runs.stats.best(subs, _VAL, chance)]
 
 
 def _levels(rows: Sequence[dict[str, Any]], var: str) -> list[Any]:

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "best",
     "format_ci",
     "format_steps",
     "knob_value",
@@ -39,6 +40,7 @@ __all__ = [
     "paired_difference",
     "score",
     "select",
+    "shared_seeds",
     "time_to_accuracy",
     "tuned_table",
 ]
@@ -187,6 +189,47 @@ def knob_value(row: Mapping[str, Any], knob: str | Sequence[str]) -> Any:
     return tuple(row.get(k) for k in knob)
 
 
+def shared_seeds(
+    per: Mapping[Any, Sequence[Mapping[str, Any]]], pair: str = "seed"
+) -> dict[Any, list[Mapping[str, Any]]]:
+    """``per`` (rows by knob value) restricted to the seeds that every knob value has.
+
+    A full grid keeps every row. After a two-stage sweep (``--tune-seeds``: the grid on a few
+    seeds, then the selected value on all of them) the values are compared on the tuning seeds
+    only, so adding seeds at the selected value never changes which value wins. Entries that
+    share no seed are kept whole.
+
+    Example:
+        >>> per = {0.1: [{"seed": 0}, {"seed": 1}, {"seed": 2}], 0.3: [{"seed": 0}]}
+        >>> {k: [r["seed"] for r in v] for k, v in shared_seeds(per).items()}
+        {0.1: [0], 0.3: [0]}
+    """
+    sets = [{r.get(pair) for r in rows} for rows in per.values()]
+    common = set.intersection(*sets) if sets else set()
+    if not common:
+        return {k: list(v) for k, v in per.items()}
+    return {k: [r for r in v if r.get(pair) in common] for k, v in per.items()}
+
+
+def best(
+    per: Mapping[Any, Sequence[Mapping[str, Any]]],
+    value: str = "final_val_accuracy",
+    chance: float = 0.0,
+) -> Any:
+    """The key of ``per`` (rows by knob value) with the best :func:`score` of ``value`` over
+    the seeds every key shares (:func:`shared_seeds`); ties go to the key seen first.
+
+    Raises:
+        ValueError: ``value`` names a test metric, or ``per`` is empty.
+    """
+    if "test" in value:
+        raise ValueError(f"selection must not use test data, got value={value!r}")
+    if not per:
+        raise ValueError("best: nothing to select from")
+    common = shared_seeds(per)
+    return max(common, key=lambda k: score(common[k], value, chance))
+
+
 def select(
     rows: Iterable[Mapping[str, Any]],
     *,
@@ -198,8 +241,8 @@ def select(
     """The value of ``knob`` that maximises the validation score of each group ``by``.
 
     The score (:func:`score`) is the mean over seeds of ``value`` (a *validation* metric: the
-    test split is never looked at) with diverged seeds counted at ``chance``. Ties go to the
-    knob value seen first.
+    test split is never looked at) with diverged seeds counted at ``chance``, over the seeds
+    that every knob value of the group has (:func:`best`). Ties go to the knob value seen first.
 
     Args:
         rows: result rows, one per seed and knob value.
@@ -222,11 +265,7 @@ def select(
         groups.setdefault(tuple(r.get(k) for k in by), {}).setdefault(
             knob_value(r, knob), []
         ).append(r)
-    out = {}
-    for g, per in groups.items():
-        best = max(per, key=lambda v: score(per[v], value, chance))
-        out[g] = best
-    return out
+    return {g: best(per, value, chance) for g, per in groups.items()}
 
 
 def time_to_accuracy(

@@ -1,5 +1,5 @@
 """A rate grid whose winner sits at an edge is extended (issue 22): the decision on hand-made rows
-(``experiments.common.edge_state``), the extension loop on a run folder with a synthetic cell
+(``experiments.grids.edge_state``), the extension loop on a run folder with a synthetic cell
 function (``extend_grid``: its groups, its ``extended`` marks, a resume), what the table says
 (``experiments.reports.edge_notes``), and a tiny sync_baseline sweep end to end."""
 
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from experiments import sync_baseline
-from experiments.common import edge_limit, edge_rates, edge_state, extend_grid
+from experiments.grids import edge_limit, edge_rates, edge_state, extend_grid
 from experiments.reports import edge_notes, tuned_tables
 from jaxstale import runs
 
