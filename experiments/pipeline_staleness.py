@@ -45,11 +45,10 @@ Adam / NAdam, ``--momentum`` is then β1). Policies (the ``method`` field of sum
   (its definition is recorded in the config; a policy that needs its own schedule adds a
   factory ``(num_stages, num_batches) -> Schedule`` to :data:`SCHEDULES`).
 
-Budget: 1,500 mini-batches of 32 (37 epochs of the 1,295 training examples): the sync reference
-has converged, its validation curve flat from about 750 updates. Learning rates: SGD 0.001,
-0.003, 0.01, 0.03 (0.1 diverges or collapses to chance for every policy, 0.001 is below 0.003
-everywhere); Adam 1e-4 … 1e-2. A NaN/inf loss ends a run: it is recorded ``diverged`` (with the
-update) and the sweep goes on.
+Budget: 1,500 mini-batches of 32 (37 epochs of digits' 1,295 training examples), where the
+sync reference has converged (flat from about 750). Rates: SGD 0.001–0.03 (0.1 diverges or
+collapses to chance for every policy), Adam 1e-4–1e-2. A NaN/inf loss ends a run: it is
+recorded ``diverged`` (with the update) and the sweep goes on.
 
 ``--backward`` (how a vanilla or predicted backward runs at weights other than its forward's,
 :mod:`jaxstale.pipeline.program`): ``saved`` (the default; the library's) keeps the forward's
@@ -62,17 +61,13 @@ two give the same selected rates and test accuracies within ±0.3 points (per se
 mostly identical to within one or two test examples), no difference beyond noise; ``saved`` is
 about 10 % cheaper.
 
-Speed: the runs of one (model, N, policy) — every rate and seed — are lanes of one vmapped
-compiled round (``pipeline.make(..., lanes=L, hyperparams={"learning_rate": ...})``); the MLP
-(7 hidden layers of 64: 8 blocks) runs at N ∈ {2, 4, 8}. Conv models under ``vmap`` become
-grouped convolutions, slow on the CPU, so ``--model cnn`` (5 blocks: N ≤ 5) runs its lanes one
-after the other (``--seed-mode``), sharing one compiled round; it is not in the default.
-``--executor mesh`` runs one run at a time on a ``"stage"`` device axis (on XLA:CPU the same
-numbers bit for bit; NAdam: to float32 rounding, ``jaxstale.loop``, "Compiled steps").
-Each run prints its CPU time (user + sys, the figure that does not depend on the load of the
-shared box) at the end. Default: 1 model × 3 depths × 6 policies × 4 rates × 5 seeds = 360
-runs of 1,500 updates; ``--quick`` (N ∈ {2, 4}, 2 rates, 2 seeds, 300 updates) is a smoke run,
-marked so in its tables.
+Speed: the runs of one (model, N, policy), every rate and seed, are lanes of one vmapped
+compiled round; the MLP (7 hidden layers of ``--mlp-width`` 64: 8 blocks) runs at N ∈ {2, 4, 8}.
+``--model cnn`` (5 blocks, N ≤ 5; grouped convolutions under vmap are slow on the CPU) runs its
+lanes one after the other (``--seed-mode``). ``--executor mesh`` runs one run at a time on a
+``"stage"`` device axis (on XLA:CPU the same numbers bit for bit; NAdam to float32 rounding).
+Default: 3 depths × 6 policies × 4 rates × 5 seeds = 360 runs of 1,500 updates; ``--quick``
+(N ∈ {2, 4}, 2 rates, 2 seeds, 300 updates) is a smoke run, marked so in its tables.
 
 Outputs (run folder): summary.json rows (method, model, stages, lr, seed, optimizer, momentum,
 target, schedule, backward, final_val_accuracy, final_test_accuracy, diverged, diverged_step,
@@ -108,6 +103,7 @@ from .config import (
     cli,
     eval_every,
     opt,
+    refuse_unused,
     seed_mode_opt,
 )
 from .reports import accuracy_vs, at_selected, edge_notes, paired_table, pairs_text, tuned_tables
@@ -199,16 +195,23 @@ class Config(Base):
         choices=pipeline.EXECUTORS,
         kind="executor",
     )
+    mlp_width: int = opt(64, "width of the MLP's 7 hidden layers (8 blocks: up to 8 stages)", low=1)
     seed_mode: str = seed_mode_opt(
         "emulator lanes: vmapped, or one after the other (auto: vmap for the MLP, sequential "
         "for conv models on a CPU); on XLA:CPU an MLP lane is its run alone bit for bit"
     )
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if "mlp" not in (self.model or ["mlp"]):
+            refuse_unused(self, {"mlp_width": "applies to --model mlp only, not in --model"})
+
     def resolved(self) -> dict[str, Any]:
         """The run's config (decides its results; its hash names the folder)."""
         quick = self.quick
-        methods = list(self.methods or DEFAULT_METHODS)
-        names = list(self.model or ["mlp"])
+        methods, names = list(self.methods or DEFAULT_METHODS), list(self.model or ["mlp"])
+        kw = {m: dict(MODEL_KW.get(m, {})) for m in names}
+        kw.get("mlp", {})["hidden"] = (self.mlp_width,) * 7
         steps = self.steps or (300 if quick else 1500)
         lrs = list(self.lrs or (QUICK_LRS if quick else LRS)[self.optimizer])
         seeds = self.seeds or (2 if quick else 5)
@@ -217,7 +220,7 @@ class Config(Base):
             "dataset": self.dataset,
             "standardize": self.standardize,
             "models": names,
-            "model_kw": {m: dict(MODEL_KW.get(m, {})) for m in names},
+            "model_kw": kw,
             "stages": list(self.stages or ([2, 4] if quick else [2, 4, 8])),
             "methods": methods,
             "optimizer": self.optimizer,

@@ -112,6 +112,9 @@ def test_paired_table_needs_three_pairs_and_counts_diverged_seeds_out():
         (["--dataset", "nope"], "unknown dataset 'nope'"),
         (["--model", "cnn", "--stages", "8"], "has 5 blocks, fewer than N=8 stages"),
         (["--model", "mlp,cnn", "--stages", "8"], "has 5 blocks, fewer than N=8 stages"),
+        (["--model", "cnn", "--mlp-width", "128"], "argument --mlp-width: applies to --model mlp"),
+        (["--mlp-width", "0"], "argument --mlp-width"),
+        (["--tune-seeds", "3", "--seeds", "2"], "argument --tune-seeds: expected at most"),
     ],
 )
 def test_bad_input_is_a_usage_error_before_anything_is_written(tmp_path, capsys, argv, message):
@@ -121,6 +124,12 @@ def test_bad_input_is_a_usage_error_before_anything_is_written(tmp_path, capsys,
     assert e.value.code == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_mlp_width_is_the_models_and_leaves_default_run_ids_alone():
+    assert exp.Config().resolved()["model_kw"] == {"mlp": {"hidden": (64,) * 7}}  # as before
+    wide = exp.Config(mlp_width=128, model=("mlp", "cnn")).resolved()["model_kw"]
+    assert wide == {"mlp": {"hidden": (128,) * 7}, "cnn": {}}
 
 
 def test_divergence_is_recorded_and_the_sweep_goes_on(tmp_path):
