@@ -26,6 +26,10 @@ per lane (vmapped runs — seeds, learning rates, worker counts — are lanes of
      interval's updates, "<split>_accuracy": accuracy on each evaluation split (None after
      divergence)}
 
+and the last record of a lane that did not diverge also has ``"test_correct"``: which test
+examples its final weights classify correctly (:func:`decode_correct` reads it), so a report
+can resample the test set as well as the seeds.
+
 ``eval_data`` is ``(x, y)`` (recorded as ``"test_accuracy"``) or a mapping of split names to
 ``(x, y)``, e.g. ``{"val": (x_val, y_val), "test": (x_test, y_test)}`` (recorded as
 ``"val_accuracy"`` and ``"test_accuracy"``): experiments choose on the validation curve and
@@ -86,6 +90,7 @@ Example:
 
 from __future__ import annotations
 
+import base64
 import functools
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -102,6 +107,8 @@ __all__ = [
     "accuracy",
     "advance",
     "compiler_options",
+    "decode_correct",
+    "encode_correct",
     "eval_splits",
     "jit",
     "lane",
@@ -271,14 +278,40 @@ def advance(ex: Executor, state: State, start: int, stop: int) -> tuple[State, S
 
 
 @functools.lru_cache(maxsize=64)
-def _counter(apply: Callable[..., Any], vmap: bool) -> Callable[..., jax.Array]:
+def _counter(apply: Callable[..., Any], vmap: bool, each: bool) -> Callable[..., jax.Array]:
     def count(params, state, x, y, valid):
         logits, _ = apply(params, state, x, False)
-        return jnp.sum((jnp.argmax(logits, axis=-1) == y) & valid, dtype=jnp.int32)
+        hit = (jnp.argmax(logits, axis=-1) == y) & valid
+        return hit if each else jnp.sum(hit, dtype=jnp.int32)
 
     if vmap:
         count = jax.vmap(count, in_axes=(0, 0, None, None, None))
     return jit(count)
+
+
+def encode_correct(correct: Any) -> str:
+    """A boolean vector (which examples were classified correctly) as text: ``"<n>:"`` then
+    base64 of its bits packed 8 to a byte, most significant first (:func:`decode_correct`).
+
+    Example:
+        >>> encode_correct([True, False, True]), decode_correct("3:oA==").tolist()
+        ('3:oA==', [True, False, True])
+    """
+    bits = np.asarray(correct, bool).reshape(-1)
+    return f"{len(bits)}:" + base64.b64encode(np.packbits(bits).tobytes()).decode("ascii")
+
+
+def decode_correct(text: str) -> np.ndarray:
+    """The boolean vector :func:`encode_correct` wrote.
+
+    Raises:
+        ValueError: text that :func:`encode_correct` did not write.
+    """
+    n, sep, data = text.partition(":")
+    bits = np.unpackbits(np.frombuffer(base64.b64decode(data), np.uint8)) if sep else ()
+    if not sep or not n.isdigit() or len(bits) != -(-int(n) // 8) * 8:
+        raise ValueError(f"decode_correct: not an encoded vector: {text[:40]!r}")
+    return np.asarray(bits[: int(n)], bool)
 
 
 def accuracy(
@@ -290,6 +323,7 @@ def accuracy(
     *,
     vmap: bool = False,
     batch_size: int = 512,
+    per_example: bool = False,
 ) -> np.ndarray:
     r"""Accuracy :math:`\frac{1}{N}\sum_i \mathbb{1}[\arg\max_c f(x_i)_c = y_i]`, eval mode.
 
@@ -305,9 +339,11 @@ def accuracy(
         y: integer labels ``[N]``.
         vmap: the weights carry a leading lane axis (``jax.vmap`` over it).
         batch_size: evaluation batch size.
+        per_example: return which examples are classified correctly instead.
 
     Returns:
-        ``[lanes]`` float64 accuracies (``[1]`` without ``vmap``).
+        ``[lanes]`` float64 accuracies (``[1]`` without ``vmap``); with ``per_example``
+        ``[lanes, N]`` booleans, whose mean over ``N`` is the accuracy bit for bit.
 
     Raises:
         ValueError: on empty or mismatched inputs, or ``batch_size < 1``.
@@ -333,7 +369,13 @@ def accuracy(
     xp = np.concatenate([x, np.zeros((pad, *x.shape[1:]), x.dtype)]) if pad else x
     yp = np.concatenate([y, np.zeros((pad,), y.dtype)]) if pad else y
     valid = np.arange(nb * bs) < n
-    count = _counter(apply, vmap)
+    count = _counter(apply, vmap, per_example)
+    if per_example:
+        parts = [
+            np.asarray(count(params, model_state, xp[sl], yp[sl], valid[sl])).reshape(-1, bs)
+            for sl in (slice(i * bs, (i + 1) * bs) for i in range(nb))
+        ]
+        return np.concatenate(parts, axis=1)[:, :n]
     total: Any = 0
     for i in range(nb):
         sl = slice(i * bs, (i + 1) * bs)
@@ -471,10 +513,17 @@ def run(
                 diverged_step[j] = first + int(bad[0]) + 1
             seg.append(per)
         accs: dict[str, Any] = {}
+        correct = None
         if (splits or evaluate is not None) and not dead.all():
             p, ms = ex.params(state)
             for name, (xe, ye) in splits.items():
-                got = accuracy(ex.apply, p, ms, xe, ye, vmap=ex.vmapped, batch_size=eval_batch_size)
+                each = name == "test" and z == ex.num_rounds  # the final weights: which examples
+                got = accuracy(
+                    ex.apply, p, ms, xe, ye, vmap=ex.vmapped, batch_size=eval_batch_size,
+                    per_example=each,
+                )  # fmt: skip
+                if each:
+                    correct, got = got, got.mean(axis=1)
                 accs[name] = np.broadcast_to(got, (lanes,))
             if evaluate is not None:
                 accs.update(_measured(evaluate(p, ms), splits, lanes))
@@ -488,6 +537,8 @@ def run(
             for name in names:
                 have = accs.get(name)
                 rec[f"{name}_accuracy"] = None if dead[j] or have is None else float(have[j])
+            if correct is not None and not dead[j]:
+                rec["test_correct"] = encode_correct(correct[j % len(correct)])
             curves[j].append(rec)
             records.append(rec)
         if callback is not None:

@@ -92,6 +92,15 @@ def test_accuracy_is_an_exact_count_whatever_the_batching():
         assert loop.accuracy(apply, w, {}, x, y, batch_size=bs).tolist() == [want]
     two = loop.accuracy(apply, jnp.stack([w, -w]), {}, x, y, vmap=True)
     assert two.shape == (2,) and two[0] == want
+    hits = np.argmax(x @ np.asarray(w), -1) == y
+    for bs in (5, 512):  # per example: the same examples, whose mean is the accuracy exactly
+        each = loop.accuracy(apply, jnp.stack([w, -w]), {}, x, y, vmap=True, batch_size=bs,
+                             per_example=True)  # fmt: skip
+        assert each.shape == (2, 37) and (each[0] == hits).all()
+        assert each.mean(axis=1).tolist() == two.tolist()
+        assert (loop.decode_correct(loop.encode_correct(each[1])) == each[1]).all()
+    with pytest.raises(ValueError, match="not an encoded vector"):
+        loop.decode_correct("9:oA==")
     with pytest.raises(ValueError, match="empty"):
         loop.accuracy(apply, w, {}, x[:0], y[:0])
 
@@ -109,7 +118,10 @@ def test_named_eval_splits_are_recorded_and_final_per_split():
     splits = {"val": (x, np.array([0, 1])), "test": (x, np.array([1, 1]))}
     res = loop.run(ex, None, None, eval_every=1, eval_data=splits)
     assert res[0].curve[-1] == {"step": 2, "train_loss": 1.0, "val_accuracy": 1.0,
-                                "test_accuracy": 0.5}  # fmt: skip
+                                "test_accuracy": 0.5, "test_correct": "2:QA=="}  # fmt: skip
+    # the final weights' test predictions: example 0 wrong, 1 right; none on earlier records
+    assert loop.decode_correct(res[0].curve[-1]["test_correct"]).tolist() == [False, True]
+    assert "test_correct" not in res[0].curve[0] and "test_correct" not in res[1].curve[-1]
     assert res[0].final_accuracy == {"val": 1.0, "test": 0.5}
     assert res[0].final_test_accuracy == 0.5
     assert res[1].final_accuracy == {"val": None, "test": None} and res[1].diverged
