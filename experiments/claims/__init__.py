@@ -358,7 +358,11 @@ def report(
         "has converged. Cells are test accuracy %, mean ± 95 % CI over the seeds that trained, "
         "`[k/n div.]` the seeds that diverged, `@` the selected rate. A difference is "
         "**beyond noise** when the 95 % t interval of the per-seed paired difference (a seed "
-        "fixes initial weights and data order for every method) excludes 0.",
+        "fixes initial weights and data order for every method) excludes 0; where the rows "
+        "carry each run's final test predictions, its standard error also counts the variance "
+        "of resampling the test examples (every seed is scored on the same test set, so that "
+        "part does not shrink with more seeds): se = √(sd²/n + Var_i(D_i)/N), D_i the mean "
+        "over seeds of the two runs' difference on test example i.",
         "",
         "Each comparative claim names **one primary comparison** (printed before its numbers, "
         "declared in the code before any run was read) and the paper's effect rescaled to this "
@@ -371,7 +375,7 @@ def report(
         "positive is the claimed direction. A difference needs at least "
         f"{MIN_PAIRS} seeds trained in both runs to be beyond noise; the primary's "
         "**minimum detectable effect** (MDE: paired t, two-sided 5 %, 80 % power, "
-        "(t₀.₉₇₅ + t₀.₈₀)·sd/√n) is printed beside the expected effect, and so is its "
+        "(t₀.₉₇₅ + t₀.₈₀)·se) is printed beside the expected effect, and so is its "
         "**intention-to-treat** companion (a diverged seed scored at the task's chance level, "
         "1 / classes of the dataset, instead of being left out).",
         "",

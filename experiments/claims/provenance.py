@@ -2,7 +2,9 @@
 
 ``results/`` is not committed, so a report computed from it could not be audited from the
 repository. The report step therefore copies each configuration's small files (``summary.json``
-— re-written one row per line, same content —, ``config.json`` and ``table.md``; never
+— re-written one row per line, each row with its final weights' test predictions
+(``test_correct``, :func:`jaxstale.loop.encode_correct`, from the cell's last metric record) so
+that intervals can resample the test set —, ``config.json`` and ``table.md``; never
 ``metrics.jsonl`` or the cells) into a committed folder beside the report
 (``docs/claims/rows/<name>/``, :func:`snapshot`) with an ``index.json`` naming the commit that
 was checked out when they were copied, and then builds the report **from that folder**: so
@@ -27,7 +29,16 @@ from typing import Any
 from jaxstale import runs
 from jaxstale.runs import fingerprint
 
-__all__ = ["INDEX", "ROW_FILES", "Snapshot", "git_state", "read_index", "section", "snapshot"]
+__all__ = [
+    "INDEX",
+    "ROW_FILES",
+    "Snapshot",
+    "git_state",
+    "read_index",
+    "section",
+    "snapshot",
+    "with_predictions",
+]
 
 #: the file naming the snapshot (commit, smoke flag, source folder, configurations)
 INDEX = "index.json"
@@ -83,6 +94,27 @@ def _summary_text(summary: Mapping[str, Any]) -> str:
     return "\n".join(["{", *head, '  "rows": [', *([body] if rows else []), "  ]", "}"]) + "\n"
 
 
+def with_predictions(folder: Path, summary: Mapping[str, Any]) -> dict[str, Any]:
+    """``summary`` with each row's ``test_correct`` taken from its cell file's last metric
+    record (rows whose cell has none are left as they are)."""
+    found: dict[str, str] = {}
+    fields: tuple[str, ...] = ()
+    for path in sorted((folder / "cells").glob("*.json")):
+        try:
+            cell = json.loads(path.read_text())
+            key, last = cell["key"], (cell.get("metrics") or [{}])[-1]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue
+        fields = tuple(sorted(key))
+        if isinstance(last, dict) and last.get("test_correct"):
+            found[json.dumps([key[k] for k in fields])] = last["test_correct"]
+    rows = []
+    for r in summary.get("rows", []):
+        got = found.get(json.dumps([r.get(k) for k in fields])) if fields else None
+        rows.append({**r, "test_correct": got} if got else dict(r))
+    return {**summary, "rows": rows}
+
+
 def snapshot(
     results: Path, rows: Path, names: Sequence[str], *, quick: bool, source: str | None = None
 ) -> Snapshot:
@@ -98,7 +130,7 @@ def snapshot(
     for name in have:
         src, dst = results / name, rows / name
         dst.mkdir(exist_ok=True)
-        summary = json.loads((src / "summary.json").read_text())
+        summary = with_predictions(src, json.loads((src / "summary.json").read_text()))
         runs.atomic_write_text(dst / "summary.json", _summary_text(summary))
         for f in ROW_FILES:
             if (src / f).exists():

@@ -7,8 +7,12 @@ comparison is a :class:`Diff`, oriented so that a positive value is the claimed 
 
 * A difference is **beyond noise** when at least :data:`~experiments.reports.MIN_PAIRS` seeds
   trained in both runs and the 95 % t interval of the per-seed paired differences excludes 0.
+  Its standard error is ``√(sd² / n + test_var)``: the seeds' spread and, where the rows carry
+  their final test predictions, the variance from resampling the test examples
+  (:func:`examples_variance`; every seed is scored on the same test set, so that part does not
+  shrink with more seeds).
 * The **minimum detectable effect** of the primary (paired t test, two-sided 5 %, 80 % power):
-  ``MDE = (t_{0.975, n−1} + t_{0.80, n−1}) · sd / √n`` from its pairs (infinite with fewer than
+  ``MDE = (t_{0.975, n−1} + t_{0.80, n−1}) · se`` from its pairs (infinite with fewer than
   ``MIN_PAIRS`` pairs), compared with the paper's effect rescaled to this task.
 * The **intention-to-treat companion** of a difference scores a diverged seed at the task's
   chance level instead of leaving the seed out; the per-protocol difference stays the statistic
@@ -26,6 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from jaxstale.loop import decode_correct
 
 from ..reports import MIN_PAIRS
 
@@ -63,7 +69,9 @@ class Diff:
     run in both, a diverged run scored at ``chance`` (intention to treat; equal to ``values``
     when no seed diverged); ``b_error``: the mean test error of ``b`` over the pairs (the scale
     a paper's relative effect is applied to); ``unit``: what one value measures; ``what``: the
-    comparison's name when it is not ``a − b`` (a trend)."""
+    comparison's name when it is not ``a − b`` (a trend); ``test_var``: the variance of the
+    mean difference from resampling the test examples (:func:`examples_variance`; 0: the test set
+    taken as fixed), added to the seeds' ``sd² / n`` in the interval and the MDE."""
 
     a: str
     b: str
@@ -73,6 +81,7 @@ class Diff:
     b_error: float = math.nan
     unit: str = "points"
     what: str = ""
+    test_var: float = 0.0
 
     @property
     def n(self) -> int:
@@ -87,9 +96,14 @@ class Diff:
         return float(np.std(self.values, ddof=1)) if self.n > 1 else math.nan
 
     @property
+    def se(self) -> float:
+        """Standard error of the mean: ``√(sd² / n + test_var)`` (NaN with fewer than two)."""
+        return math.sqrt(self.sd**2 / self.n + self.test_var) if self.n > 1 else math.nan
+
+    @property
     def half(self) -> float:
         """Half-width of the 95 % t interval (NaN with fewer than two pairs)."""
-        return _t(0.975, self.n - 1) * self.sd / math.sqrt(self.n) if self.n > 1 else math.nan
+        return _t(0.975, self.n - 1) * self.se if self.n > 1 else math.nan
 
     @property
     def sign(self) -> int:
@@ -109,7 +123,7 @@ class Diff:
         with fewer than ``MIN_PAIRS`` pairs (nothing can be called beyond noise then)."""
         if self.n < MIN_PAIRS:
             return math.inf
-        return (_t(0.975, self.n - 1) + _t(0.80, self.n - 1)) * self.sd / math.sqrt(self.n)
+        return (_t(0.975, self.n - 1) + _t(0.80, self.n - 1)) * self.se
 
     @property
     def dropped(self) -> int:
@@ -119,8 +133,8 @@ class Diff:
     def name(self) -> str:
         return self.what or f"{self.a} − {self.b}"
 
-    def _stat(self, values: Sequence[float]) -> str:
-        d = Diff(self.a, self.b, tuple(values))
+    def _stat(self, values: Sequence[float], test_var: float = 0.0) -> str:
+        d = Diff(self.a, self.b, tuple(values), test_var=test_var)
         half = f" ± {_points(d.half)}" if math.isfinite(d.half) else ""
         return f"{100 * d.mean:+.1f}{half}"
 
@@ -137,7 +151,8 @@ class Diff:
             )
             seeds = "seed" if self.n == 1 else "seeds"
             out = (
-                f"{self.name()} = {self._stat(self.values)} {self.unit} ({self.n} {seeds}, {noise})"
+                f"{self.name()} = {self._stat(self.values, self.test_var)} {self.unit} "
+                f"({self.n} {seeds}, {noise})"
             )
         if itt and self.n and not self.dropped and self.chance is None:
             out += "; intention to treat: the same (no seed diverged)"
@@ -182,6 +197,28 @@ def _pairs(
     return pp, {k: (ia[k], ib[k]) for k in ia if k in ib}, chance
 
 
+def examples_variance(
+    a_rows: Sequence[Mapping[str, Any]], b_rows: Sequence[Mapping[str, Any]], seeds: Sequence[Any]
+) -> float:
+    """The variance of the mean paired difference over ``seeds`` from resampling the test
+    examples: with ``c`` a run's per-example correctness (``test_correct``) and
+    ``D_i = mean_s (c_a,s,i − c_b,s,i)``, ``Var(D) / N`` over the ``N`` examples (the seeds'
+    runs share one test set, so this part of the error does not shrink with more seeds).
+    0 when a run has no ``test_correct`` (the test set then counts as fixed)."""
+    if not seeds:
+        return 0.0
+    got = []
+    for rows in (a_rows, b_rows):
+        by = {r.get("seed"): r.get("test_correct") for r in rows}
+        if not all(by.get(s) for s in seeds):
+            return 0.0
+        got.append(np.stack([decode_correct(by[s]) for s in seeds]).astype(np.float64))
+    if got[0].shape != got[1].shape or got[0].shape[1] < 2:
+        return 0.0
+    d = (got[0] - got[1]).mean(axis=0)
+    return float(d.var(ddof=1) / len(d))
+
+
 def paired(
     a_rows: Sequence[Mapping[str, Any]],
     b_rows: Sequence[Mapping[str, Any]],
@@ -200,6 +237,7 @@ def paired(
         tuple(x - y for x, y in itt.values()),
         chance,
         err,
+        test_var=examples_variance(a_rows, b_rows, list(pp)),
     )
 
 

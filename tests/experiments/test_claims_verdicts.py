@@ -10,8 +10,10 @@ import pytest
 from scipy import stats
 
 from experiments import claims
-from experiments.claims.verdicts import Diff
+from experiments.claims.provenance import with_predictions
+from experiments.claims.verdicts import Diff, examples_variance, paired
 from jaxstale import data
+from jaxstale.loop import encode_correct
 
 
 def _d(values, name="a", unit="points"):
@@ -38,6 +40,47 @@ def test_minimum_detectable_effect_is_the_paired_t_power_formula():
     n, sd = WILD.n, float(np.std(WILD.values, ddof=1))
     want = (stats.t.ppf(0.975, n - 1) + stats.t.ppf(0.80, n - 1)) * sd / math.sqrt(n)
     assert WILD.mde == pytest.approx(want)
+
+
+def _predicted(method, correct_by_seed):
+    return [
+        {"method": method, "seed": s, "final_test_accuracy": float(np.mean(c)), "diverged": False,
+         "test_correct": encode_correct(c)}
+        for s, c in enumerate(correct_by_seed)
+    ]  # fmt: skip
+
+
+def test_test_set_resampling_adds_the_examples_variance_to_the_interval():
+    rng = np.random.default_rng(0)
+    a = rng.random((4, 200)) < 0.8
+    b = a ^ (rng.random((4, 200)) < 0.1)  # b disagrees with a on about 10 % of the examples
+    d = (a.astype(float) - b).mean(axis=0)  # per example, the mean over the seeds
+    assert examples_variance(_predicted("a", a), _predicted("b", b), [0, 1, 2, 3]) == pytest.approx(
+        d.var(ddof=1) / 200
+    )
+    got = paired(_predicted("a", a), _predicted("b", b), "a", "b", lambda rows: 0.1)
+    seeds = (a.mean(axis=1) - b.mean(axis=1)).tolist()
+    assert got.values == pytest.approx(tuple(seeds)) and got.test_var > 0
+    fixed = Diff("a", "b", got.values)  # the same pairs, the test set taken as fixed
+    assert got.se == pytest.approx(math.sqrt(fixed.se**2 + got.test_var))
+    assert got.half > fixed.half and got.mde > fixed.mde
+    # identical predictions: no test-set variance; rows without predictions: the set is fixed
+    assert examples_variance(_predicted("a", a), _predicted("b", a), [0, 1, 2, 3]) == 0.0
+    bare = [{k: v for k, v in r.items() if k != "test_correct"} for r in _predicted("b", b)]
+    assert examples_variance(_predicted("a", a), bare, [0, 1]) == 0.0
+
+
+def test_the_rows_copy_takes_each_rows_test_predictions_from_its_cell(tmp_path):
+    cells = tmp_path / "cells"
+    cells.mkdir()
+    for seed, code in ((0, "2:QA=="), (1, None)):
+        key = {"method": "sgd", "lr": 0.1, "seed": seed}
+        last = {"step": 5, "test_accuracy": 0.5, **({"test_correct": code} if code else {})}
+        (cells / f"{seed}.json").write_text(json.dumps({"key": key, "metrics": [last]}))
+    rows = [{"method": "sgd", "lr": 0.1, "seed": s, "final_test_accuracy": 0.5} for s in (0, 1)]
+    out = with_predictions(tmp_path, {"rows": rows, "n": 2})
+    assert out["n"] == 2 and out["rows"][0]["test_correct"] == "2:QA=="
+    assert out["rows"][1] == rows[1] and "test_correct" not in rows[0]  # the input unchanged
 
 
 @pytest.mark.parametrize(
