@@ -119,9 +119,10 @@ __all__ = [
 
 EXPERIMENT = "claims"
 
-#: the expected effects are the papers' relative test-error reductions, read from their
-#: headline tables (approximate to the first digit) and applied to the reference arm's error on
-#: this task: a paper's "1 point of 10 % error" is 0.3 points here at 3 % error
+#: the expected effects are the papers' relative test-error reductions, applied to the reference
+#: arm's error on this task (a paper's "1 point of 10 % error" is 0.3 points here at 3 % error);
+#: each ``expected_why`` says where its figure comes from, and which are estimates that could not
+#: be checked against the paper's tables offline
 CLAIMS: list[Claim] = [
     Claim(
         "C1",
@@ -134,7 +135,9 @@ CLAIMS: list[Claim] = [
         primary="DC-ASGD-a − ASGD at M = 8 (the paper's larger M), default run, each method at "
         "its own rate selected on validation",
         expected=0.10,
-        expected_why="the paper's DC-ASGD-a error is ≈ 10 % below ASGD's at M = 8 on CIFAR-10",
+        expected_why="DC-ASGD-a's error is 12 % below ASGD's at M = 4 (CIFAR-10, ResNet-20: "
+        "9.27 → 8.19 %, the paper's Table 1 as quoted by two independent notes); M = 8 not "
+        "verified here",
     ),
     Claim(
         "C2",
@@ -147,8 +150,9 @@ CLAIMS: list[Claim] = [
         primary="the trend: the per-seed slope of Gap-Aware − SA-ASGD against log2 M over the "
         "default run's worker counts, each method at its own rate selected on validation",
         expected=0.05,
-        expected_why="the paper's Gap-Aware advantage over SA grows from ≈ 0 at few workers to "
-        "≈ 20 % of SA's error at 64 (CIFAR-10): ≈ 5 % per doubling of M",
+        expected_why="an estimate, not verified against the paper's tables (not reachable "
+        "offline): the advantage over SA grows with M (the abstract) from ≈ 0 to ≈ 20 % of "
+        "SA's error at 64 workers, ≈ 5 % per doubling of M",
     ),
     Claim(
         "C3",
@@ -160,9 +164,10 @@ CLAIMS: list[Claim] = [
         judge_dana,
         primary="DANA − ASGD (momentum 0.9) at the default run's largest M, each at its own "
         "rate selected on validation",
-        expected=0.20,
-        expected_why="the paper's DANA error is ≈ 20 % below momentum ASGD's at 16–32 workers "
-        "(CIFAR-10)",
+        expected=0.02,
+        expected_why="an unverified copy of the DANA table (CIFAR-10, ResNet-20): 1–2 % below "
+        "NAG-ASGD's error at 4–12 workers where both train; at 16–32 NAG-ASGD diverged there, "
+        "which a tuned rate avoids here",
     ),
     Claim(
         "C4",
@@ -175,7 +180,8 @@ CLAIMS: list[Claim] = [
         primary="LC-ASGD − DC-ASGD-a at M = 16 (the paper's largest M), default run, each at "
         "its own rate (LC-ASGD's λ too) selected on validation",
         expected=0.05,
-        expected_why="the paper's LC-ASGD error is ≈ 5 % below DC-ASGD's at M = 16",
+        expected_why="an estimate, not verified against the paper's tables (not reachable "
+        "offline): LC-ASGD's error ≈ 5 % below DC-ASGD's at M = 16",
     ),
     Claim(
         "A1",
@@ -200,7 +206,8 @@ CLAIMS: list[Claim] = [
         primary="Async-BN − ordinary BN at the largest M run, each at its decay selected on "
         "validation (shared weights: the rate selected on the recomputed statistics)",
         expected=0.05,
-        expected_why="the paper's Async-BN error is ≈ 5 % below ordinary BN's at its largest M",
+        expected_why="an estimate, not verified against the paper's tables (not reachable "
+        "offline): Async-BN's error ≈ 5 % below ordinary BN's at its largest M",
     ),
     Claim(
         "P1",
@@ -213,9 +220,9 @@ CLAIMS: list[Claim] = [
         judge_pipeline,
         primary="SpecTrain − vanilla at the deepest pipeline run, each policy at its own rate "
         "selected on validation",
-        expected=0.10,
-        expected_why="SpecTrain recovers most of vanilla's loss to sync in the paper, ≈ 10 % of "
-        "vanilla's error",
+        expected=0.05,
+        expected_why="SpecTrain's own PyTorch port (CIFAR-10, depth 4, four CNNs, one run "
+        "each): v2 ≈ 6 % and v1 ≈ 0 % of vanilla's error (median), 11–14 % on two text models",
     ),
     Claim(
         "P2",
@@ -239,7 +246,8 @@ CLAIMS: list[Claim] = [
         primary="SpecTrain (Adam-aware) − vanilla at the deepest pipeline run, Adam per stage, "
         "each policy at its own rate selected on validation",
         expected=0.10,
-        expected_why="as P1: ≈ 10 % of vanilla's error (XPipe reports prediction near sync)",
+        expected_why="an estimate, not verified against the papers (not reachable offline): "
+        "≈ 10 % of vanilla's error, XPipe reporting prediction near synchronous training",
     ),
     Claim(
         "M1",
