@@ -43,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,7 @@ from .verdicts import LABELS, Decision, decide
 __all__ = [
     "CLAIMS",
     "LABELS",
+    "README_MARKERS",
     "RUNS",
     "Claim",
     "Context",
@@ -111,10 +112,12 @@ __all__ = [
     "judge_pipeline_adam",
     "main",
     "num_classes",
+    "readme_block",
     "report",
     "run_configs",
     "selected",
     "trend",
+    "verdict_lines",
 ]
 
 EXPERIMENT = "claims"
@@ -469,6 +472,32 @@ def _source_lines(ctx: Context, out: Path, snap: Snapshot | None) -> list[str]:
     ]
 
 
+#: the markers of the README block :func:`readme_block` rewrites (``--readme``)
+README_MARKERS = ("<!-- claims:start -->", "<!-- claims:end -->")
+
+
+def verdict_lines(verdicts: Mapping[str, Verdict], report_link: str) -> list[str]:
+    """One Markdown line per claim: its title and a link to its section with the verdict."""
+    return [
+        f"- {c.title}: [{c.id}: {verdicts[c.id].verdict}]({report_link}#{c.id.lower()})."
+        for c in CLAIMS
+    ]
+
+
+def readme_block(text: str, lines: Sequence[str]) -> str:
+    """``text`` with the lines between :data:`README_MARKERS` replaced by ``lines``.
+
+    Raises:
+        ValueError: the markers are missing, repeated or out of order.
+    """
+    start, end = README_MARKERS
+    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
+        raise ValueError(f"needs one {start} line before one {end} line")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return head + start + "\n" + "\n".join(lines) + "\n" + end + tail
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = runs.OneLineParser(prog=prog_of(__name__), description=__doc__.splitlines()[0])
     p.add_argument("--run", action="store_true", help="run (or resume) the configurations first")
@@ -498,7 +527,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="run only these configurations (comma-separated)",
     )
     p.add_argument("--force-resume", action="store_true", help="passed to every experiment")
+    p.add_argument(
+        "--readme",
+        default=None,
+        help="also rewrite this file's verdict lines (between <!-- claims:start --> and "
+        "<!-- claims:end -->), linking to --out",
+    )
     args = p.parse_args(argv)
+    readme = Path(args.readme) if args.readme else None
+    if readme is not None:
+        try:
+            readme_block(readme.read_text(), [])
+        except (OSError, ValueError) as e:
+            p.error(f"argument --readme: {readme}: {e}")
     out = Path(args.out)
     rows = Path(args.rows) if args.rows else out.parent / "claims" / "rows"
     source = args.results or ("results/claims-quick" if args.quick else "results/claims")
@@ -543,6 +584,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     text = report(ctx, out, snap=snap, figures_from=None if from_rows else results)
     out.parent.mkdir(parents=True, exist_ok=True)
     runs.atomic_write_text(out, text)
+    if readme is not None:
+        link = os.path.relpath(out.resolve(), readme.resolve().parent)
+        lines = verdict_lines({c.id: c.assess(ctx) for c in CLAIMS}, Path(link).as_posix())
+        runs.atomic_write_text(readme, readme_block(readme.read_text(), lines))
     print(text)
     print(f"[{EXPERIMENT}] wrote {out} (rows: {rows})", file=sys.stderr)
     return {"text": text, "path": out, "rows": rows}

@@ -110,6 +110,26 @@ def test_report_rebuilds_from_the_committed_rows_byte_for_byte(tmp_path, monkeyp
     assert b"(claims/async-accuracy_vs_workers.png)" in text
 
 
+def test_readme_verdict_lines_are_rewritten_between_their_markers(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    res, out, readme = _results(tmp_path), tmp_path / "docs" / "claims.md", tmp_path / "README.md"
+    readme.write_text("intro\n<!-- claims:start -->\n- old line\n<!-- claims:end -->\nrest\n")
+    claims.main(["--results", str(res), "--out", str(out), "--readme", str(readme)])
+    text = readme.read_text()
+    lines = text.split("<!-- claims:start -->\n")[1].split("<!-- claims:end -->")[0].splitlines()
+    assert text.startswith("intro\n") and text.endswith("<!-- claims:end -->\nrest\n")
+    assert [line.split(": [")[0] for line in lines] == [f"- {c.title}" for c in claims.CLAIMS]
+    assert lines[0].endswith("(docs/claims.md#c1).") and "- old line" not in text
+    assert f"[C1: {claims.CLAIMS[0].assess(claims.Context(res, False)).verdict}]" in lines[0]
+    readme.write_text("no markers\n")
+    out.unlink()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        claims.main(["--results", str(res), "--out", str(out), "--readme", str(readme)])
+    assert e.value.code == 2 and not out.exists()
+    assert "README.md: needs one <!-- claims:start --> line" in capsys.readouterr().err
+
+
 def test_provenance_records_commit_fingerprints_versions_and_reuse(tmp_path, monkeypatch):
     monkeypatch.setattr(provenance, "git_state", lambda where=None: ("a" * 40, True))
     res = _results(tmp_path)
