@@ -51,7 +51,7 @@ from jaxstale import runs
 
 from ..config import prog_of
 from ..reports import MIN_PAIRS
-from . import provenance, sweeps
+from . import budget, provenance, sweeps
 from .asynchronous import (
     judge_acceptance,
     judge_async_bn,
@@ -366,7 +366,8 @@ def report(
         "under one protocol: inputs standardised with training statistics, a validation split "
         "carved from the training set, every method at its own learning rate **selected on "
         "validation accuracy**, at least 5 seeds, budgets at which the synchronous reference "
-        "has converged. Cells are test accuracy %, mean ± 95 % CI over the seeds that trained, "
+        "has converged ([Budget](#budget)). Cells are test accuracy %, mean ± 95 % CI over the "
+        "seeds that trained, "
         "`[k/n div.]` the seeds that diverged, `@` the selected rate. A difference is "
         "**beyond noise** when the 95 % t interval of the per-seed paired difference (a seed "
         "fixes initial weights and data order for every method) excludes 0; where the rows "
@@ -443,7 +444,7 @@ def report(
         for t in v.tables:
             lines += ["", t]
         lines += _figure_links(c, v, ctx, fig_dir, figures_from)
-    lines += sweeps.section(ctx, fig_dir, figures_from)
+    lines += sweeps.section(ctx, fig_dir, figures_from) + budget.section(ctx.results, list(RUNS))
     folders = {n: ctx.path(n) for n in RUNS if ctx.has(n)}
     lines += ["", '<a id="provenance"></a>', ""]
     lines += provenance.section(folders, snap, _rows_link(out, snap))

@@ -4,7 +4,8 @@
 repository. The report step therefore copies each configuration's small files (``summary.json``
 — re-written one row per line, each row with its final weights' test predictions
 (``test_correct``, :func:`jaxstale.loop.encode_correct`, from the cell's last metric record) so
-that intervals can resample the test set —, ``config.json`` and ``table.md``; never
+that intervals can resample the test set —, ``config.json``, ``table.md`` and the synchronous
+reference's convergence read from the cells' curves (``budget.json``, :mod:`.budget`); never
 ``metrics.jsonl`` or the cells) into a committed folder beside the report
 (``docs/claims/rows/<name>/``, :func:`snapshot`) with an ``index.json`` naming the commit that
 was checked out when they were copied, and then builds the report **from that folder**: so
@@ -28,6 +29,8 @@ from typing import Any
 
 from jaxstale import runs
 from jaxstale.runs import fingerprint
+
+from . import budget
 
 __all__ = [
     "INDEX",
@@ -137,6 +140,10 @@ def snapshot(
                 runs.atomic_write_text(dst / f, (src / f).read_text())
             elif (dst / f).exists():
                 (dst / f).unlink()
+        if found := budget.facts(src):  # from the cells' curves, which are not committed
+            runs.atomic_write_text(dst / budget.FILE, json.dumps(found, indent=1) + "\n")
+        elif (dst / budget.FILE).exists():
+            (dst / budget.FILE).unlink()
     commit, dirty = git_state()
     snap = Snapshot(rows, source or str(results), commit, dirty, quick)
     runs.atomic_write_text(rows / INDEX, json.dumps(snap.index(), indent=2) + "\n")

@@ -1,0 +1,109 @@
+"""Has the synchronous reference converged at the claims' budget? Read from the runs' curves.
+
+The protocol promises budgets at which the synchronous reference has converged. For every
+configuration with a synchronous arm — ``sgd`` (``async_workers``' 1-worker SGD,
+``sync_baseline``) or ``sync`` (a pipeline's flush schedule) — and each of its settings (model,
+depth, momentum), :func:`facts` takes the rate selected on validation and the learning curves of
+its seeds and applies :func:`experiments.common.convergence`: the plateau of the mean validation
+curve over the last third, the first update from which it stays within 1 point of it, and the
+per-seed change over the last third with its 95 % interval. The curves live in the run folders'
+cells, which are not committed, so :func:`experiments.claims.provenance.snapshot` writes these
+facts as ``budget.json`` beside each configuration's rows and the report reads them there
+(:func:`section`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from jaxstale import runs
+
+from ..common import convergence
+
+__all__ = ["FILE", "REFERENCES", "facts", "section"]
+
+#: the file beside a configuration's committed rows
+FILE = "budget.json"
+#: the methods that are a configuration's synchronous reference
+REFERENCES = ("sgd", "sync")
+#: "flat": within this of the plateau (fraction of accuracy)
+TOL = 0.01
+_TUNED = ("lr", "lam", "seed")
+
+
+def facts(folder: Path) -> list[dict[str, Any]]:
+    """The convergence of each synchronous setting of the run folder ``folder`` (empty when it
+    has none): ``setting`` (the key fields but rate, λ and seed), the selected ``lr``,
+    ``steps``, ``plateau``, ``flat_since`` and ``delta_last_third`` (mean, half-width, n)."""
+    cells = []
+    for path in sorted((folder / "cells").glob("*.json")):
+        try:
+            cell = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            continue
+        if isinstance(cell, dict) and cell.get("key", {}).get("method") in REFERENCES:
+            cells.append(cell)
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for c in cells:
+        setting = {k: v for k, v in c["key"].items() if k not in _TUNED}
+        groups.setdefault(json.dumps(setting), []).append(c)
+    out = []
+    for setting, group in sorted(groups.items()):
+        rows = [c["row"] for c in group]
+        lr = runs.select(rows, by=(), knob="lr", chance=0.0)[()]
+        curves = [c.get("metrics") or [] for c in group if c["row"].get("lr") == lr]
+        conv = convergence(curves, tol=TOL)
+        steps = max((c[-1].get("step", 0) for c in curves if c), default=0)
+        out.append({"setting": json.loads(setting), "lr": lr, "steps": steps, **conv})
+    return out
+
+
+def _verdict(f: dict[str, Any]) -> str:
+    mean, half, n = f["delta_last_third"]
+    rising = n > 1 and math.isfinite(half) and mean - half > 0
+    if f["flat_since"] is None or rising:
+        return "**not converged**"
+    return "converged"
+
+
+def _line(name: str, f: dict[str, Any]) -> str:
+    setting = ", ".join(f"{k} {v}" for k, v in f["setting"].items())
+    mean, half, n = f["delta_last_third"]
+    change = (
+        f"{100 * mean:+.1f} ± {100 * half:.1f} points over {n} seeds"
+        if n > 1 and math.isfinite(half)
+        else "one seed"
+    )
+    if f["plateau"] is None:
+        return f"- `{name}`, {setting}: no curve without divergence at lr {f['lr']:g}."
+    flat = (
+        f"flat (±{100 * TOL:g} point) since update {f['flat_since']:,} of {f['steps']:,}"
+        if f["flat_since"] is not None
+        else f"not within ±{100 * TOL:g} point of its plateau at the end ({f['steps']:,} updates)"
+    )
+    return (
+        f"- `{name}`, {setting}, lr {f['lr']:g}: {_verdict(f)}; validation plateau "
+        f"{100 * f['plateau']:.1f} %, {flat}; change over the last third {change}."
+    )
+
+
+def section(rows: Path, names: Sequence[str]) -> list[str]:
+    """The report's "Budget" lines from each configuration's ``budget.json`` under ``rows``
+    (``[]`` when none has one)."""
+    lines = []
+    for name in names:
+        path = rows / name / FILE
+        if path.exists():
+            lines += [_line(name, f) for f in json.loads(path.read_text())]
+    if not lines:
+        return []
+    head = (
+        "The synchronous reference of each configuration at its rate selected on validation "
+        "(mean validation curve over the seeds; **not converged**: never within 1 point of its "
+        "last-third plateau, or still rising over the last third beyond noise):"
+    )
+    return ["", '<a id="budget"></a>', "", "## Budget", "", head, "", *lines]

@@ -1,0 +1,67 @@
+"""The claims report's budget check (``experiments/claims/budget.py``): the synchronous
+reference's convergence at its rate selected on validation, read from the cells' curves,
+committed as ``budget.json`` beside the rows and rendered in the report's Budget section."""
+
+import json
+
+from experiments.claims import budget, provenance
+
+
+def _cell(folder, key, val, curve):
+    row = {**key, "final_val_accuracy": val, "final_test_accuracy": val, "diverged": False}
+    metrics = [{"step": 100 * (i + 1), "val_accuracy": v} for i, v in enumerate(curve)]
+    name = "-".join(str(v) for v in key.values())
+    (folder / "cells" / f"{name}.json").write_text(
+        json.dumps({"key": key, "row": row, "metrics": metrics})
+    )
+    return row
+
+
+def _folder(root):
+    """1-worker SGD at two rates (0.01 wins on validation: flat from update 300) and a rising
+    pipeline-style ``sync`` arm; an ASGD cell that is no reference."""
+    folder = root / "async"
+    (folder / "cells").mkdir(parents=True)
+    rows = []
+    for seed in range(3):
+        flat = [0.5, 0.7, 0.8 + 0.001 * seed, 0.80, 0.805, 0.80]
+        rising = [0.3, 0.4, 0.5, 0.6, 0.7, 0.8 + 0.01 * seed]
+        sgd = {"method": "sgd", "workers": 1, "lr": 0.01, "seed": seed}
+        rows.append(_cell(folder, sgd, 0.8, flat))
+        rows.append(_cell(folder, {**sgd, "lr": 0.1}, 0.6, [0.6] * 6))
+        rows.append(_cell(folder, {"method": "sync", "workers": 2, "lr": 0.1, "seed": seed},
+                          0.8, rising))  # fmt: skip
+        rows.append(_cell(folder, {**sgd, "method": "asgd", "workers": 4}, 0.1, [0.1] * 6))
+    (folder / "summary.json").write_text(json.dumps({"rows": rows}))
+    return folder
+
+
+def test_facts_read_the_selected_rates_curves(tmp_path):
+    got = {f["setting"]["method"]: f for f in budget.facts(_folder(tmp_path))}
+    assert set(got) == {"sgd", "sync"}  # ASGD is no reference
+    sgd, sync = got["sgd"], got["sync"]
+    assert sgd["setting"] == {"method": "sgd", "workers": 1} and sgd["lr"] == 0.01
+    assert sgd["flat_since"] == 300 and sgd["steps"] == 600 and sgd["seeds"] == 3
+    assert sync["flat_since"] is None  # still rising
+
+
+def test_the_snapshot_commits_them_and_the_report_says_which_converged(tmp_path):
+    folder = _folder(tmp_path / "results")
+    rows = tmp_path / "rows"
+    provenance.snapshot(tmp_path / "results", rows, ["async"], quick=False)
+    assert json.loads((rows / "async" / budget.FILE).read_text()) == json.loads(
+        json.dumps(budget.facts(folder))
+    )
+    lines = budget.section(rows, ["async", "not-run"])
+    assert lines[:5] == ["", '<a id="budget"></a>', "", "## Budget", ""]
+    (sgd,) = [x for x in lines if "method sgd" in x]
+    assert sgd.startswith("- `async`, method sgd, workers 1, lr 0.01: converged; validation")
+    assert "flat (±1 point) since update 300 of 600" in sgd
+    (sync,) = [x for x in lines if "method sync" in x]
+    assert "**not converged**" in sync and "not within ±1 point of its plateau" in sync
+    # a configuration without a reference arm: no file, no section
+    for p in (folder / "cells").glob("*.json"):
+        if '"method": "asgd"' not in p.read_text():
+            p.unlink()
+    provenance.snapshot(tmp_path / "results", rows, ["async"], quick=False)
+    assert not (rows / "async" / budget.FILE).exists() and budget.section(rows, ["async"]) == []
