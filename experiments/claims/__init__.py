@@ -43,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,7 @@ from jaxstale import runs
 from ..config import prog_of
 from ..reports import MIN_PAIRS
 from . import budget, provenance, sweeps
+from . import readme as readme_mod
 from .asynchronous import (
     judge_acceptance,
     judge_async_bn,
@@ -83,7 +84,6 @@ from .verdicts import LABELS, Decision, decide
 __all__ = [
     "CLAIMS",
     "LABELS",
-    "README_MARKERS",
     "RUNS",
     "Claim",
     "Context",
@@ -112,12 +112,10 @@ __all__ = [
     "judge_pipeline_adam",
     "main",
     "num_classes",
-    "readme_block",
     "report",
     "run_configs",
     "selected",
     "trend",
-    "verdict_lines",
 ]
 
 EXPERIMENT = "claims"
@@ -473,32 +471,6 @@ def _source_lines(ctx: Context, out: Path, snap: Snapshot | None) -> list[str]:
     ]
 
 
-#: the markers of the README block :func:`readme_block` rewrites (``--readme``)
-README_MARKERS = ("<!-- claims:start -->", "<!-- claims:end -->")
-
-
-def verdict_lines(verdicts: Mapping[str, Verdict], report_link: str) -> list[str]:
-    """One Markdown line per claim: its title and a link to its section with the verdict."""
-    return [
-        f"- {c.title}: [{c.id}: {verdicts[c.id].verdict}]({report_link}#{c.id.lower()})."
-        for c in CLAIMS
-    ]
-
-
-def readme_block(text: str, lines: Sequence[str]) -> str:
-    """``text`` with the lines between :data:`README_MARKERS` replaced by ``lines``.
-
-    Raises:
-        ValueError: the markers are missing, repeated or out of order.
-    """
-    start, end = README_MARKERS
-    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
-        raise ValueError(f"needs one {start} line before one {end} line")
-    head, rest = text.split(start, 1)
-    _, tail = rest.split(end, 1)
-    return head + start + "\n" + "\n".join(lines) + "\n" + end + tail
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = runs.OneLineParser(prog=prog_of(__name__), description=__doc__.splitlines()[0])
     p.add_argument("--run", action="store_true", help="run (or resume) the configurations first")
@@ -531,14 +503,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument(
         "--readme",
         default=None,
-        help="also rewrite this file's verdict lines (between <!-- claims:start --> and "
-        "<!-- claims:end -->), linking to --out",
+        help="also rewrite this file's blocks from the report: the verdict lines between "
+        "<!-- claims:start --> and <!-- claims:end -->, a claim's k-th table between "
+        "<!-- claims:start C1.1 --> and <!-- claims:end C1.1 --> (experiments.claims.readme)",
     )
     args = p.parse_args(argv)
     readme = Path(args.readme) if args.readme else None
     if readme is not None:
         try:
-            readme_block(readme.read_text(), [])
+            readme_mod.check(readme.read_text(), [c.id for c in CLAIMS])
         except (OSError, ValueError) as e:
             p.error(f"argument --readme: {readme}: {e}")
     out = Path(args.out)
@@ -583,12 +556,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         snap = provenance.snapshot(results, rows, list(RUNS), quick=args.quick, source=source)
     ctx = Context(snap.rows, snap.quick)
     text = report(ctx, out, snap=snap, figures_from=None if from_rows else results)
+    new_readme = None
+    if readme is not None:  # before the report is written: a block it cannot fill is an error
+        link = Path(os.path.relpath(out.resolve(), readme.resolve().parent)).as_posix()
+        filled = readme_mod.blocks(CLAIMS, {c.id: c.assess(ctx) for c in CLAIMS}, link)
+        try:
+            new_readme = readme_mod.rewrite(readme.read_text(), filled)
+        except ValueError as e:
+            p.error(f"argument --readme: {readme}: {e}")
     out.parent.mkdir(parents=True, exist_ok=True)
     runs.atomic_write_text(out, text)
-    if readme is not None:
-        link = os.path.relpath(out.resolve(), readme.resolve().parent)
-        lines = verdict_lines({c.id: c.assess(ctx) for c in CLAIMS}, Path(link).as_posix())
-        runs.atomic_write_text(readme, readme_block(readme.read_text(), lines))
+    if readme is not None and new_readme is not None:
+        runs.atomic_write_text(readme, new_readme)
     print(text)
     print(f"[{EXPERIMENT}] wrote {out} (rows: {rows})", file=sys.stderr)
     return {"text": text, "path": out, "rows": rows}

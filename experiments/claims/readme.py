@@ -1,0 +1,94 @@
+"""README blocks generated from the claims report (``python -m experiments.claims --readme``).
+
+A block is the lines between ``<!-- claims:start NAME -->`` and ``<!-- claims:end NAME -->``
+(each marker on its own line; ``NAME`` left out for the verdict list):
+
+* the verdict list (no name): one line per claim, its title and a link to its section with
+  the verdict (:func:`verdict_lines`);
+* ``C1.1``, ``P1.2``, …: the claim's first, second, … table, as the report prints it.
+
+Every block found is rewritten from the report's verdicts; text outside the blocks is left as
+it is, so the README says only what the report says where it quotes it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+from .core import Claim, Verdict
+
+__all__ = ["blocks", "check", "rewrite", "verdict_lines"]
+
+_MARK = re.compile(r"^<!-- claims:(start|end)(?: (\S+))? -->$", re.M)
+
+
+def verdict_lines(
+    claims: Sequence[Claim], verdicts: Mapping[str, Verdict], report_link: str
+) -> list[str]:
+    """One Markdown line per claim: its title and a link to its section with the verdict."""
+    return [
+        f"- {c.title}: [{c.id}: {verdicts[c.id].verdict}]({report_link}#{c.id.lower()})."
+        for c in claims
+    ]
+
+
+def blocks(
+    claims: Sequence[Claim], verdicts: Mapping[str, Verdict], report_link: str
+) -> dict[str, list[str]]:
+    """Every block this report can fill, by name."""
+    out = {"": verdict_lines(claims, verdicts, report_link)}
+    for c in claims:
+        for i, table in enumerate(verdicts[c.id].tables, 1):
+            out[f"{c.id}.{i}"] = table.splitlines()
+    return out
+
+
+def _spans(text: str) -> list[tuple[str, int, int]]:
+    """``(name, end of the start marker, start of the end marker)`` of every block.
+
+    Raises:
+        ValueError: no block, or markers that do not pair up.
+    """
+    spans, open_ = [], None
+    for m in _MARK.finditer(text):
+        kind, name = m.group(1), m.group(2) or ""
+        if kind == "start":
+            if open_ is not None:
+                raise ValueError(f"block {open_[0] or '(verdicts)'} is not closed before another")
+            open_ = (name, m.end())
+        else:
+            if open_ is None or open_[0] != name:
+                raise ValueError(f"an end marker {name!r} closes no open block of that name")
+            spans.append((name, open_[1], m.start()))
+            open_ = None
+    if open_ is not None:
+        raise ValueError(f"block {open_[0] or '(verdicts)'} is not closed")
+    if not spans:
+        raise ValueError("needs a <!-- claims:start --> line and its <!-- claims:end --> line")
+    return spans
+
+
+def check(text: str, claim_ids: Sequence[str]) -> None:
+    """Raises ValueError unless every block of ``text`` pairs up and has a name this report
+    can fill (the verdicts, or ``<claim>.<k>``)."""
+    for name, _, _ in _spans(text):
+        cid, _, k = name.partition(".")
+        if name and not (cid in claim_ids and k.isdigit() and int(k) >= 1):
+            raise ValueError(f"unknown block {name!r} (the verdicts, or <claim>.<k>: C1.1, …)")
+
+
+def rewrite(text: str, filled: Mapping[str, Sequence[str]]) -> str:
+    """``text`` with each block's lines replaced by ``filled[name]``.
+
+    Raises:
+        ValueError: as :func:`check`, or a block this report has no content for (a claim with
+            fewer tables).
+    """
+    out, last = [], 0
+    for name, a, b in _spans(text):
+        if name not in filled:
+            raise ValueError(f"block {name!r}: the report has no such table")
+        out += [text[last:a], "\n", "\n".join(filled[name]), "\n"]
+        last = b
+    return "".join([*out, text[last:]])
