@@ -181,8 +181,8 @@ CLAIMS: list[Claim] = [
         primary="LC-ASGD − DC-ASGD-a at M = 16 (the paper's largest M), default run, each at "
         "its own rate (LC-ASGD's λ too) selected on validation",
         expected=0.05,
-        expected_why="an estimate, not verified against the paper's tables (not reachable "
-        "offline): LC-ASGD's error ≈ 5 % below DC-ASGD's at M = 16",
+        expected_why="the authors' slides (ResNet-18, CIFAR-10, M = 16): DC-ASGD 6.05 %, "
+        "LC-ASGD 5.76 % test error, 4.8 % of DC-ASGD's",
     ),
     Claim(
         "A1",
@@ -207,8 +207,8 @@ CLAIMS: list[Claim] = [
         primary="Async-BN − ordinary BN at the largest M run, each at its decay selected on "
         "validation (shared weights: the rate selected on the recomputed statistics)",
         expected=0.05,
-        expected_why="an estimate, not verified against the paper's tables (not reachable "
-        "offline): Async-BN's error ≈ 5 % below ordinary BN's at its largest M",
+        expected_why="the authors' slides (ResNet-18, CIFAR-10, M = 16): LC-ASGD 5.76 % "
+        "with ordinary BN, 5.52 % with Async-BN, 4.2 % of the former",
     ),
     Claim(
         "P1",
