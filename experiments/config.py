@@ -409,13 +409,13 @@ def to_argv(cfg: Base) -> list[str]:
             continue
         if isinstance(value, bool):
             argv.append(flag(f.name))
-        elif isinstance(value, tuple):
-            argv += [
-                flag(f.name),
-                ",".join(map(repr if value and isinstance(value[0], float) else str, value)),
-            ]
+            continue
+        if isinstance(value, tuple):
+            text = ",".join(map(repr if value and isinstance(value[0], float) else str, value))
         else:
-            argv += [flag(f.name), repr(value) if isinstance(value, float) else str(value)]
+            text = repr(value) if isinstance(value, float) else str(value)
+        # a value that starts with "-" (a negative λ) would read as a flag: --flag=value
+        argv += [f"{flag(f.name)}={text}"] if text.startswith("-") else [flag(f.name), text]
     return argv
 
 

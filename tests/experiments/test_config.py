@@ -110,3 +110,12 @@ def test_claims_hold_config_objects_whose_command_lines_round_trip():
         smoke = spec.at(quick=True)
         assert smoke.quick and type(smoke) is type(spec.config), name
     assert claims.RUNS["async-fixed-lr"].at(True).lrs == (0.02,)
+
+
+def test_a_negative_value_round_trips_as_flag_equals_value():
+    from experiments import async_workers
+    from experiments.config import from_argv, to_argv
+
+    cfg = async_workers.Config(methods=("lc-asgd",), lc_lambdas=(-0.1, 0.1))
+    argv = to_argv(cfg)
+    assert "--lc-lambdas=-0.1,0.1" in argv and from_argv(async_workers.Config, argv)[0] == cfg
