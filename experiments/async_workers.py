@@ -12,8 +12,9 @@ M runs a learning-rate grid (``--lrs``) over ``--seeds`` seeds; the rate is **se
 validation accuracy** (a diverged seed counts at chance) and the table reports **test
 accuracy at the selected rate** (mean ± 95 % CI over the seeds that trained, diverged fraction
 in the cell, the rate after ``@``). LC-ASGD's λ is tuned the same way, its sign included
-(``--lc-lambdas``). A rate selected at an edge of its grid extends that method × M's grid
-(``--extend-edges``, :func:`experiments.grids.extend_grid`); the table says what was added.
+(``--lc-lambdas``), and DC-ASGD's λ0 with ``--dc-lambda-scales`` (multiples of the paper's:
+0.04 constant, 2 adaptive). A rate selected at an edge of its grid extends that method × M's
+grid (``--extend-edges``, :func:`experiments.grids.extend_grid`); the table says so.
 Time to accuracy: updates until the validation accuracy first reaches ``--target``.
 
 Setting: :func:`jaxstale.asyncdp.run` (exact emulation, or the mesh executor), digits + MLP by
@@ -38,9 +39,7 @@ final_val_accuracy, final_test_accuracy, diverged, diverged_step, updates_to_tar
 mean_staleness, staleness_counts, ...), table.md (test accuracy at the selected rate; updates
 to the target; the validation grid), plot.png (learning curves, one row of panels per M, each
 method at its selected rate), accuracy_vs_workers.png (with 95 % CIs), staleness_hist.png,
-staleness.json.
-
-Run: ``python -m experiments.async_workers [--quick] [--out DIR] [--methods a,b] [--delay D]``.
+staleness.json. Run: ``python -m experiments.async_workers --help``.
 """
 
 from __future__ import annotations
@@ -89,7 +88,7 @@ from .grids import (
     grid_seeds,
     tune_seeds,
 )
-from .presets import PRESETS
+from .presets import PRESETS, paper_table
 from .reports import accuracy_vs, edge_notes, tuned_tables, tuning_note
 
 EXPERIMENT = "async_workers"
@@ -107,6 +106,7 @@ DEFAULT_METHODS = (
 )
 ONE_WORKER = ("sgd",)  # methods that only run with M = 1
 LAMBDA_METHODS = ("lc-asgd", "lc-asgd-async-bn")  # λ tuned with the rate
+DC_METHODS = {"dc-asgd-c": False, "dc-asgd-a": True}  # λ0 tuned with the rate: adaptive?
 KEY = ("method", "workers", "momentum", "lr", "lam", "seed")  # the fields of a cell key
 KNOB, EDGE_BY = ("lr", "lam"), ("method", "workers", "momentum")  # tuned; its grid's rows
 #: the learning-rate grid per momentum (×10 without momentum: the same effective step η/(1−μ))
@@ -150,6 +150,10 @@ class Config(Base):
     lc_lambdas: tuple[float, ...] | None = opt(
         None, "LC-ASGD's λ grid, tuned with the rate, sign included (default -0.1,0.1)"
     )
+    dc_lambda_scales: tuple[float, ...] | None = opt(
+        None, "DC-ASGD's λ0 grid, tuned with the rate, as multiples of the paper's (0.04 "
+        "constant, 2 adaptive; default: the paper's alone)", low=0, low_open=True,
+    )  # fmt: skip
     batch_size: int | None = opt(None, "mini-batch size (default 32)", low=1)
     preset: str | None = opt(
         None,
@@ -197,8 +201,9 @@ class Config(Base):
         methods = self.methods or (PRESETS[self.preset]["config"] if self.preset else {}).get(
             "methods", DEFAULT_METHODS
         )
-        if not set(LAMBDA_METHODS) & set(methods):
-            unused["lc_lambdas"] = f"applies to {' / '.join(LAMBDA_METHODS)} only, not in --methods"
+        for field, names in (("lc_lambdas", LAMBDA_METHODS), ("dc_lambda_scales", DC_METHODS)):
+            if not set(names) & set(methods):
+                unused[field] = f"applies to {' / '.join(names)} only, not in --methods"
         refuse_unused(self, unused)
 
     def resolved(self) -> dict[str, Any]:
@@ -216,7 +221,9 @@ class Config(Base):
         lams = list(self.lc_lambdas or ([0.1] if quick else [-0.1, 0.1]))
         seeds = self.seeds or pre.get("seeds") or (2 if quick else 5)
         methods = list(self.methods or pre.get("methods") or DEFAULT_METHODS)
+        scales = list(self.dc_lambda_scales or [])
         tuned = [*lrs.values(), *([lams] if set(LAMBDA_METHODS) & set(methods) else [])]
+        tuned += [scales] if set(DC_METHODS) & set(methods) else []
         return {
             "quick": quick,
             "preset": self.preset,
@@ -234,6 +241,7 @@ class Config(Base):
             "momentum": momenta,
             "lrs": lrs,
             "lc_lambdas": lams,
+            **({"dc_lambda_scales": scales} if scales else {}),  # without: run ids as before
             "seeds": seeds,
             "batch_size": self.batch_size or pre.get("batch_size") or 32,
             "updates": self.steps or (300 if quick else pre.get("updates", 1500)),
@@ -256,7 +264,7 @@ def _cells(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     keys = []
     for mu in cfg["momentum"]:
         for method in cfg["methods"]:
-            lams = cfg["lc_lambdas"] if method in LAMBDA_METHODS else [None]
+            lams = _lambdas(cfg, method)
             for m in [1] if method in ONE_WORKER else cfg["workers"]:
                 for lr in cfg["lrs"][str(mu)]:
                     for lam in lams:
@@ -268,16 +276,25 @@ def _cells(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     return keys
 
 
+def _lambdas(cfg: dict[str, Any], method: str) -> list[float | None]:
+    """The method's tuned λ values: LC-ASGD's grid, DC-ASGD's paper λ0 times the scales."""
+    if method in LAMBDA_METHODS:
+        return list(cfg["lc_lambdas"])
+    if method in DC_METHODS and cfg.get("dc_lambda_scales"):
+        lam0 = asyncdp.methods.DC_LAMBDA0[method]
+        return [float(f"{lam0 * s:.6g}") for s in cfg["dc_lambda_scales"]]
+    return [None]
+
+
 def _builder(method: str, lam: float | None) -> asyncdp.Method:
-    """The method as the executors take it: its name, or LC-ASGD's builder at λ = ``lam``."""
+    """The method as the executors take it: its name, or its builder at λ (λ0) = ``lam``."""
     if lam is None:
         return method
-    build = (
-        asyncdp.methods.build_lc_asgd
-        if method == "lc-asgd"
-        else asyncdp.methods.build_lc_asgd_async_bn
-    )
-    return functools.partial(build, lam=lam)
+    if method in DC_METHODS:
+        adaptive = DC_METHODS[method]
+        return functools.partial(asyncdp.methods.build_dc_asgd, lam=lam, adaptive=adaptive)
+    lc = asyncdp.methods.build_lc_asgd, asyncdp.methods.build_lc_asgd_async_bn
+    return functools.partial(lc[method != "lc-asgd"], lam=lam)
 
 
 def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[tuple[dict, list]]:
@@ -396,32 +413,10 @@ def make_table(rows: list[dict], cfg: dict[str, Any], ds_chance: float) -> tuple
         parts += [edges] if edges else []
     parts += [note] if (note := tuning_note(cfg)) else []
     if cfg.get("preset"):
-        parts.append(paper_table(rows, selected, cfg))
+        mu, one = max(cfg["momentum"]), lambda meth, m: (meth in ONE_WORKER) == (m == 1)
+        pick = lambda meth, m: _selected_rows(rows, selected, meth, m, mu) if one(meth, m) else None
+        parts.append(paper_table(cfg, pick))
     return "\n\n".join(parts) + "\n", selected
-
-
-def paper_table(rows: list[dict], selected: dict, cfg: dict[str, Any]) -> str:
-    """Our test error % at the selected rate beside the paper's, for a ``--preset`` run."""
-    pre = PRESETS[cfg["preset"]]
-    mu = max(cfg["momentum"])
-    body = []
-    for method in cfg["methods"]:
-        cells = []
-        for m in [1, *cfg["workers"]]:
-            if (method in ONE_WORKER) != (m == 1):
-                cells.append("–")
-                continue
-            pick = _selected_rows(rows, selected, method, m, mu)
-            errs = [r["final_test_error"] for r in pick]
-            ours = runs.format_ci(errs, diverged=[r["diverged"] for r in pick]) if pick else "–"
-            paper = pre["paper_error"].get((method, m))
-            cells.append(f"{ours} (paper {paper:.2f})" if paper is not None else ours)
-        body.append([method, *cells])
-    heads = ["method", *(f"M={m}" for m in [1, *cfg["workers"]])]
-    return (
-        f"**Test error % beside the paper's — preset {cfg['preset']}: {pre['source']}. Differs "
-        f"from the paper: {pre['differs']}.**\n\n" + runs.markdown_table(heads, body)
-    )
 
 
 def _selected_rows(rows: list[dict], selected: dict, method: str, m: int, mu: float) -> list[dict]:
@@ -544,7 +539,8 @@ def _prepare(config: Config) -> tuple[dict[str, Any], data.Dataset]:
     cfg = config.resolved()
     ds = load_checked(cfg, config)
     params = check_model("model", cfg["model"], ds, cfg["model_kw"])
-    lanes = cfg["seeds"] * max(len(v) for v in cfg["lrs"].values()) * len(cfg["lc_lambdas"])
+    lams = max(len(cfg["lc_lambdas"]), len(cfg.get("dc_lambda_scales", [])))
+    lanes = cfg["seeds"] * max(len(v) for v in cfg["lrs"].values()) * lams
     m = max(cfg["workers"])
     check_memory(
         {

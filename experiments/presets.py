@@ -4,9 +4,12 @@ Data, not an experiment: they need prepared TFDS data and, at their budgets, a G
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["PRESETS"]
+from jaxstale import runs
+
+__all__ = ["PRESETS", "paper_table"]
 
 #: paper-scale configurations (``--preset``) for users with a GPU and prepared TFDS data: the
 #: papers' set-ups as far as the emulator goes, and the papers' own test errors (%) printed
@@ -76,3 +79,28 @@ PRESETS: dict[str, dict[str, Any]] = {
         },
     },
 }
+
+
+def paper_table(cfg: dict[str, Any], pick: Callable[[str, int], list[dict] | None]) -> str:
+    """Our test error % at the selected rate beside the paper's, for a ``--preset`` run of
+    ``async_workers``: ``pick(method, M)`` gives the rows at the selected rate (None: the
+    method does not run at that M)."""
+    pre = PRESETS[cfg["preset"]]
+    body = []
+    for method in cfg["methods"]:
+        cells = []
+        for m in [1, *cfg["workers"]]:
+            got = pick(method, m)
+            if got is None:
+                cells.append("–")
+                continue
+            errs = [r["final_test_error"] for r in got]
+            ours = runs.format_ci(errs, diverged=[r["diverged"] for r in got]) if got else "–"
+            paper = pre["paper_error"].get((method, m))
+            cells.append(f"{ours} (paper {paper:.2f})" if paper is not None else ours)
+        body.append([method, *cells])
+    heads = ["method", *(f"M={m}" for m in [1, *cfg["workers"]])]
+    return (
+        f"**Test error % beside the paper's — preset {cfg['preset']}: {pre['source']}. Differs "
+        f"from the paper: {pre['differs']}.**\n\n" + runs.markdown_table(heads, body)
+    )

@@ -69,6 +69,7 @@ from jaxstale.lc_asgd.compensation import lc_asgd
 from jaxstale.transforms import dc_asgd, gap_aware, staleness_aware
 
 __all__ = [
+    "DC_LAMBDA0",
     "LC_BN_MOMENTUM",
     "LC_CAPACITY",
     "LC_LAMBDA",
@@ -79,6 +80,7 @@ __all__ = [
     "MethodSpec",
     "as_spec",
     "at_lookahead",
+    "build_dc_asgd",
     "build_ga_dana",
     "build_lc_asgd",
     "build_lc_asgd_async_bn",
@@ -97,6 +99,8 @@ Schedule = Callable[[jax.Array], jax.Array]
 LearningRate = float | jax.Array | Schedule
 
 LC_LAMBDA = 0.1
+#: DC-ASGD's λ0 by method: the paper's defaults (Zheng et al.: 0.04 constant, 2 adaptive)
+DC_LAMBDA0 = {"dc-asgd-c": 0.04, "dc-asgd-a": 2.0}
 LC_BN_MOMENTUM = 0.9  # the models' batch-norm momentum (jaxstale.models)
 LC_CAPACITY = 256  # static size of LC-ASGD's per-worker arrays (the builder sees M traced)
 
@@ -208,6 +212,23 @@ def _capacity(hp: HParams, name: str) -> int:
     if isinstance(hp.num_workers, int | np.integer):
         return int(hp.num_workers)
     raise ValueError(f"{name} keeps per-worker state: build it with HParams(capacity=C)")
+
+
+def build_dc_asgd(
+    hp: HParams, *, lam: float | None = None, adaptive: bool = False
+) -> optax.GradientTransformation:
+    """The ``dc-asgd-c`` (``adaptive=False``) and ``dc-asgd-a`` methods at ``λ0 = lam``:
+    ``chain(dc_asgd(λ0, adaptive=adaptive), sgd(η, μ))``; ``lam=None``: the paper's ``λ0``
+    (:data:`DC_LAMBDA0`: 0.04 constant, 2 adaptive), the registered methods.
+
+    Example:
+        >>> from jaxstale.asyncdp.methods import HParams, build_dc_asgd
+        >>> tx = build_dc_asgd(HParams(0.1, 0.9, 4), lam=0.4)
+        >>> type(tx.init({"w": 0.0})[0]).__name__
+        'DCASGDState'
+    """
+    lam0 = DC_LAMBDA0["dc-asgd-a" if adaptive else "dc-asgd-c"] if lam is None else lam
+    return optax.chain(dc_asgd(lam0, adaptive=adaptive), _sgd(hp))
 
 
 def build_lc_asgd(hp: HParams, *, lam: float = LC_LAMBDA) -> optax.GradientTransformation:
@@ -327,8 +348,8 @@ METHODS: dict[str, MethodBuilder] = {
     "ssgd": lambda hp: MethodSpec(_sgd(hp), mode="sync"),
     "asgd": _sgd,
     "sa-asgd": lambda hp: optax.chain(staleness_aware(), _sgd(hp)),
-    "dc-asgd-c": lambda hp: optax.chain(dc_asgd(0.04), _sgd(hp)),
-    "dc-asgd-a": lambda hp: optax.chain(dc_asgd(2.0, adaptive=True), _sgd(hp)),
+    "dc-asgd-c": build_dc_asgd,
+    "dc-asgd-a": functools.partial(build_dc_asgd, adaptive=True),
     "dc-asgd-a-pw": lambda hp: optax.chain(
         dc_asgd(2.0, adaptive=True, num_workers=_capacity(hp, "dc-asgd-a-pw")), _sgd(hp)
     ),

@@ -225,3 +225,21 @@ def test_a_method_declares_its_mode_and_the_builder_must_agree():
         register_method("mode-doc", lockstep, mode="lockstep", overwrite=True)
     with pytest.raises(ValueError, match="unknown method"):
         method_mode("nope")
+
+
+def test_dc_asgd_builder_at_the_papers_lambda0_is_the_registered_method():
+    from jaxstale.asyncdp.methods import DC_LAMBDA0, build_dc_asgd
+
+    hp = HParams(0.05, 0.9, 4)
+    params = {"w": jnp.array([0.5, -1.0]), "b": jnp.array(0.2)}
+    grads = {"w": jnp.array([0.3, 0.1]), "b": jnp.array(-0.4)}
+    stale = {"w": jnp.array([0.4, -0.8]), "b": jnp.array(0.1)}
+    for name, adaptive in (("dc-asgd-c", False), ("dc-asgd-a", True)):
+        want, got = build_method(name, hp).tx, build_dc_asgd(hp, adaptive=adaptive)
+        other = build_dc_asgd(hp, lam=10 * DC_LAMBDA0[name], adaptive=adaptive)
+        outs = []
+        for tx in (want, got, other):
+            u, _ = tx.update(grads, tx.init(params), params, stale_params=stale)
+            outs.append(np.concatenate([np.ravel(u["b"]), np.ravel(u["w"])]))
+        np.testing.assert_array_equal(outs[0], outs[1])
+        assert not np.array_equal(outs[0], outs[2])  # λ0 reaches the update

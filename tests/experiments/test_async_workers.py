@@ -7,6 +7,7 @@ import optax
 import pytest
 
 from experiments import async_workers
+from experiments.config import ConfigError
 from jaxstale.asyncdp import register_method
 
 TINY = ["--steps", "24", "--seeds", "1", "--workers", "1,4", "--momentum", "0.9"]
@@ -170,3 +171,25 @@ def test_paper_preset_on_mock_cifar10_prints_the_papers_numbers(tmp_path, no_net
     assert cfg["methods"] == ["sgd", "ssgd", "asgd", "dc-asgd-c", "dc-asgd-a"]
     assert "Test error % beside the paper's" in res["table"]
     assert "(paper 8.19)" in res["table"] and "(paper 8.65)" in res["table"]
+
+
+def test_dc_asgd_lambda0_is_tuned_as_multiples_of_the_papers(tmp_path):
+    """``--dc-lambda-scales``: each DC method's paper λ0 (0.04, 2) times the scales, a knob
+    tuned with the rate; at scale 1 a cell is the fixed-λ0 method's cell bit for bit."""
+    cfg = async_workers.Config(methods=("dc-asgd-c", "dc-asgd-a"), dc_lambda_scales=(0.1, 1))
+    lams = {(c["method"], c["lam"]) for c in async_workers._cells(cfg.resolved())}
+    assert lams == {("dc-asgd-c", 0.004), ("dc-asgd-c", 0.04), ("dc-asgd-a", 0.2),
+                    ("dc-asgd-a", 2.0)}  # fmt: skip
+    assert "dc_lambda_scales" not in async_workers.Config().resolved()  # run ids as before
+    with pytest.raises(ConfigError, match="dc_lambda_scales: applies to dc-asgd-c / dc-asgd-a"):
+        async_workers.Config(methods=("asgd",), dc_lambda_scales=(1.0,))
+    argv = ["--steps", "20", "--seeds", "1", "--workers", "4", "--batch-size", "16"]
+    argv += ["--lrs", "0.03", "--extend-edges", "0", "--methods", "dc-asgd-a"]
+    tuned = async_workers.main([*argv, "--dc-lambda-scales", "1,10", "--out", str(tmp_path / "a")])
+    plain = async_workers.main([*argv, "--out", str(tmp_path / "b")])
+    at1 = [r for r in tuned["rows"] if r["lam"] == 2.0]
+    drop = ("lam", "wall_s")
+    assert [{k: v for k, v in r.items() if k not in drop} for r in at1] == [
+        {k: v for k, v in r.items() if k not in drop} for r in plain["rows"]
+    ]
+    assert {r["lam"] for r in tuned["rows"]} == {2.0, 20.0}
