@@ -8,6 +8,7 @@ cuts a :class:`StagedModel` into parameter-balanced stages sharing its Variables
 emulators and executors.
 """
 
+from jaxstale.models.gpt import gpt as gpt
 from jaxstale.models.staged import Functional as Functional
 from jaxstale.models.staged import StagedModel as StagedModel
 from jaxstale.models.staged import block_param_counts as block_param_counts

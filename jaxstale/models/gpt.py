@@ -1,0 +1,147 @@
+r"""A decoder-only transformer (GPT) written as a sequence of whole transformer blocks.
+
+``gpt(context, vocab, layers=L, width=D, heads=H)`` is a :class:`StagedModel` of ``L`` blocks,
+each a pre-norm transformer block
+
+.. math::
+
+    x \leftarrow x + \mathrm{Attn}(\mathrm{LN}_1(x)), \qquad
+    x \leftarrow x + \mathrm{MLP}(\mathrm{LN}_2(x)),
+
+with causal multi-head self-attention (``H`` heads of ``D / H``) and a GELU MLP of width
+``4D``. The first block also embeds (token embedding plus a learned position embedding, inputs
+``[B, T]`` integer ids, ``T ≤ context``) and the last also has the final layer norm and the
+output head (``[B, T, vocab]`` logits), so :func:`jaxstale.models.split` gives pipeline stages
+of whole blocks with the embedding in the first stage and the head in the last; the input and
+output embeddings are separate matrices (tied weights would span the first and last stage).
+
+Parameters: ``L·(12D² + 13D) + (vocab + context)·D + D·vocab + vocab + 2D`` (each block
+``4D² + 4D`` attention, ``8D² + 5D`` MLP, ``4D`` norms; the final norm ``2D``).
+
+References:
+    Radford et al., "Language Models are Unsupervised Multitask Learners" (GPT-2), 2019;
+    Vaswani et al., "Attention Is All You Need", NeurIPS 2017, arXiv 1706.03762.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxstale.models.layers import _host_normal
+from jaxstale.models.staged import StagedModel
+
+__all__ = ["GPTBlock", "gpt", "gpt_param_count"]
+
+_init = _host_normal(1.0)  # N(0, 1 / fan_in)
+
+
+def _dense(d_in: int, d_out: int, rngs: nnx.Rngs, gain: float = 1.0) -> nnx.Linear:
+    init = _init if gain == 1.0 else _host_normal(gain)
+    return nnx.Linear(d_in, d_out, kernel_init=init, rngs=rngs)
+
+
+class GPTBlock(nnx.Module):
+    """One pre-norm transformer block; with ``vocab`` and ``context`` it embeds first
+    (``embed=True``) and/or ends in the final norm and the head (``head=True``)."""
+
+    def __init__(
+        self,
+        width: int,
+        heads: int,
+        *,
+        vocab: int,
+        context: int,
+        embed: bool,
+        head: bool,
+        layers: int,
+        rngs: nnx.Rngs,
+    ) -> None:
+        if width % heads:
+            raise ValueError(f"gpt: width {width} is not a multiple of heads {heads}")
+        self.heads, self.embed, self.head = heads, embed, head
+        if embed:  # GPT-2's N(0, 0.02²) for both embeddings (the initialiser divides by rows)
+            std2 = 0.02**2
+            init = _host_normal(std2 * vocab)
+            self.tokens = nnx.Embed(vocab, width, embedding_init=init, rngs=rngs)
+            self.positions = nnx.Param(
+                _host_normal(std2 * context)(rngs.params(), (context, width))
+            )
+        self.ln1 = nnx.LayerNorm(width, rngs=rngs)
+        self.qkv = _dense(width, 3 * width, rngs)
+        self.proj = _dense(width, width, rngs, gain=1.0 / (2 * layers))  # residual scaling
+        self.ln2 = nnx.LayerNorm(width, rngs=rngs)
+        self.up = _dense(width, 4 * width, rngs)
+        self.down = _dense(4 * width, width, rngs, gain=1.0 / (2 * layers))
+        if head:
+            self.ln_f = nnx.LayerNorm(width, rngs=rngs)
+            self.out = _dense(width, vocab, rngs)
+
+    def _attend(self, x: jax.Array) -> jax.Array:
+        b, t, d = x.shape
+        h = self.heads
+        q, k, v = jnp.split(self.qkv(x), 3, axis=-1)
+        q, k, v = (a.reshape(b, t, h, d // h).transpose(0, 2, 1, 3) for a in (q, k, v))
+        scores = (q @ k.transpose(0, 1, 3, 2)) / math.sqrt(d // h)
+        causal = jnp.tril(jnp.ones((t, t), bool))
+        scores = jnp.where(causal, scores.astype(jnp.float32), -jnp.inf)
+        att = jax.nn.softmax(scores, axis=-1).astype(x.dtype)
+        return self.proj((att @ v).transpose(0, 2, 1, 3).reshape(b, t, d))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        if self.embed:
+            t = x.shape[1]
+            x = self.tokens(x.astype(jnp.int32)) + self.positions[...][:t]
+        x = x + self._attend(self.ln1(x))
+        x = x + self.down(jax.nn.gelu(self.up(self.ln2(x))))
+        if self.head:
+            x = self.out(self.ln_f(x))
+        return x
+
+
+def gpt(
+    context: int,
+    vocab: int,
+    *,
+    layers: int = 4,
+    width: int = 64,
+    heads: int = 4,
+    seed: int = 0,
+) -> StagedModel:
+    """A GPT of ``layers`` blocks for sequences of up to ``context`` ids over ``vocab`` (see the
+    module docstring); the same ``seed`` gives the same weights.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> model = gpt(16, 50, layers=2, width=32, heads=2)
+        >>> len(model.blocks), model(jnp.zeros((3, 16), jnp.int32)).shape
+        (2, (3, 16, 50))
+    """
+    for name, v in (("context", context), ("vocab", vocab), ("layers", layers)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"gpt: {name} must be a positive int, got {v!r}")
+    rngs = nnx.Rngs(seed)
+    return StagedModel(
+        [
+            GPTBlock(
+                width,
+                heads,
+                vocab=vocab,
+                context=context,
+                embed=i == 0,
+                head=i == layers - 1,
+                layers=layers,
+                rngs=rngs,
+            )
+            for i in range(layers)
+        ]
+    )
+
+
+def gpt_param_count(context: int, vocab: int, *, layers: int, width: int) -> int:
+    """The parameter count of :func:`gpt` (the module docstring's formula)."""
+    d = width
+    return layers * (12 * d * d + 13 * d) + (vocab + context) * d + d * vocab + vocab + 2 * d

@@ -1,0 +1,57 @@
+"""The GPT (``jaxstale.models.gpt``): shapes, parameter count, causality, stages of whole
+blocks (embedding first, head last) that compose to the model bit for bit, gradients."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxstale import models
+from jaxstale.models.gpt import gpt, gpt_param_count
+
+KW = {"layers": 4, "width": 32, "heads": 4}
+
+
+def test_logits_shape_and_parameter_count():
+    model = gpt(16, 40, **KW)
+    x = jnp.asarray(np.random.default_rng(0).integers(0, 40, (3, 16)), jnp.int32)
+    assert model(x).shape == (3, 16, 40) and model(x[:, :5]).shape == (3, 5, 40)
+    assert models.param_count(model) == gpt_param_count(16, 40, layers=4, width=32)
+    again = gpt(16, 40, **KW)
+    np.testing.assert_array_equal(np.asarray(model(x)), np.asarray(again(x)))  # seeded
+
+
+def test_a_position_sees_only_the_past():
+    model = gpt(12, 20, **KW)
+    x = np.random.default_rng(1).integers(0, 20, (2, 12))
+    y = x.copy()
+    y[:, 7] = (y[:, 7] + 1) % 20  # change token 7
+    a, b = (np.asarray(model(jnp.asarray(v, jnp.int32))) for v in (x, y))
+    np.testing.assert_array_equal(a[:, :7], b[:, :7])
+    assert not np.allclose(a[:, 7:], b[:, 7:])
+
+
+def test_stages_are_whole_blocks_embedding_first_head_last_and_compose_exactly():
+    model = gpt(8, 30, **KW)
+    x = jnp.asarray(np.random.default_rng(2).integers(0, 30, (2, 8)), jnp.int32)
+    for n in (1, 2, 4):
+        stages = models.split(model, n)
+        assert stages[0].blocks[0].embed and stages[-1].blocks[-1].head
+        out = x
+        for s in stages:
+            out = s(out)
+        np.testing.assert_array_equal(np.asarray(out), np.asarray(model(x)))
+    with pytest.raises(ValueError, match="multiple of heads"):
+        gpt(8, 30, layers=1, width=30, heads=4)
+
+
+def test_gradients_flow_to_every_parameter_under_jit():
+    f = models.functional(gpt(8, 30, **KW))
+    x = jnp.asarray(np.random.default_rng(3).integers(0, 30, (2, 8)), jnp.int32)
+
+    def loss(p):
+        logits, _ = f.apply(p, f.state, x, True)
+        return -jnp.mean(jax.nn.log_softmax(logits)[..., 0])
+
+    grads = jax.jit(jax.grad(loss))(f.params)
+    assert all(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(grads))
