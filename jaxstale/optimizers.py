@@ -1,0 +1,161 @@
+r"""The per-stage optimizers of the language-model workloads: AdamW, NAdamW, Muon, SGD.
+
+Each factory returns an optax transformation for one pipeline stage (or one data-parallel
+worker) with the usual language-model recipe: linear warm-up then cosine decay to
+``final_fraction`` of the peak rate over ``total_steps``
+(:func:`optax.warmup_cosine_decay_schedule`), weight decay on the matrices only (``ndim ≥ 2``:
+not on biases, norms' scales), and **gradient clipping per stage**: the global norm of a
+pipeline's gradient would need every stage's gradient, which an asynchronous pipeline never has
+at one time (each stage updates with its own mini-batch's gradient), so ``clip`` bounds the norm
+of the stage's own gradient — the same as global clipping with one stage.
+
+* :func:`adamw`: AdamW, ``β2 = 0.95`` (GPT training's);
+* :func:`nadamw`: NAdamW with AsyncPP's ``β1 = 0.99`` (Adam with a Nesterov look-ahead of the
+  first moment, the momentum correction AsyncPP relies on for stale weights);
+* :func:`muon`: Muon (:func:`optax.contrib.muon`: Newton–Schulz-orthogonalised momentum) on the
+  hidden 2-D weights, AdamW on the rest — embeddings, the output head, biases and norms, which
+  is the standard split (``exclude``: the names of the parameters kept on AdamW; optax's Adam
+  branch is the Nesterov form, NAdamW);
+* :func:`sgd`: SGD with momentum, the same schedule and clipping.
+
+References:
+    Loshchilov & Hutter, "Decoupled Weight Decay Regularization", ICLR 2019 (AdamW);
+    Dozat, "Incorporating Nesterov Momentum into Adam", ICLR 2016 workshop (NAdam);
+    Ajanthan et al., "Nesterov Method for Asynchronous Pipeline Parallel Optimization",
+    ICML 2025, arXiv 2505.01099 (AsyncPP: NAdam, β1 0.99); Jordan et al., "Muon: an optimizer
+    for hidden layers in neural networks", 2024.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import optax
+from optax import contrib
+
+__all__ = ["EXCLUDE", "adamw", "muon", "nadamw", "schedule", "sgd"]
+
+#: parameter names kept on AdamW under :func:`muon` (``jaxstale.models.gpt``'s embeddings and
+#: head)
+EXCLUDE = ("tokens", "positions", "out")
+
+
+def schedule(
+    peak: float, total_steps: int, *, warmup_steps: int = 0, final_fraction: float = 0.1
+) -> optax.Schedule:
+    """Linear warm-up from 0 to ``peak`` over ``warmup_steps``, then cosine decay to
+    ``final_fraction · peak`` at ``total_steps``.
+
+    Example:
+        >>> s = schedule(1.0, 100, warmup_steps=10)
+        >>> [round(float(s(t)), 3) for t in (0, 5, 10, 100)]
+        [0.0, 0.5, 1.0, 0.1]
+    """
+    if total_steps < 1 or not 0 <= warmup_steps < total_steps:
+        raise ValueError(
+            f"schedule: need 0 <= warmup_steps < total_steps, got {warmup_steps}, {total_steps}"
+        )
+    return optax.warmup_cosine_decay_schedule(
+        0.0, peak, warmup_steps, total_steps, end_value=final_fraction * peak
+    )
+
+
+def _matrices(params: Any) -> Any:
+    return jax.tree.map(lambda p: getattr(p, "ndim", 0) >= 2, params)
+
+
+def _clipped(tx: optax.GradientTransformation, clip: float | None) -> optax.GradientTransformation:
+    return tx if clip is None else optax.chain(optax.clip_by_global_norm(clip), tx)
+
+
+def adamw(
+    peak: float,
+    total_steps: int,
+    *,
+    warmup_steps: int = 0,
+    b1: float = 0.9,
+    b2: float = 0.95,
+    weight_decay: float = 0.1,
+    clip: float | None = 1.0,
+) -> optax.GradientTransformation:
+    """AdamW on the :func:`schedule`, decay on matrices only, the stage's gradient clipped."""
+    lr = schedule(peak, total_steps, warmup_steps=warmup_steps)
+    tx = optax.adamw(lr, b1=b1, b2=b2, weight_decay=weight_decay, mask=_matrices)
+    return _clipped(tx, clip)
+
+
+def nadamw(
+    peak: float,
+    total_steps: int,
+    *,
+    warmup_steps: int = 0,
+    b1: float = 0.99,
+    b2: float = 0.95,
+    weight_decay: float = 0.1,
+    clip: float | None = 1.0,
+) -> optax.GradientTransformation:
+    """NAdamW (AsyncPP's ``β1 = 0.99``) on the :func:`schedule`, as :func:`adamw` otherwise."""
+    lr = schedule(peak, total_steps, warmup_steps=warmup_steps)
+    tx = optax.nadamw(lr, b1=b1, b2=b2, weight_decay=weight_decay, mask=_matrices)
+    return _clipped(tx, clip)
+
+
+def _muon_dims(exclude: Sequence[str]) -> Callable[[Any], Any]:
+    """Muon's weight specs: the default (rows reduce, columns out) for every 2-D parameter
+    whose path names none of ``exclude``, None (AdamW) for the rest."""
+
+    def dims(params: Any) -> Any:
+        def one(path: Any, p: Any) -> Any:
+            names = {str(getattr(k, "key", getattr(k, "name", k))) for k in path}
+            if getattr(p, "ndim", 0) == 2 and not names & set(exclude):
+                return contrib.MuonDimensionNumbers()
+            return None
+
+        return jax.tree_util.tree_map_with_path(one, params)
+
+    return dims
+
+
+def muon(
+    peak: float,
+    total_steps: int,
+    *,
+    adam_peak: float | None = None,
+    warmup_steps: int = 0,
+    beta: float = 0.95,
+    b2: float = 0.95,
+    weight_decay: float = 0.1,
+    clip: float | None = 1.0,
+    exclude: Sequence[str] = EXCLUDE,
+) -> optax.GradientTransformation:
+    """Muon on the hidden 2-D weights (rate ``peak``, momentum ``beta``), AdamW on the rest
+    (rate ``adam_peak``, default ``peak / 10``), both on the :func:`schedule`."""
+    lr = schedule(peak, total_steps, warmup_steps=warmup_steps)
+    adam_lr = schedule(
+        peak / 10 if adam_peak is None else adam_peak, total_steps, warmup_steps=warmup_steps
+    )
+    tx = contrib.muon(
+        lr,
+        beta=beta,
+        weight_decay=weight_decay,
+        adam_b2=b2,
+        adam_weight_decay=weight_decay,
+        adam_learning_rate=adam_lr,
+        muon_weight_dimension_numbers=_muon_dims(exclude),
+    )
+    return _clipped(tx, clip)
+
+
+def sgd(
+    peak: float,
+    total_steps: int,
+    *,
+    warmup_steps: int = 0,
+    momentum: float = 0.9,
+    clip: float | None = 1.0,
+) -> optax.GradientTransformation:
+    """SGD with momentum on the :func:`schedule`, the stage's gradient clipped."""
+    lr = schedule(peak, total_steps, warmup_steps=warmup_steps)
+    return _clipped(optax.sgd(lr, momentum=momentum), clip)

@@ -1,0 +1,61 @@
+"""The language-model optimizers (``jaxstale.optimizers``): schedule, decay on matrices only,
+per-stage clipping, Muon on the hidden matrices and AdamW on embeddings, head and vectors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxstale import models, optimizers
+
+
+def _step(tx, params, grads):
+    updates, _ = tx.update(grads, tx.init(params), params)
+    return updates
+
+
+def test_schedule_warms_up_then_decays_and_refuses_bad_steps():
+    s = optimizers.schedule(0.1, 1000, warmup_steps=100, final_fraction=0.0)
+    assert float(s(50)) == pytest.approx(0.05) and float(s(100)) == pytest.approx(0.1)
+    assert float(s(550)) == pytest.approx(0.05, rel=1e-3) and float(s(1000)) == pytest.approx(0)
+    with pytest.raises(ValueError, match="warmup_steps < total_steps"):
+        optimizers.schedule(0.1, 10, warmup_steps=10)
+
+
+def test_weight_decay_reaches_matrices_not_vectors():
+    params = {"w": jnp.ones((2, 3)), "b": jnp.ones(3)}
+    zero = jax.tree.map(jnp.zeros_like, params)
+    for tx in (optimizers.adamw(0.1, 10), optimizers.nadamw(0.1, 10)):
+        u = _step(tx, params, zero)
+        assert float(jnp.abs(u["b"]).max()) == 0 and float(u["w"][0, 0]) < 0
+
+
+def test_the_stage_gradient_is_clipped_to_its_own_norm():
+    params = {"w": jnp.zeros((2, 2))}
+    g = {"w": jnp.full((2, 2), 5.0)}  # norm 10
+    u = _step(optimizers.sgd(0.1, 10, momentum=0.0, clip=1.0), params, g)
+    np.testing.assert_allclose(np.asarray(u["w"]), -0.1 * 0.5, rtol=1e-6)  # g / 10 · lr
+    u = _step(optimizers.sgd(0.1, 10, momentum=0.0, clip=None), params, g)
+    np.testing.assert_allclose(np.asarray(u["w"]), -0.5, rtol=1e-6)
+
+
+def test_muon_orthogonalises_hidden_matrices_and_adam_steps_the_rest():
+    f = models.functional(models.gpt(8, 20, layers=2, width=16, heads=2))
+    rng = np.random.default_rng(0)
+    grads = jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape), p.dtype), f.params)
+    tx = optimizers.muon(0.02, 10, adam_peak=0.001, weight_decay=0.0, clip=None)
+    u = _step(tx, f.params, grads)
+    flat = {jax.tree_util.keystr(k): v for k, v in jax.tree_util.tree_leaves_with_path(u)}
+    gflat = {jax.tree_util.keystr(k): v for k, v in jax.tree_util.tree_leaves_with_path(grads)}
+    hidden = next(k for k in flat if "qkv" in k and "kernel" in k)
+    sv = np.linalg.svd(np.asarray(flat[hidden]), compute_uv=False)
+    assert sv.max() / sv.min() < 2  # Newton–Schulz: nearly orthogonal (raw gradient: ≫ 2)
+    raw = np.linalg.svd(np.asarray(gflat[hidden]), compute_uv=False)
+    assert raw.max() / raw.min() > 2
+    # the rest on optax.contrib.muon's Adam branch, Nesterov's (NAdamW): the first step is
+    # −lr · (1 + β1(1 − β1) / (1 − β1²)) · sign(g), β1 = 0.9
+    nesterov = 1 + 0.9 * 0.1 / (1 - 0.81)
+    for name in ("tokens", "out", "bias"):
+        key = next(k for k in flat if name in k)
+        want = -0.001 * nesterov * np.sign(np.asarray(gflat[key]))
+        np.testing.assert_allclose(np.asarray(flat[key]), want, rtol=1e-3)
