@@ -1,0 +1,101 @@
+r"""Character-level language-modelling data: next-token batches from the embedded corpus.
+
+:func:`load_text` gives the corpus (:mod:`jaxstale._shakespeare`) as :class:`TextData`: ``uint8``
+id arrays for the contiguous train / validation / test splits over a fixed vocabulary.
+Training batches are windows of ``context + 1`` characters at offsets drawn from the training
+split by the seed (:meth:`TextData.batches`): inputs ``x = w[:-1]`` and next-token targets
+``y = w[1:]``, ``[steps, B, T]`` each, so a seed fixes the data order for every method.
+Evaluation uses the split's non-overlapping windows (:meth:`TextData.windows`).
+
+The metric is the mean next-token cross-entropy in nats per character; :func:`bits_per_char`
+and :func:`perplexity` convert it, and a model that predicts no better than the uniform
+distribution has the loss ``log V`` (:func:`uniform_loss`), the "chance level" of the task.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from jaxstale import _shakespeare
+
+__all__ = ["TEXTS", "TextData", "bits_per_char", "load_text", "perplexity", "uniform_loss"]
+
+#: the built-in text datasets
+TEXTS = ("shakespeare",)
+
+
+@dataclass(frozen=True)
+class TextData:
+    """A character corpus as ids over ``vocabulary`` (id ``i`` is ``vocabulary[i]``)."""
+
+    name: str
+    vocabulary: str
+    train: np.ndarray
+    val: np.ndarray
+    test: np.ndarray
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocabulary)
+
+    def batches(
+        self, *, seed: int, steps: int, batch_size: int, context: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(x, y)``, ``uint8 [steps, batch_size, context]``: windows of the training split at
+        offsets drawn uniformly by ``seed``; ``y`` is ``x`` shifted by one character.
+
+        Raises:
+            ValueError: a non-positive size, or a context the training split cannot hold.
+        """
+        for name, v in (("steps", steps), ("batch_size", batch_size), ("context", context)):
+            if v < 1:
+                raise ValueError(f"batches: {name} must be >= 1, got {v}")
+        if context + 1 > len(self.train):
+            raise ValueError(f"batches: context {context} exceeds the training split")
+        rng = np.random.default_rng(seed)
+        starts = rng.integers(0, len(self.train) - context, size=(steps, batch_size))
+        w = self.train[starts[..., None] + np.arange(context + 1)]
+        return w[..., :-1], w[..., 1:]
+
+    def windows(self, split: str, context: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(x, y)``, ``[n, context]``: the split's consecutive non-overlapping windows (the
+        tail shorter than a window is left out), targets shifted by one."""
+        ids = {"train": self.train, "val": self.val, "test": self.test}[split]
+        n = (len(ids) - 1) // context
+        if n < 1:
+            raise ValueError(f"windows: the {split} split is shorter than context {context} + 1")
+        x = ids[: n * context].reshape(n, context)
+        y = ids[1 : n * context + 1].reshape(n, context)
+        return x, y
+
+
+def load_text(name: str = "shakespeare") -> TextData:
+    """A built-in text dataset (:data:`TEXTS`), offline.
+
+    Example:
+        >>> d = load_text()
+        >>> d.vocab_size, d.train.dtype.name
+        (83, 'uint8')
+    """
+    if name not in TEXTS:
+        raise ValueError(f"unknown text dataset {name!r}; choose from: {', '.join(TEXTS)}")
+    c = _shakespeare.load_corpus()
+    return TextData(name, c.vocabulary, c.train, c.val, c.test)
+
+
+def uniform_loss(vocab_size: int) -> float:
+    """``log V`` nats: the loss of the uniform prediction (a run above it learned nothing)."""
+    return math.log(vocab_size)
+
+
+def bits_per_char(nats: float) -> float:
+    """Nats per character in bits per character."""
+    return nats / math.log(2)
+
+
+def perplexity(nats: float) -> float:
+    """``exp(loss)``."""
+    return math.exp(nats)
