@@ -73,7 +73,15 @@ AREAS: list[tuple[str, list[str]]] = [
     ("execution", ["jaxstale.loop", "jaxstale.mesh", "jaxstale.launch", "jaxstale.distributed"]),
     (
         "training",
-        ["jaxstale.data", "jaxstale.models", "jaxstale.losses", "jaxstale.train", "jaxstale.runs"],
+        [
+            "jaxstale.data",
+            "jaxstale.text",
+            "jaxstale.models",
+            "jaxstale.losses",
+            "jaxstale.optimizers",
+            "jaxstale.train",
+            "jaxstale.runs",
+        ],
     ),
     # The command and the scripts it runs. The scripts are documented once, as experiments.*
     # (the folder on disk); the wheel ships the same files as jaxstale.experiments.*.
