@@ -39,6 +39,22 @@ def test_the_stage_gradient_is_clipped_to_its_own_norm():
     np.testing.assert_allclose(np.asarray(u["w"]), -0.5, rtol=1e-6)
 
 
+def test_muon_takes_the_hidden_matrices_and_leaves_embeddings_head_and_vectors():
+    f = models.functional(models.gpt(8, 20, layers=2, width=16, heads=2))
+    dims = optimizers._muon_dims(optimizers.EXCLUDE)(f.params)
+    on = {
+        jax.tree_util.keystr(k)
+        for k, v in jax.tree_util.tree_leaves_with_path(
+            dims, is_leaf=lambda x: x is None or hasattr(x, "reduction_axis")
+        )
+        if v is not None
+    }
+    assert on and all("kernel" in k for k in on)
+    assert not any(n in k for k in on for n in ("tokens", "positions", "out"))
+    assert {k for k in on if "qkv" in k or "proj" in k or "up" in k or "down" in k} == on
+
+
+@pytest.mark.slow  # 10 s (Newton–Schulz compiles); the label test above stays in make test
 def test_muon_orthogonalises_hidden_matrices_and_adam_steps_the_rest():
     f = models.functional(models.gpt(8, 20, layers=2, width=16, heads=2))
     rng = np.random.default_rng(0)

@@ -183,6 +183,10 @@ def test_dc_asgd_lambda0_is_tuned_as_multiples_of_the_papers(tmp_path):
     assert "dc_lambda_scales" not in async_workers.Config().resolved()  # run ids as before
     with pytest.raises(ConfigError, match="dc_lambda_scales: applies to dc-asgd-c / dc-asgd-a"):
         async_workers.Config(methods=("asgd",), dc_lambda_scales=(1.0,))
+
+
+@pytest.mark.slow  # two sweeps (12 s); the builder's bit-for-bit test stays in make test
+def test_dc_asgd_at_scale_one_is_the_fixed_lambda0_cell(tmp_path):
     argv = ["--steps", "20", "--seeds", "1", "--workers", "4", "--batch-size", "16"]
     argv += ["--lrs", "0.03", "--extend-edges", "0", "--methods", "dc-asgd-a"]
     tuned = async_workers.main([*argv, "--dc-lambda-scales", "1,10", "--out", str(tmp_path / "a")])

@@ -45,6 +45,7 @@ def test_stages_are_whole_blocks_embedding_first_head_last_and_compose_exactly()
         gpt(8, 30, layers=1, width=30, heads=4)
 
 
+@pytest.mark.slow  # 5 s of compile; the stage and causality tests above stay in make test
 def test_gradients_flow_to_every_parameter_under_jit():
     f = models.functional(gpt(8, 30, **KW))
     x = jnp.asarray(np.random.default_rng(3).integers(0, 30, (2, 8)), jnp.int32)
