@@ -51,7 +51,11 @@ def encode(text: str, vocabulary: str) -> np.ndarray:
     """
     table = np.full(256, 255, np.uint8)
     table[np.frombuffer(vocabulary.encode("ascii"), np.uint8)] = np.arange(len(vocabulary))
-    ids = table[np.frombuffer(text.encode("ascii", errors="replace"), np.uint8)]
+    try:  # strict: "replace" would turn a non-ASCII character into "?", which is in the vocabulary
+        raw = text.encode("ascii")
+    except UnicodeEncodeError:
+        raw = b"\xff"  # an id no vocabulary maps: the error below names the characters
+    ids = table[np.frombuffer(raw, np.uint8)]
     if (ids == 255).any():
         bad = sorted({c for c in text if c not in vocabulary})
         raise ValueError(f"encode: characters outside the vocabulary: {bad!r}")

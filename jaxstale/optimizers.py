@@ -79,27 +79,20 @@ def adamw(
     b2: float = 0.95,
     weight_decay: float = 0.1,
     clip: float | None = 1.0,
+    nesterov: bool = False,
 ) -> optax.GradientTransformation:
-    """AdamW on the :func:`schedule`, decay on matrices only, the stage's gradient clipped."""
+    """AdamW on the :func:`schedule`, decay on matrices only, the stage's gradient clipped;
+    ``nesterov``: NAdamW (``optax.nadamw`` is ``optax.adamw`` with it)."""
     lr = schedule(peak, total_steps, warmup_steps=warmup_steps)
-    tx = optax.adamw(lr, b1=b1, b2=b2, weight_decay=weight_decay, mask=_matrices)
+    tx = optax.adamw(lr, b1=b1, b2=b2, weight_decay=weight_decay, mask=_matrices, nesterov=nesterov)
     return _clipped(tx, clip)
 
 
 def nadamw(
-    peak: float,
-    total_steps: int,
-    *,
-    warmup_steps: int = 0,
-    b1: float = 0.99,
-    b2: float = 0.95,
-    weight_decay: float = 0.1,
-    clip: float | None = 1.0,
+    peak: float, total_steps: int, *, b1: float = 0.99, **kw: Any
 ) -> optax.GradientTransformation:
-    """NAdamW (AsyncPP's ``β1 = 0.99``) on the :func:`schedule`, as :func:`adamw` otherwise."""
-    lr = schedule(peak, total_steps, warmup_steps=warmup_steps)
-    tx = optax.nadamw(lr, b1=b1, b2=b2, weight_decay=weight_decay, mask=_matrices)
-    return _clipped(tx, clip)
+    """NAdamW (AsyncPP's ``β1 = 0.99``): :func:`adamw` with ``nesterov=True``."""
+    return adamw(peak, total_steps, b1=b1, nesterov=True, **kw)
 
 
 def _muon_dims(exclude: Sequence[str]) -> Callable[[Any], Any]:

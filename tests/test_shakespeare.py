@@ -33,6 +33,8 @@ def test_the_corpus_is_the_one_its_provenance_describes():
 def test_encode_refuses_characters_outside_the_vocabulary():
     with pytest.raises(ValueError, match="outside the vocabulary: \\['c'\\]"):
         shk.encode("abc", "ab")
+    with pytest.raises(ValueError, match="outside the vocabulary: \\['\u00e9'\\]"):
+        shk.encode("caf\u00e9", "acf?")  # not read as "?"
 
 
 def test_a_changed_file_is_refused(tmp_path, monkeypatch):
