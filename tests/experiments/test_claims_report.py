@@ -82,6 +82,7 @@ def _results(root):
     return res
 
 
+@pytest.mark.slow  # 7 s; the smoke-report rebuild below stays in make test
 def test_report_rebuilds_from_the_committed_rows_byte_for_byte(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     res = _results(tmp_path)

@@ -180,6 +180,7 @@ def _bytes(folder):
     ).read_bytes()
 
 
+@pytest.mark.slow  # 10 s: a sweep; the folder-level extension tests above stay in make test
 def test_sync_baseline_extends_its_edge_and_resumes_to_the_same_table(tmp_path):
     """Two rates far below the optimum on 30 steps: the larger wins, the grid grows upwards by
     its ratio, the table says so, and a resume after deleting an extended cell writes the
@@ -203,7 +204,7 @@ def test_sync_baseline_extends_its_edge_and_resumes_to_the_same_table(tmp_path):
     assert _bytes(out) == (rows, text)
 
 
-@pytest.mark.slow  # long (19 s): two sweeps; the sync_baseline one above stays in make test
+@pytest.mark.slow  # long (19 s): two sweeps
 def test_async_workers_and_pipeline_extend_per_setting(tmp_path):
     """async_workers: LC-ASGD's λ tuned with the rate, so an extension runs the new rate at
     every λ; the rate grid per momentum. pipeline_staleness: per (model, policy, N)."""

@@ -110,6 +110,7 @@ def _rows(folder):
     return {(r["lr"], r["seed"]): {k: v for k, v in r.items() if k != "wall_s"} for r in rows}
 
 
+@pytest.mark.slow  # 10 s: a sweep; the folder-level two-stage tests above stay in make test
 def test_sync_baseline_two_stage_cells_are_those_of_a_one_rate_run(tmp_path, capsys):
     argv = ["--model", "mlp", "--steps", "30", "--eval-every", "10", "--seeds", "3"]
     argv += ["--lrs", "0.01,0.1", "--extend-edges", "0"]
@@ -125,7 +126,7 @@ def test_sync_baseline_two_stage_cells_are_those_of_a_one_rate_run(tmp_path, cap
     capsys.readouterr()
 
 
-@pytest.mark.slow  # long: two sweeps; the sync_baseline one above stays in make test
+@pytest.mark.slow  # long: two sweeps
 def test_async_workers_and_pipeline_two_stage(tmp_path):
     argv = ["--steps", "24", "--seeds", "3", "--workers", "4", "--batch-size", "16"]
     argv += ["--lrs", "0.003,0.03", "--extend-edges", "0", "--methods", "asgd,lc-asgd"]
