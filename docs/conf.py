@@ -70,12 +70,22 @@ AREAS: list[tuple[str, list[str]]] = [
     ("versions", ["jaxstale.versions", "jaxstale.delays"]),
     ("pipeline", ["jaxstale.schedules", "jaxstale.pipeline"]),
     ("asyncdp", ["jaxstale.asyncdp"]),
-    ("execution", ["jaxstale.loop", "jaxstale.mesh", "jaxstale.launch", "jaxstale.distributed"]),
+    (
+        "execution",
+        [
+            "jaxstale.loop",
+            "jaxstale.evaluation",
+            "jaxstale.mesh",
+            "jaxstale.launch",
+            "jaxstale.distributed",
+        ],
+    ),
     (
         "training",
         [
             "jaxstale.data",
             "jaxstale.text",
+            "jaxstale.tasks",
             "jaxstale.models",
             "jaxstale.losses",
             "jaxstale.optimizers",

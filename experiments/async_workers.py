@@ -248,7 +248,7 @@ class Config(Base):
             "eval_every": eval_every(
                 self.eval_every, self.steps or (300 if quick else pre.get("updates", 1500))
             ),
-            "target": self.target,
+            "target": self.resolved_target,
             "delay": self.delay,
             "straggler_fraction": self.straggler_fraction,
             "straggler_slowdown": self.straggler_slowdown,

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import optax
 
-from jaxstale import data, delays, models, runs, train
+from jaxstale import data, delays, models, runs, tasks, train
 
 from .grids import confirm_selected, extend_grid
 
@@ -96,15 +96,30 @@ def splits(ds: data.Dataset) -> dict[str, tuple[Any, Any]]:
     return out
 
 
+def task_of(ds: data.Dataset) -> tasks.Task:
+    """The dataset's task: classification (accuracy) or language modelling (loss in nats)."""
+    if getattr(ds, "task", "classification") == "language_model":
+        return tasks.language_model(int(ds.num_classes))
+    return tasks.classification(int(ds.num_classes))
+
+
 def chance(ds: data.Dataset) -> float:
-    """Chance accuracy ``1 / classes``: the selection score of a diverged seed."""
-    return 1.0 / int(ds.num_classes)
+    """The task's chance level (accuracy ``1 / classes``; a language model's ``log V``): the
+    selection score of a diverged seed."""
+    return task_of(ds).chance
 
 
-def outcome(res: Any, target: float) -> dict[str, Any]:
+def outcome(res: Any, target: float, task: tasks.Task | None = None) -> dict[str, Any]:
     """The result fields every experiment records for a run (a ``loop.Result``-like object):
-    final validation and test accuracy, divergence, final training loss, and
-    ``updates_to_target`` (updates until the validation accuracy first reached ``target``)."""
+    final validation and test accuracy (a language model: loss), divergence, final training
+    loss, and ``updates_to_target`` (updates until the validation metric first reached
+    ``target``). A language model whose final validation loss is not below the uniform loss
+    ``log V`` learned nothing: it counts as diverged (its losses are kept as
+    ``unlearned_val_loss`` / ``unlearned_test_loss``)."""
+    if getattr(res, "metric", "accuracy") == "loss":
+        if task is None or task.metric != "loss":
+            raise ValueError("outcome: a loss-measured run needs its language-model task")
+        return _loss_outcome(res, target, task)
     acc = dict(getattr(res, "final_accuracy", {}) or {})
     return {
         "final_val_accuracy": acc.get("val"),
@@ -117,6 +132,23 @@ def outcome(res: Any, target: float) -> dict[str, Any]:
         "final_train_loss": None if res.diverged or not res.curve else res.curve[-1]["train_loss"],
         "updates_to_target": runs.time_to_accuracy(res.curve, target),
     }
+
+
+def _loss_outcome(res: Any, target: float, task: tasks.Task) -> dict[str, Any]:
+    fin = dict(res.final_loss)
+    val, test = fin.get("val"), fin.get("test")
+    unlearned = not res.diverged and val is not None and not task.learned(val)
+    row = {
+        "final_val_loss": None if unlearned else val,
+        "final_test_loss": None if unlearned else test,
+        "diverged": bool(res.diverged) or unlearned,
+        "diverged_step": res.diverged_step,
+        "final_train_loss": None if res.diverged or not res.curve else res.curve[-1]["train_loss"],
+        "updates_to_target": runs.time_to_accuracy(res.curve, target, key="val_loss"),
+    }
+    if unlearned:
+        row |= {"unlearned_val_loss": val, "unlearned_test_loss": test}
+    return row
 
 
 def convergence(
@@ -235,16 +267,26 @@ def opened(
     return _OPENED[experiment][1]
 
 
-def load_checked(cfg: dict[str, Any], config: Any) -> data.Dataset:
+def load_checked(
+    cfg: dict[str, Any], config: Any, kinds: Sequence[str] = ("classification",)
+) -> data.Dataset:
     """:func:`load_data` for a typed config: a loader's error is a
-    :class:`~experiments.config.ConfigError` on ``dataset``; a batch larger than the training
-    set one on ``batch_size``."""
+    :class:`~experiments.config.ConfigError` on ``dataset``, and so is a task the experiment
+    does not run (``kinds``, e.g. a language model where only classification is); a batch
+    larger than the training set one on ``batch_size``."""
     from .config import ConfigError
 
     try:
         ds = load_data(cfg, config)
     except (ValueError, RuntimeError) as e:
         raise ConfigError("dataset", str(e)) from None
+    if ds.task not in kinds:
+        raise ConfigError(
+            "dataset",
+            f"{ds.name!r} is a {ds.task.replace('_', ' ')} task; this experiment runs "
+            f"{' and '.join(k.replace('_', ' ') for k in kinds)} (language models: "
+            "pipeline_staleness)",
+        )
     b = cfg.get("batch_size")
     if b is not None and b > len(ds.x_train):
         raise ConfigError("batch_size", f"{b} exceeds the {len(ds.x_train)} training examples")
@@ -347,13 +389,13 @@ def run_row(
 
 
 def seed_mode(model: str, mode: str) -> bool:
-    """Whether lanes are vmapped: ``auto`` = vmap for MLPs, sequential for conv models on CPU
-    (per-lane conv weights become slow grouped convolutions there:
-    benchmarks/loop_strategies.py)."""
+    """Whether lanes are vmapped: ``auto`` = vmap for MLPs and GPTs (matrix products only),
+    sequential for conv models on CPU (per-lane conv weights become slow grouped convolutions
+    there: benchmarks/loop_strategies.py)."""
     if mode == "auto":
         import jax
 
-        return model == "mlp" or jax.default_backend() != "cpu"
+        return model == "mlp" or model.startswith("gpt-") or jax.default_backend() != "cpu"
     return mode == "vmap"
 
 

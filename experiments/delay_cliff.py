@@ -185,7 +185,7 @@ class Config(Base):
             "eval_every": min(50, max(1, steps // 5)),
             "momentum": self.momentum,
             "tolerance": self.tolerance,
-            "target": self.target,
+            "target": self.resolved_target,
             "seed_mode": self.seed_mode,
             "extend_edges": edge_limit(self),
         }

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from jaxstale import runs
+from jaxstale import runs, tasks
 
 from .config import ConfigError
 
@@ -85,8 +85,19 @@ class Edge(NamedTuple):
     added: tuple[float, ...]
 
 
+def _val(task: tasks.Task | None) -> str:
+    """The validation field a selection reads: the task's (default accuracy)."""
+    return task.final("val") if task is not None else "final_val_accuracy"
+
+
 def edge_state(
-    rows: Sequence[dict], grid: Sequence[float], *, limit: int, chance: float, knob: Any = "lr"
+    rows: Sequence[dict],
+    grid: Sequence[float],
+    *,
+    limit: int,
+    chance: float,
+    knob: Any = "lr",
+    task: tasks.Task | None = None,
 ) -> Edge:
     """The edge decision of one method × setting: ``rows`` are its cells (every rate, seed and
     secondary knob value, e.g. LC-ASGD's λ), ``grid`` its configured rates.
@@ -96,7 +107,8 @@ def edge_state(
     (``("lr", "lam")``), its first field the rate. At the smallest rate present the grid is
     extended downwards, at the largest upwards (a diverged rate above the selected one makes it
     interior), unless every seed diverged at the selected value or ``limit`` rates were added on
-    that side already. A function of the rows: a resume decides the same.
+    that side already. A function of the rows: a resume decides the same. ``task``: the
+    metric selected on (default accuracy; a language model's loss, lower is better).
 
     Example:
         >>> rows = [{"lr": lr, "seed": 0, "final_val_accuracy": a, "diverged": False}
@@ -106,7 +118,7 @@ def edge_state(
     """
     if len({float(x) for x in grid}) < 2 or not rows:
         return Edge("fixed", 0, None, None, ())
-    sel = runs.select(rows, by=(), knob=knob, chance=chance)[()]
+    sel = runs.select(rows, by=(), knob=knob, value=_val(task), chance=chance)[()]
     lr = sel if isinstance(knob, str) else sel[0]
     present = sorted({r["lr"] for r in rows})
     lo, hi = min(grid), max(grid)
@@ -134,6 +146,7 @@ def extend_grid(
     limit: int,
     chance: float,
     knob: str | Sequence[str] = "lr",
+    task: tasks.Task | None = None,
 ) -> list[dict[str, Any]]:
     """``rows`` (a configured grid's cells, as ``run_grouped`` returned them) and the cells its
     edges add: up to ``limit`` rounds, each running :func:`edge_state`'s next rate of every
@@ -157,7 +170,7 @@ def extend_grid(
             groups.setdefault(tuple(r.get(k) for k in by), []).append(r)
         keys, steps = [], {}
         for g, per in groups.items():
-            e = edge_state(per, grid_of(g), limit=limit, chance=chance, knob=knob)
+            e = edge_state(per, grid_of(g), limit=limit, chance=chance, knob=knob, task=task)
             if e.rate is None:
                 continue
             step = e.side * (1 + edge_rates(grid_of(g), limit)[e.side > 0].index(e.rate))
@@ -223,6 +236,7 @@ def confirm_selected(
     seeds: int,
     chance: float,
     knob: str | Sequence[str] = "lr",
+    task: tasks.Task | None = None,
 ) -> list[dict[str, Any]]:
     """The second stage of a two-stage sweep: ``rows`` (the grid's cells on the tuning seeds,
     extensions included) and, for each method × setting (group of ``by``), its selected knob
@@ -241,7 +255,7 @@ def confirm_selected(
         groups.setdefault(tuple(r.get(k) for k in by), []).append(r)
     keys, marks = [], {}
     for per in groups.values():
-        sel = runs.select(per, by=(), knob=knob, chance=chance)[()]
+        sel = runs.select(per, by=(), knob=knob, value=_val(task), chance=chance)[()]
         at = [r for r in per if runs.stats.knob_value(r, knob) == sel]
         have = {r["seed"] for r in at}
         for s in range(seeds):

@@ -50,16 +50,18 @@ sync reference has converged (flat from about 750). Rates: SGD 0.001–0.03 (0.1
 collapses to chance for every policy), Adam 1e-4–1e-2. A NaN/inf loss ends a run: it is
 recorded ``diverged`` (with the update) and the sweep goes on.
 
-``--backward`` (how a vanilla or predicted backward runs at weights other than its forward's,
-:mod:`jaxstale.pipeline.program`): ``saved`` (the default; the library's) keeps the forward's
-activations and uses the backward weights where the weights themselves enter the gradient,
-which is what a framework does when the weights change between a micro-batch's forward and
-backward and nothing is recomputed (PipeDream without stashing); ``recompute`` reruns the stage
-forward at the backward weights (activation recomputation). Measured with the default grid and
-seeds at N = 4 and 8 (vanilla, spectrain-v1, nesterov; sync and stash do not depend on it): the
-two give the same selected rates and test accuracies within ±0.3 points (per seed and rate
-mostly identical to within one or two test examples), no difference beyond noise; ``saved`` is
-about 10 % cheaper.
+``--backward`` (:mod:`jaxstale.pipeline.program`): ``saved`` (the default) keeps the forward's
+activations and uses the backward weights where the weights enter the gradient (PipeDream
+without stashing); ``recompute`` reruns the stage forward at the backward weights. Measured at
+N = 4 and 8 with the default grid and seeds: the same selected rates and test accuracies within
+±0.3 points, no difference beyond noise; ``saved`` is about 10 % cheaper.
+
+Language models: ``--dataset shakespeare --model gpt-tiny`` (or ``gpt-cpu``, 8 blocks; see
+:mod:`jaxstale.models.gpt`) trains a GPT on next-character prediction: every number above
+becomes the mean cross-entropy in nats per character (``final_val_loss``,
+``final_test_loss``), lower is better in the selection, tables, time to target (``--target``
+in nats) and figures; a run whose final validation loss is not below ``log V`` counts as
+diverged.
 
 Speed: the runs of one (model, N, policy), every rate and seed, are lanes of one vmapped
 compiled round; the MLP (7 hidden layers of ``--mlp-width`` 64: 8 blocks) runs at N ∈ {2, 4, 8}.
@@ -90,10 +92,10 @@ import jax
 import numpy as np
 import optax
 
-from jaxstale import data, loop, models, pipeline, runs, schedules
+from jaxstale import data, loop, models, pipeline, runs, schedules, tasks
 
 from . import grids, reports
-from .common import chance, load_checked, opened, outcome, seed_mode, splits, title
+from .common import chance, load_checked, opened, outcome, seed_mode, splits, task_of, title
 from .config import (
     EVAL_HELP,
     Base,
@@ -106,7 +108,14 @@ from .config import (
     refuse_unused,
     seed_mode_opt,
 )
-from .reports import accuracy_vs, at_selected, edge_notes, paired_table, pairs_text, tuned_tables
+from .reports import (
+    at_selected,
+    edge_notes,
+    metric_vs_figure,
+    paired_table,
+    pairs_text,
+    tuned_tables,
+)
 
 EXPERIMENT = "pipeline_staleness"
 DEFAULT_METHODS = ("sync", "vanilla", "stash", "spectrain-v1", "spectrain-v2", "nesterov")
@@ -188,10 +197,8 @@ class Config(Base):
     )
     executor: str = opt(
         "emulate",
-        "emulate: one device, runs as vmapped lanes; mesh: one device per stage on a 'stage' "
-        "axis, one run at a time (CPU: XLA_FLAGS=--xla_force_host_platform_device_count=8); on "
-        "XLA:CPU both give an MLP's numbers bit for bit (nadam: to float32 rounding; see the "
-        "README)",
+        "emulate: one device, runs as vmapped lanes; mesh: a device per stage, one run at a time "
+        "(CPU: XLA_FLAGS=--xla_force_host_platform_device_count=8; the same numbers, see README)",
         choices=pipeline.EXECUTORS,
         kind="executor",
     )
@@ -231,7 +238,7 @@ class Config(Base):
             "batch_size": self.batch_size,
             # rounds (one mini-batch each when steady)
             "eval_every": self.eval_every or (25 if quick else eval_every(None, steps)),
-            "target": self.target,
+            "target": self.resolved_target,
             "backward": self.backward,
             "executor": self.executor,
             "seed_mode": self.seed_mode,
@@ -257,7 +264,7 @@ class _Runner:
     optimizer object), so that they share a compiled round."""
 
     def __init__(self, cfg: dict[str, Any], ds: data.Dataset) -> None:
-        self.cfg, self.ds = cfg, ds
+        self.cfg, self.ds, self.task = cfg, ds, task_of(ds)
         self.shape = tuple(ds.x_train.shape[1:])
         self.tx = make_tx(cfg["optimizer"], cfg["lrs"][0], cfg["momentum"])
         self.templates: dict[tuple[str, int], list[Any]] = {}
@@ -328,7 +335,7 @@ class _Runner:
                 "target": policy.target,
                 "schedule": sched.name,
                 "backward": cfg["backward"],
-                **outcome(res, cfg["target"]),
+                **outcome(res, cfg["target"], self.task),
                 "steps": cfg["steps"],
                 "batch_size": cfg["batch_size"],
                 "wall_s": round(wall, 3),
@@ -344,8 +351,9 @@ class _Runner:
             states = [stack([s[k] for _, s in inits]) for k in range(n)]
         else:
             ((params, states),) = inits
+        every, metric = self.cfg["eval_every"], self.task.metric
         return loop.run(
-            ex, params, states, eval_every=self.cfg["eval_every"], eval_data=splits(self.ds)
+            ex, params, states, eval_every=every, eval_data=splits(self.ds), metric=metric
         )
 
 
@@ -372,41 +380,48 @@ def _cells(cfg: dict[str, Any], blocks: dict[str, int]) -> list[dict[str, Any]]:
 
 
 def make_table(
-    rows: list[dict[str, Any]], cfg: dict[str, Any], chance_acc: float
+    rows: list[dict[str, Any]],
+    cfg: dict[str, Any],
+    chance_acc: float,
+    task: tasks.Task = reports.ACCURACY,
 ) -> tuple[str, dict[tuple[Any, ...], Any]]:
-    """The tuned tables (test accuracy at the rate selected on validation, time to target, the
-    validation grid), the paired differences and the pairs beyond noise."""
-    col = lambda n: f"N={n}"
+    """The tuned tables (test accuracy — a language model's loss — at the rate selected on
+    validation, time to target, the validation grid), the paired differences and the pairs
+    beyond noise."""
+    col, m = (lambda n: f"N={n}"), task.label
     acc, ttime, grid, selected = tuned_tables(
-        rows, index=("model", "method"), columns="stages", chance_acc=chance_acc, col_label=col
-    )
+        rows, index=("model", "method"), columns="stages", chance_acc=chance_acc, col_label=col,
+        task=task,
+    )  # fmt: skip
     picked = at_selected(rows, selected, by=("model", "method", "stages"))
     opt = (
         f"{'NAdam' if cfg['optimizer'] == 'nadam' else 'Adam'} (β1 {cfg['momentum']})"
         if cfg["optimizer"] in ("adam", "nadam")
         else f"SGD momentum {cfg['momentum']}"
     )
+    data = "standardised" if task.metric == "accuracy" else "next character, loss in nats"
     head = (
-        f"{cfg['dataset']} (standardised; validation split for selection), {opt}, "
+        f"{cfg['dataset']} ({data}; validation split for selection), {opt}, "
         f"{cfg['steps']} mini-batches of {cfg['batch_size']}, asynchronous 1F1B with N stages "
         f"(sync: 1F1B with a flush), backward={cfg['backward']}, {cfg['seeds']} seeds"
     )
     parts = [
         title(
             cfg,
-            f"**Test accuracy % at each policy's learning rate selected on validation (mean ± 95 % "
+            f"**Test {m} at each policy's learning rate selected on validation (mean ± 95 % "
             f"CI over seeds that trained; [diverged/seeds]; @ selected lr), {head}**",
         ),
         acc,
-        f"**Updates until validation accuracy ≥ {100 * cfg['target']:g} % at the selected rate "
-        f"(median over seeds; [reached/seeds])**",
+        f"**Updates until validation {m.split()[0]} {'≥' if task.higher_is_better else '≤'} "
+        f"{task.scale * cfg['target']:g} at the selected rate (median over seeds; "
+        "[reached/seeds])**",
         ttime,
-        "**Validation accuracy % per learning rate (mean over seeds, diverged seeds at chance; "
+        f"**Validation {m} per learning rate (mean over seeds, diverged seeds at chance; "
         "bold: selected)**",
         grid,
     ]
     lim, lrs = cfg.get("extend_edges", 0), cfg.get("lrs", ())
-    edges = edge_notes(rows, by=EDGE_BY, grid=lrs, limit=lim, chance_acc=chance_acc)
+    edges = edge_notes(rows, by=EDGE_BY, grid=lrs, limit=lim, chance_acc=chance_acc, task=task)
     parts += [n for n in (edges, reports.tuning_note(cfg)) if n]
     methods = list(dict.fromkeys(r["method"] for r in rows))
     for base in ("vanilla", "sync"):
@@ -418,9 +433,11 @@ def make_table(
                 baseline=base,
                 columns="stages",
                 col_label=col,
+                task=task,
             )
             parts += [
-                f"**Paired test-accuracy difference to {base} (points; per seed, each policy at "
+                f"**Paired test-{m.split()[0]} difference to {base} ({task.unit}; per seed, each "
+                f"policy at "
                 f"its selected rate; mean ± 95 % t interval; beyond noise: the interval "
                 f"excludes 0)**",
                 table,
@@ -431,13 +448,13 @@ def make_table(
         if others:
             sub = [r for r in picked if r["method"] in (base, *others)]
             findings += paired_table(
-                sub, index=("model",), compare="method", baseline=base, columns="stages"
+                sub, index=("model",), compare="method", baseline=base, columns="stages", task=task
             )[1]
     if findings:
         parts += [
-            "**Every pair of policies, paired test-accuracy difference at the selected rates "
-            "(95 % t interval over seeds, uncorrected for the number of pairs)**",
-            pairs_text(findings),
+            f"**Every pair of policies, paired test-{m.split()[0]} difference at the selected "
+            "rates (95 % t interval over seeds, uncorrected for the number of pairs)**",
+            pairs_text(findings, task),
         ]
     return "\n\n".join(parts) + "\n", selected
 
@@ -447,9 +464,8 @@ def make_figures(
     selected: dict[tuple[Any, ...], Any],
     metrics_of: Callable[[dict[str, Any]], list[dict[str, Any]] | None],
     cfg: dict[str, Any],
+    task: tasks.Task = reports.ACCURACY,
 ) -> dict[str, Any]:
-    from matplotlib.figure import Figure
-
     figs: dict[str, Any] = {}
     picked = at_selected(rows, selected, by=("model", "method", "stages"))
     names = list(dict.fromkeys(r["model"] for r in rows))
@@ -467,29 +483,14 @@ def make_figures(
     figs["plot"] = runs.curves_figure(
         series,
         x="step",
-        ys=("train_loss", "val_accuracy"),
+        ys=("train_loss", task.key("val")),
         title="Validation curves at the deepest N, each policy at its rate selected on validation",
         methods=cfg["methods"],
     )
-    fig = Figure(figsize=(5.5 * len(names), 4), layout="constrained")
-    axes = fig.subplots(1, len(names), squeeze=False)[0]
-    for ax, name in zip(axes, names, strict=True):
-        ns = sorted({r["stages"] for r in rows if r["model"] == name})
-        for method in cfg["methods"]:
-            at = lambda n: [
-                r for r in picked if (r["model"], r["stages"], r["method"]) == (name, n, method)
-            ]
-            style = runs.method_style(method, cfg["methods"])
-            accuracy_vs(ax, [(n, at(n)) for n in ns], method, style)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(ns, [str(n) for n in ns])
-        ax.set_xlabel("pipeline stages N")
-        ax.set_ylabel("test accuracy % at the selected lr (x: all diverged)")
-        ax.set_title(name)
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="small")
-    figs["accuracy_vs_stages"] = fig
+    figs["accuracy_vs_stages"] = metric_vs_figure(
+        picked, panel="model", x="stages", methods=cfg["methods"], xlabel="pipeline stages N",
+        task=task,
+    )  # fmt: skip
     figs["gantt"] = schedules.render(schedules.one_f_one_b(4, 8))
     for method in cfg["methods"]:
         if method in SCHEDULES:
@@ -511,7 +512,7 @@ def _prepare(config: Config) -> tuple[dict[str, Any], data.Dataset]:
             f"mesh needs one device per stage, N={max(cfg['stages'])} > {jax.device_count()} "
             "devices (on a CPU set XLA_FLAGS=--xla_force_host_platform_device_count=8)",
         )
-    ds = load_checked(cfg, config)
+    ds = load_checked(cfg, config, tasks.KINDS)
     largest = 0
     for name in cfg["models"]:
         kw = cfg["model_kw"].get(name, {})
@@ -531,15 +532,12 @@ def _prepare(config: Config) -> tuple[dict[str, Any], data.Dataset]:
                 f"{name!r} has {len(model.blocks)} blocks, fewer than N={min(cfg['stages'])} "
                 "stages",
             )
-    lanes = cfg["seeds"] * len(cfg["lrs"])
-    n = max(cfg["stages"])
-    check_memory(
-        {
-            # up to N weight versions (stashing) and N in-flight inputs per stage, per lane
-            "stages": 4.0 * largest * (2 * n + 4) * lanes,
-            "steps": 8.0 * cfg["steps"] * (cfg["batch_size"] + 4 * n) * lanes,
-        },
-    )
+    lanes, n = cfg["seeds"] * len(cfg["lrs"]), max(cfg["stages"])
+    example = ds.x_train[0].nbytes + ds.y_train[0].nbytes  # a run's batches are copied
+    per_step = 8.0 * (cfg["batch_size"] + 4 * n) + cfg["batch_size"] * example
+    # up to N weight versions (stashing) and N in-flight inputs per stage, per lane
+    stages = 4.0 * largest * (2 * n + 4)
+    check_memory({"stages": stages * lanes, "steps": cfg["steps"] * per_step * lanes})
     return cfg, ds
 
 
@@ -563,7 +561,7 @@ def run(config: Config) -> list[dict[str, Any]]:
     rows = folder.run_grouped(
         _cells(cfg, blocks), runner.group, vary=("seed", "lr"), desc=EXPERIMENT
     )
-    kw = {"key": KEY, "by": EDGE_BY, "chance": chance(ds)}
+    kw = {"key": KEY, "by": EDGE_BY, "chance": chance(ds), "task": task_of(ds)}
     rows = grids.extend_grid(
         folder, rows, runner.group, grid=cfg["lrs"], limit=cfg["extend_edges"], **kw
     )
@@ -579,8 +577,10 @@ def report(
     "selected", "path"}``. The table is a function of the rows (a resumed sweep writes the same
     bytes); the time taken is printed, not tabled."""
     cfg, ds, folder = _open(config)
-    table, selected = make_table(rows, cfg, chance(ds))
-    figs = make_figures(rows, selected, lambda r: folder.metrics({k: r[k] for k in KEY}), cfg)
+    task = task_of(ds)
+    table, selected = make_table(rows, cfg, chance(ds), task)
+    metrics = lambda r: folder.metrics({k: r[k] for k in KEY})
+    figs = make_figures(rows, selected, metrics, cfg, task)
     paths = folder.report(table, figs, num_runs=len(rows), started=started)
     return {
         "rows": rows,

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxstale import runs
+from jaxstale import runs, tasks
 
 from .grids import edge_state
 
@@ -24,6 +24,7 @@ __all__ = [
     "accuracy_vs",
     "at_selected",
     "edge_notes",
+    "metric_vs_figure",
     "paired_table",
     "pairs_text",
     "tuned_tables",
@@ -44,6 +45,16 @@ def _fmt_rest(knob: Any, rest: tuple[Any, ...]) -> str:
     )
 
 
+#: the reading of rows without a task: accuracy in % (the classification tasks)
+ACCURACY = tasks.classification(10)
+
+
+def _cell(task: tasks.Task | None) -> tuple[float, int]:
+    """A table cell's ``(scale, digits)``: accuracy in % to 0.1, a loss in nats to 0.001."""
+    t = task or ACCURACY
+    return t.scale, t.digits
+
+
 def _unique(values: Any) -> list[Any]:
     out: list[Any] = []
     for v in values:
@@ -62,6 +73,7 @@ def tuned_tables(
     col_label: Callable[[Any], str] = str,
     fmt_knob: Callable[[Any], str] | None = None,
     value: str = "final_test_accuracy",
+    task: tasks.Task | None = None,
 ) -> tuple[str, str, str, dict[tuple[Any, ...], Any]]:
     """The three tables of a tuned sweep and the knob selected per (index…, column).
 
@@ -71,10 +83,15 @@ def tuned_tables(
         validation accuracy at that knob (median over seeds, ``[reached/seeds]``); the grid's
         mean final validation accuracy % per knob value (diverged seeds at chance) over the
         seeds the selection compared (a two-stage sweep's tuning seeds), which shows how sharp
-        each optimum is; ``{(index…, column): knob}``.
+        each optimum is; ``{(index…, column): knob}``. With a language model's ``task`` the
+        metric is the loss in nats (lower is better; ``value`` its test field).
     """
     by = (*index, columns) if columns is not None else tuple(index)
-    selected = runs.select(rows, by=by, knob=knob, chance=chance_acc)
+    val = (task or ACCURACY).final("val")
+    scale, digits = _cell(task)
+    if task is not None and value == "final_test_accuracy":
+        value = task.final("test")
+    selected = runs.select(rows, by=by, knob=knob, value=val, chance=chance_acc)
     groups: dict[tuple[Any, ...], dict[Any, list[dict[str, Any]]]] = {}
     for r in rows:
         kv = runs.stats.knob_value(r, knob)
@@ -107,7 +124,10 @@ def tuned_tables(
                 continue
             pick = groups[g][selected[g]]
             text = runs.format_ci(
-                [r.get(value) for r in pick], diverged=[bool(r.get("diverged")) for r in pick]
+                [r.get(value) for r in pick],
+                scale=scale,
+                digits=digits,
+                diverged=[bool(r.get("diverged")) for r in pick],
             )
             a_cells.append(text + (f" @ {fk(selected[g])}" if many else ""))
             t_cells.append(runs.format_steps([r.get("updates_to_target") for r in pick]))
@@ -122,11 +142,12 @@ def tuned_tables(
                     if not per:
                         g_cells.append("–")
                         continue
-                    sc = 100 * runs.stats.score(per, "final_val_accuracy", chance_acc)
+                    sc = scale * runs.stats.score(per, val, chance_acc)
                     div = sum(bool(r.get("diverged")) for r in per)
                     mark = "**" if kv == selected[g] and many else ""
                     g_cells.append(
-                        f"{mark}{sc:.1f}{mark}" + (f" [{div}/{len(per)} div.]" if div else "")
+                        f"{mark}{sc:.{digits}f}{mark}"
+                        + (f" [{div}/{len(per)} div.]" if div else "")
                     )
                 label = [col_label(c)] if columns is not None else []
                 extra = [_fmt_rest(knob, rest)] if joint else []
@@ -157,6 +178,7 @@ def edge_notes(
     chance_acc: float,
     knob: str | Sequence[str] = "lr",
     label: Callable[[tuple[Any, ...]], str] | None = None,
+    task: tasks.Task | None = None,
 ) -> str:
     """What the grid-edge rule (:func:`experiments.grids.extend_grid`) did, one line per
     method × setting (group of ``by``) whose selected rate is or was at an edge of its grid:
@@ -171,12 +193,14 @@ def edge_notes(
         groups.setdefault(tuple(r.get(k) for k in by), []).append(r)
     lines, states = [], []
     for g, per in groups.items():
-        e = edge_state(per, grid_of(g), limit=limit, chance=chance_acc, knob=knob)
+        e = edge_state(per, grid_of(g), limit=limit, chance=chance_acc, knob=knob, task=task)
         states.append(e.state)
         where = "smallest" if e.side < 0 else "largest"
         sel = f"selected {_fmt_lr(e.selected)}"
         if e.added:
-            added = ", ".join(f"{_fmt_lr(x)} ({_best(per, x, knob, chance_acc)})" for x in e.added)
+            added = ", ".join(
+                f"{_fmt_lr(x)} ({_best(per, x, knob, chance_acc, task)})" for x in e.added
+            )
             state = {
                 "interior": "now interior",
                 "capped": f"**still at the edge after {limit} extension{'s' * (limit != 1)}** "
@@ -203,7 +227,8 @@ def edge_notes(
         f"**Grid edges** (--extend-edges {limit}: where the rate selected on validation is "
         "the grid's smallest or largest and trained, the next rate beyond it by the grid's "
         f"ratio at that end runs for that row only, up to {limit} per side; in parentheses the "
-        'mean validation accuracy %; summary.json marks those rows "extended")'
+        f"mean validation {(task or ACCURACY).label}; summary.json marks those rows "
+        '"extended")'
     )
     return "\n".join([head, *(lines or ["- every selected rate is interior to its grid."])])
 
@@ -223,18 +248,26 @@ def tuning_note(cfg: dict[str, Any]) -> str:
     )
 
 
-def _best(rows: Sequence[dict[str, Any]], lr: float, knob: Any, chance_acc: float) -> str:
+def _best(
+    rows: Sequence[dict[str, Any]],
+    lr: float,
+    knob: Any,
+    chance_acc: float,
+    task: tasks.Task | None = None,
+) -> str:
     """The best validation score % at rate ``lr`` over the knob's other fields, with its
     diverged seeds (as the grid table writes a cell)."""
     per: dict[Any, list[dict[str, Any]]] = {}
     for r in rows:
         if r["lr"] == lr:
             per.setdefault(runs.stats.knob_value(r, knob), []).append(r)
-    score = lambda k: runs.stats.score(per[k], "final_val_accuracy", chance_acc)
-    best = max(per, key=score)  # the first on ties (a knob's values need not compare)
+    t = task or ACCURACY
+    sign = 1.0 if t.higher_is_better else -1.0
+    score = lambda k: runs.stats.score(per[k], t.final("val"), chance_acc)
+    best = max(per, key=lambda k: sign * score(k))  # the first on ties
     sc = score(best)
     div = sum(bool(r.get("diverged")) for r in per[best])
-    return f"{100 * sc:.1f}" + (f" [{div}/{len(per[best])} div.]" if div else "")
+    return f"{t.scale * sc:.{t.digits}f}" + (f" [{div}/{len(per[best])} div.]" if div else "")
 
 
 def at_selected(
@@ -259,15 +292,17 @@ def at_selected(
 MIN_PAIRS = 3
 
 
-def _fmt_diff(mean: float, half: float, n: int, seeds: int, scale: float) -> tuple[str, bool]:
+def _fmt_diff(
+    mean: float, half: float, n: int, seeds: int, scale: float, digits: int = 1
+) -> tuple[str, bool]:
     if n == 0:
         return "no pair", False
     if n == 1 or not np.isfinite(half):
-        return f"{scale * mean:+.1f} (1 pair)", False
+        return f"{scale * mean:+.{digits}f} (1 pair)", False
     # two pairs can agree to the test example by chance (accuracies are quantised): an
     # interval of width 0 from them says nothing, so "beyond noise" needs three pairs
     beyond = abs(mean) > half and n >= MIN_PAIRS
-    text = f"{scale * mean:+.1f} ± {scale * half:.1f}"
+    text = f"{scale * mean:+.{digits}f} ± {scale * half:.{digits}f}"
     text = f"**{text}** beyond noise" if beyond else text
     return text + (f" ({n}/{seeds} pairs)" if n < seeds else ""), beyond
 
@@ -283,6 +318,7 @@ def paired_table(
     value: str = "final_test_accuracy",
     pair: str = "seed",
     scale: float = 100.0,
+    task: tasks.Task | None = None,
 ) -> tuple[str, list[dict[str, Any]]]:
     """Paired differences ``x − baseline`` of every value ``x`` of the field ``compare`` (e.g.
     each method against ``"vanilla"``), per ``index`` group and ``columns`` value, with a 95 %
@@ -298,8 +334,13 @@ def paired_table(
         column per ``columns`` value, cells ``+1.2 ± 0.8`` (scaled by ``scale``; bold with
         "beyond noise" when the interval excludes 0; ``(k/n pairs)`` when seeds were left out);
         findings: one dict per cell with ``index`` (tuple), ``column``, ``a`` (``x``), ``b``
-        (``baseline``), ``mean``, ``half``, ``n`` and ``beyond``.
+        (``baseline``), ``mean``, ``half``, ``n`` and ``beyond``. A language model's ``task``:
+        its test loss in nats (``value`` and ``scale`` follow it).
     """
+    digits = 1
+    if task is not None:
+        scale, digits = _cell(task)
+        value = task.final("test") if value == "final_test_accuracy" else value
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((*(r.get(k) for k in index), r.get(compare), r.get(columns)), []).append(
@@ -319,7 +360,7 @@ def paired_table(
                     continue
                 mean, half, n = runs.paired_difference(a, b, value=value, pair=pair)
                 seeds = len({r.get(pair) for r in a} & {r.get(pair) for r in b})
-                text, beyond = _fmt_diff(mean, half, n, seeds, scale)
+                text, beyond = _fmt_diff(mean, half, n, seeds, scale, digits)
                 cells.append(text)
                 findings.append(
                     {"index": i, "column": c, "a": other, "b": baseline, "mean": mean,
@@ -330,9 +371,12 @@ def paired_table(
     return runs.markdown_table(heads, body), findings
 
 
-def pairs_text(findings: list[dict[str, Any]]) -> str:
+def pairs_text(findings: list[dict[str, Any]], task: tasks.Task | None = None) -> str:
     """Which pairs differ beyond noise, per index and column, in words (``findings`` of
-    :func:`paired_table`, one call per baseline)."""
+    :func:`paired_table`, one call per baseline): the better first (a higher accuracy, ``>``;
+    a lower loss, ``<``)."""
+    t = task or ACCURACY
+    up, op = t.higher_is_better, ">" if t.higher_is_better else "<"
     lines = []
     for i in {f["index"]: None for f in findings}:
         for c in {f["column"]: None for f in findings if f["index"] == i}:
@@ -341,10 +385,10 @@ def pairs_text(findings: list[dict[str, Any]]) -> str:
             for f in cell:
                 if not f["beyond"]:
                     continue
-                a, b, m = (
-                    (f["a"], f["b"], f["mean"]) if f["mean"] > 0 else (f["b"], f["a"], -f["mean"])
-                )
-                beyond.append(f"{a} > {b} by {100 * m:.1f} ± {100 * f['half']:.1f}")
+                first = (f["mean"] > 0) == up  # f["a"] is the better
+                a, b = (f["a"], f["b"]) if first else (f["b"], f["a"])
+                m, h = t.scale * abs(f["mean"]), t.scale * f["half"]
+                beyond.append(f"{a} {op} {b} by {m:.{t.digits}f} ± {h:.{t.digits}f}")
             within = sum(not f["beyond"] and f["n"] >= MIN_PAIRS for f in cell)
             few = sum(f["n"] < MIN_PAIRS for f in cell)
             text = "; ".join(beyond) if beyond else "none"
@@ -362,21 +406,62 @@ def accuracy_vs(
     points: Sequence[tuple[Any, Sequence[dict[str, Any]]]],
     label: str,
     style: dict[str, Any],
+    task: tasks.Task | None = None,
 ) -> list[float]:
     """Draws one method's test accuracy % against a setting on ``ax``: at each ``(x, rows)`` the
     mean over the seeds that trained with its 95 % interval (clipped to [0, 100] %), an ``x`` at
-    0 where every seed diverged; returns the means drawn (%)."""
+    0 where every seed diverged; returns the means drawn (%). A language model's ``task``:
+    its test loss in nats, the ``x`` at chance (``log V``)."""
+    t = task or ACCURACY
     xs, ys, es, xd = [], [], [], []
     for x, pick in points:
-        mean, half, n = runs.mean_ci([r["final_test_accuracy"] for r in pick if not r["diverged"]])
+        mean, half, n = runs.mean_ci([r[t.final("test")] for r in pick if not r["diverged"]])
         if n:
             xs.append(x)
-            ys.append(100 * mean)
-            es.append(100 * half if np.isfinite(half) else 0.0)
+            ys.append(t.scale * mean)
+            es.append(t.scale * half if np.isfinite(half) else 0.0)
         elif pick:
             xd.append(x)
-    if xs:
+    if xs and t.higher_is_better:
         runs.clipped_errorbar(ax, xs, ys, es, capsize=3, label=label, **style)
+    elif xs:
+        ax.errorbar(xs, ys, yerr=es, capsize=3, label=label, **style)
+    at = 0.0 if t.higher_is_better else t.chance
     if xd:  # labelled where no point carries the method's name
-        ax.plot(xd, [0] * len(xd), "x", color=style["color"], label=None if xs else label)
+        ax.plot(xd, [at] * len(xd), "x", color=style["color"], label=None if xs else label)
     return ys
+
+
+def metric_vs_figure(
+    picked: Sequence[dict[str, Any]],
+    *,
+    panel: str,
+    x: str,
+    methods: Sequence[str],
+    xlabel: str,
+    task: tasks.Task | None = None,
+) -> Any:
+    """One panel per value of the field ``panel``: each method's test metric against the field
+    ``x`` (log₂ axis) at its selected rate (``picked``: :func:`at_selected`'s rows), with 95 %
+    intervals (:func:`accuracy_vs`)."""
+    from matplotlib.figure import Figure
+
+    t = task or ACCURACY
+    names = _unique(r[panel] for r in picked)
+    fig = Figure(figsize=(5.5 * max(len(names), 1), 4), layout="constrained")
+    axes = fig.subplots(1, max(len(names), 1), squeeze=False)[0]
+    for ax, name in zip(axes, names, strict=False):
+        xs = sorted({r[x] for r in picked if r[panel] == name})
+        for method in methods:
+            at = lambda v: [r for r in picked if (r[panel], r[x], r["method"]) == (name, v, method)]
+            style = runs.method_style(method, methods)
+            accuracy_vs(ax, [(v, at(v)) for v in xs], method, style, t)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs, [str(v) for v in xs])
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(f"test {t.label} at the selected lr (x: all diverged)")
+        ax.set_title(str(name))
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="small")
+    return fig

@@ -125,7 +125,7 @@ class Config(Base):
             "batch_size": self.batch_size,
             "eval_every": self.eval_every or (20 if quick else 50),
             "momentum": self.momentum,
-            "target": self.target,
+            "target": self.resolved_target,
             "flat_tol": self.flat_tol,
             "extend_edges": edge_limit(self),
             **tune_seeds(self, seeds, [lrs]),

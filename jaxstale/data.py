@@ -13,6 +13,11 @@ labels, split into train / validation / test and standardised with training-set 
   Datasets through ``tfds.data_source`` (random access to prepared ``array_record`` files; no
   TensorFlow needed). Install with ``pip install 'jaxstale[tfds]'``. :func:`load` never downloads:
   the dataset must already be prepared in ``data_dir`` (see :func:`load`).
+- ``"shakespeare"``: 37 plays of Shakespeare as characters, embedded (:mod:`jaxstale.text`):
+  a *language-modelling* task (``Dataset.task``): ``[N, 64]`` int32 windows with next-token
+  targets, from the corpus's contiguous train / validation / test parts (90 / 5 / 5 %); 256
+  evenly spaced windows each for validation and test. Its splits are fixed: the two steps below
+  do not apply (``validation`` must stay 0.1, ``standardize`` "feature" or "none").
 - your own: :func:`register_dataset` adds a name whose loader returns raw arrays;
   :func:`dataset_names` lists every name :func:`load` accepts.
 
@@ -54,9 +59,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from jaxstale._batching import batch_indices, batches
 from jaxstale._checks import check_name
 from jaxstale._mnist1d import load_mnist1d
 from jaxstale._tfds import load_tfds
+from jaxstale.text import CONTEXT, EVAL_WINDOWS, TEXTS, load_text
 
 __all__ = [
     "DATASETS",
@@ -74,7 +81,7 @@ __all__ = [
     "registered_loader",
 ]
 
-DATASETS: tuple[str, ...] = ("digits", "mnist1d", "mnist", "fashion_mnist", "cifar10")
+DATASETS: tuple[str, ...] = ("digits", "mnist1d", "mnist", "fashion_mnist", "cifar10", *TEXTS)
 """The built-in dataset names (see :func:`dataset_names` for the registered ones too)."""
 
 STANDARDIZE_MODES: tuple[str, ...] = ("feature", "channel", "none")
@@ -140,6 +147,9 @@ class Dataset(NamedTuple):
         prepared arrays, class count and this record: the dataset's part of a run's code
         fingerprint); None if not built by :func:`load`.
       stats: the :class:`Stats` used to standardise, or None (``standardize="none"``).
+      task: ``"classification"``, or ``"language_model"`` for a text dataset: ``x`` and ``y``
+        are ``[N, T]`` int32 token ids (``y`` the next token of ``x``), ``num_classes`` the
+        vocabulary size (:mod:`jaxstale.tasks`).
     """
 
     name: str
@@ -152,6 +162,7 @@ class Dataset(NamedTuple):
     y_val: np.ndarray | None = None
     preprocessing: dict[str, Any] | None = None
     stats: Stats | None = None
+    task: str = "classification"
 
 
 def dataset_names() -> tuple[str, ...]:
@@ -376,6 +387,10 @@ def load(
             f"standardize must be one of {', '.join(map(repr, STANDARDIZE_MODES))}, "
             f"got {standardize!r}."
         )
+    if name in TEXTS:
+        if validation != 0.1:
+            raise ValueError(f"{name!r} has a fixed validation split; got validation={validation}")
+        return _load_text(name, standardize)
     if name == "digits":
         raw = _load_digits()
     elif name == "mnist1d":
@@ -423,6 +438,24 @@ def _prepare(name: str, raw: _Raw, validation: float, standardize: str) -> Datas
     return Dataset(
         name, x_train, y_train, x_test, y_test, num_classes, x_val, y_val, preprocessing, stats
     )
+
+
+def _load_text(name: str, standardize: str) -> Dataset:
+    """A text dataset as next-token windows of :data:`~jaxstale.text.CONTEXT` characters: every
+    non-overlapping window of the training split (a seed's batches are drawn from them), and
+    :data:`~jaxstale.text.EVAL_WINDOWS` evenly spaced windows of validation and test."""
+    if standardize == "channel":
+        raise ValueError(f"{name!r} holds token ids: standardize='channel' does not apply to it")
+    t = load_text(name)
+    x_tr, y_tr = t.windows("train", CONTEXT)
+    x_va, y_va = t.sampled_windows("val", CONTEXT, EVAL_WINDOWS)
+    x_te, y_te = t.sampled_windows("test", CONTEXT, EVAL_WINDOWS)
+    parts = [np.ascontiguousarray(a, np.int32) for a in (x_tr, y_tr, x_va, y_va, x_te, y_te)]
+    pre = {"context": CONTEXT, "eval_windows": EVAL_WINDOWS, "standardize": "none"}
+    pre |= {"num_train": len(x_tr), "num_validation": len(x_va), "num_test": len(x_te)}
+    pre["digest"] = _digest(t.vocab_size, *parts, pre)
+    xt, yt, xv, yv, xs, ys = parts
+    return Dataset(name, xt, yt, xs, ys, t.vocab_size, xv, yv, pre, None, "language_model")
 
 
 def _digest(num_classes: int, *parts: Any) -> str:
@@ -509,81 +542,3 @@ def _load_digits() -> _Raw:
     train_idx = perm[~is_test[perm]]
     test_idx = perm[is_test[perm]]
     return x[train_idx], y[train_idx], x[test_idx], y[test_idx], 10
-
-
-def batch_indices(n: int, *, batch_size: int, num_steps: int, seed: int) -> np.ndarray:
-    """Example indices of every batch: ``[num_steps, batch_size]`` int64 (see :func:`batches`).
-
-    Use this instead of :func:`batches` when the pre-batched copies would be too large: gather
-    ``x[idx[t]]`` per step (on device, from one copy of ``x``).
-
-    Args:
-      n: number of examples.
-      batch_size: examples per batch, ``1 <= batch_size <= n``.
-      num_steps: number of batches, ``>= 0``.
-      seed: seed of ``np.random.default_rng``.
-
-    Returns:
-      ``idx`` with ``idx[t]`` the indices of batch ``t``.
-
-    Example:
-      >>> from jaxstale.data import batch_indices
-      >>> batch_indices(5, batch_size=2, num_steps=3, seed=0).tolist()
-      [[2, 4], [3, 0], [4, 1]]
-    """
-    for arg, value in (("n", n), ("batch_size", batch_size), ("num_steps", num_steps)):
-        if isinstance(value, bool) or not isinstance(value, int | np.integer):
-            raise TypeError(f"{arg} must be an int, got {type(value).__name__}.")
-    if not 1 <= batch_size <= n:
-        raise ValueError(f"batch_size must be in [1, {n}] (number of examples), got {batch_size}.")
-    if num_steps < 0:
-        raise ValueError(f"num_steps must be >= 0, got {num_steps}.")
-    rng = np.random.default_rng(seed)
-    per_epoch = n // batch_size
-    epochs = -(-num_steps // per_epoch)
-    idx = [rng.permutation(n)[: per_epoch * batch_size] for _ in range(epochs)]
-    flat = np.concatenate(idx) if idx else np.zeros((0,), dtype=np.int64)
-    return flat[: num_steps * batch_size].reshape(num_steps, batch_size)
-
-
-def batches(
-    x: np.ndarray, y: np.ndarray, *, batch_size: int, num_steps: int, seed: int
-) -> tuple[np.ndarray, np.ndarray]:
-    r"""Seeded epochs cut into batches: ``xb[num_steps, batch_size, ...]``, ``yb[num_steps, B]``.
-
-    With ``rng = np.random.default_rng(seed)`` each epoch ``e`` draws a permutation
-    :math:`\pi_e = ` ``rng.permutation(N)`` and cuts it into :math:`\lfloor N / B \rfloor`
-    batches (the remainder :math:`N \bmod B` is dropped); epochs are concatenated and the first
-    ``num_steps`` batches returned. Same seed, same batches (bitwise); every epoch visits each
-    example at most once. The result is a copy of ``num_steps * batch_size`` examples: for big
-    runs on big data use :func:`batch_indices` and gather per step.
-
-    Args:
-      x: ``[N, ...]`` inputs.
-      y: ``[N]`` labels.
-      batch_size: examples per batch, ``1 <= batch_size <= N``.
-      num_steps: number of batches (training steps), ``>= 0``.
-      seed: seed of the batch order.
-
-    Returns:
-      ``(xb, yb)`` NumPy arrays (same dtypes as ``x``, ``y``); ``jnp.asarray`` them to put the
-      whole run on the device, e.g. as the ``xs`` of a ``lax.scan``.
-
-    Raises:
-      ValueError: ``x`` and ``y`` differ in length, or ``batch_size`` / ``num_steps`` out of range.
-
-    Example:
-      >>> import numpy as np
-      >>> from jaxstale.data import batches
-      >>> x = np.arange(10, dtype=np.float32).reshape(5, 2)
-      >>> xb, yb = batches(x, np.arange(5), batch_size=2, num_steps=3, seed=0)
-      >>> xb.shape, yb.tolist()
-      ((3, 2, 2), [[2, 4], [3, 0], [4, 1]])
-    """
-    x, y = np.asarray(x), np.asarray(y)
-    if x.ndim < 1 or y.ndim != 1 or len(x) != len(y):
-        raise ValueError(
-            f"x must be [N, ...] and y [N] with the same N, got shapes {x.shape} and {y.shape}."
-        )
-    idx = batch_indices(len(x), batch_size=batch_size, num_steps=num_steps, seed=seed)
-    return x[idx], y[idx]

@@ -24,7 +24,7 @@ per lane (vmapped runs — seeds, learning rates, worker counts — are lanes of
 
     {"step": updates done, ["batches": mini-batches consumed,] "train_loss": mean over the
      interval's updates, "<split>_accuracy": accuracy on each evaluation split (None after
-     divergence)}
+     divergence; "<split>_loss", the mean cross-entropy, with metric="loss")}
 
 and the last record of a lane that did not diverge also has ``"test_correct"``: which test
 examples its final weights classify correctly (:func:`decode_correct` reads it), so a report
@@ -90,14 +90,14 @@ Example:
 
 from __future__ import annotations
 
-import base64
-import functools
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
+
+from jaxstale._compile import compiler_options, jit
+from jaxstale.evaluation import accuracy, decode_correct, encode_correct, mean_loss, measure
 
 __all__ = [
     "Evaluate",
@@ -112,48 +112,12 @@ __all__ = [
     "eval_splits",
     "jit",
     "lane",
+    "mean_loss",
     "run",
 ]
 
 State = Any
 Params = Any
-
-#: XLA:CPU's default YNNPACK fusions less ``REDUCE`` (see "Compiled steps" above)
-_CPU_OPTIONS = {
-    "xla_cpu_experimental_ynn_fusion_type": ",".join(
-        f"LIBRARY_FUSION_TYPE_{t}" for t in ("DOT", "INDIVIDUAL_DOT", "INDIVIDUAL_CONVOLUTION")
-    )
-}
-
-
-@functools.cache
-def compiler_options() -> dict[str, str] | None:
-    """The XLA options :func:`jit` compiles with: on XLA:CPU, YNNPACK without its reduce
-    fusion; None on other backends, or where this jaxlib does not know the option (then lanes
-    agree with runs alone only to float32 rounding)."""
-    if jax.default_backend() != "cpu":
-        return None
-    try:  # an experimental option: a jaxlib without it refuses to compile
-        jax.jit(lambda v: v + 1, compiler_options=_CPU_OPTIONS).lower(np.float32(0)).compile()
-    except Exception:  # any refusal means: compile without it
-        return None
-    return dict(_CPU_OPTIONS)
-
-
-def jit(fun: Callable[..., Any], **kwargs: Any) -> Any:
-    """``jax.jit(fun, **kwargs)`` with :func:`compiler_options`: how the executors compile
-    their steps, so that a run's numbers do not depend on the lanes it runs with.
-
-    Example:
-        >>> import jax, jax.numpy as jnp, numpy as np
-        >>> from jaxstale.loop import jit
-        >>> f = lambda g: jnp.sum(g, axis=0)      # a bias gradient: a sum over the batch
-        >>> g = np.random.default_rng(0).normal(size=(4, 32, 64)).astype(np.float32)
-        >>> alone = np.stack([jit(f)(g[i]) for i in range(4)])
-        >>> bool((alone == jit(jax.vmap(f))(g)).all())   # plain jax.jit on CPU: 176 differ
-        True
-    """
-    return jax.jit(fun, compiler_options=compiler_options(), **kwargs)
 
 
 class Stats(NamedTuple):
@@ -220,7 +184,10 @@ class Result(NamedTuple):
         final_test_accuracy: the last recorded ``"test"`` accuracy (None if diverged or not
             evaluated on a ``"test"`` split).
         final_accuracy: the last recorded accuracy of every evaluation split, by name (values
-            None if diverged).
+            None if diverged); empty when the metric is a loss.
+        metric: what was measured (``"accuracy"`` or ``"loss"``, :func:`run`'s ``metric``).
+        final_loss: with ``metric="loss"``, the last recorded mean loss of every split, by
+            name (None if diverged); else empty.
     """
 
     params: Any
@@ -231,6 +198,8 @@ class Result(NamedTuple):
     diverged_step: int | None
     final_test_accuracy: float | None
     final_accuracy: dict[str, float | None] = {}  # noqa: RUF012 (never mutated; built per run)
+    metric: str = "accuracy"
+    final_loss: dict[str, float | None] = {}  # noqa: RUF012 (never mutated; built per run)
 
 
 EvalData = tuple[Any, Any] | Mapping[str, tuple[Any, Any]]
@@ -275,112 +244,6 @@ def advance(ex: Executor, state: State, start: int, stop: int) -> tuple[State, S
     loss = np.concatenate([np.asarray(a).reshape(ex.lanes, -1) for a in losses], axis=1)
     count = np.concatenate([np.asarray(c).reshape(ex.lanes, -1) for c in counts], axis=1)
     return state, Stats(loss, count)
-
-
-@functools.lru_cache(maxsize=64)
-def _counter(apply: Callable[..., Any], vmap: bool, each: bool) -> Callable[..., jax.Array]:
-    def count(params, state, x, y, valid):
-        logits, _ = apply(params, state, x, False)
-        hit = (jnp.argmax(logits, axis=-1) == y) & valid
-        return hit if each else jnp.sum(hit, dtype=jnp.int32)
-
-    if vmap:
-        count = jax.vmap(count, in_axes=(0, 0, None, None, None))
-    return jit(count)
-
-
-def encode_correct(correct: Any) -> str:
-    """A boolean vector (which examples were classified correctly) as text: ``"<n>:"`` then
-    base64 of its bits packed 8 to a byte, most significant first (:func:`decode_correct`).
-
-    Example:
-        >>> encode_correct([True, False, True]), decode_correct("3:oA==").tolist()
-        ('3:oA==', [True, False, True])
-    """
-    bits = np.asarray(correct, bool).reshape(-1)
-    return f"{len(bits)}:" + base64.b64encode(np.packbits(bits).tobytes()).decode("ascii")
-
-
-def decode_correct(text: str) -> np.ndarray:
-    """The boolean vector :func:`encode_correct` wrote.
-
-    Raises:
-        ValueError: text that :func:`encode_correct` did not write.
-    """
-    n, sep, data = text.partition(":")
-    bits = np.unpackbits(np.frombuffer(base64.b64decode(data), np.uint8)) if sep else ()
-    if not sep or not n.isdigit() or len(bits) != -(-int(n) // 8) * 8:
-        raise ValueError(f"decode_correct: not an encoded vector: {text[:40]!r}")
-    return np.asarray(bits[: int(n)], bool)
-
-
-def accuracy(
-    apply: Callable[..., Any],
-    params: Params,
-    model_state: Any,
-    x: Any,
-    y: Any,
-    *,
-    vmap: bool = False,
-    batch_size: int = 512,
-    per_example: bool = False,
-) -> np.ndarray:
-    r"""Accuracy :math:`\frac{1}{N}\sum_i \mathbb{1}[\arg\max_c f(x_i)_c = y_i]`, eval mode.
-
-    The model runs with ``train=False`` (batch-norm uses its running averages) in batches of
-    ``batch_size``; the last batch is padded and masked, so one compiled shape serves all. The
-    count of correct predictions is exact, so the accuracy does not depend on the batching.
-
-    Args:
-        apply: ``apply(params, state, x, train) -> (logits, new_state)``.
-        params: the parameters (stacked ``[lanes, ...]`` when ``vmap``).
-        model_state: the non-parameter state (same layout).
-        x: inputs ``[N, ...]``.
-        y: integer labels ``[N]``.
-        vmap: the weights carry a leading lane axis (``jax.vmap`` over it).
-        batch_size: evaluation batch size.
-        per_example: return which examples are classified correctly instead.
-
-    Returns:
-        ``[lanes]`` float64 accuracies (``[1]`` without ``vmap``); with ``per_example``
-        ``[lanes, N]`` booleans, whose mean over ``N`` is the accuracy bit for bit.
-
-    Raises:
-        ValueError: on empty or mismatched inputs, or ``batch_size < 1``.
-
-    Example:
-        >>> import jax.numpy as jnp, numpy as np
-        >>> from jaxstale.loop import accuracy
-        >>> apply = lambda p, s, x, train: (x @ p, s)
-        >>> accuracy(apply, jnp.eye(2), {}, np.eye(2), np.array([0, 0])).tolist()
-        [0.5]
-    """
-    x, y = np.asarray(x), np.asarray(y)
-    n = len(x)
-    if n == 0:
-        raise ValueError("accuracy needs at least one example, got an empty x")
-    if len(y) != n:
-        raise ValueError(f"x has {n} examples but y has {len(y)}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    bs = min(batch_size, n)
-    nb = -(-n // bs)
-    pad = nb * bs - n
-    xp = np.concatenate([x, np.zeros((pad, *x.shape[1:]), x.dtype)]) if pad else x
-    yp = np.concatenate([y, np.zeros((pad,), y.dtype)]) if pad else y
-    valid = np.arange(nb * bs) < n
-    count = _counter(apply, vmap, per_example)
-    if per_example:
-        parts = [
-            np.asarray(count(params, model_state, xp[sl], yp[sl], valid[sl])).reshape(-1, bs)
-            for sl in (slice(i * bs, (i + 1) * bs) for i in range(nb))
-        ]
-        return np.concatenate(parts, axis=1)[:, :n]
-    total: Any = 0
-    for i in range(nb):
-        sl = slice(i * bs, (i + 1) * bs)
-        total = total + np.asarray(count(params, model_state, xp[sl], yp[sl], valid[sl]))
-    return np.asarray(total, np.int64).reshape(-1) / n
 
 
 def _finite(tree: Any) -> bool:
@@ -428,6 +291,7 @@ def run(
     eval_batch_size: int = 512,
     callback: Callable[[int, list[dict[str, Any]]], None] | None = None,
     evaluate: Evaluate | None = None,
+    metric: str = "accuracy",
 ) -> list[Result]:
     """Run ``ex`` from ``(params, model_state)`` to the end (or until every lane diverged).
 
@@ -451,6 +315,10 @@ def run(
             ``final_test_accuracy``), as for a split of ``eval_data``, whose names it must not
             repeat. A name is recorded from the first interval that returns it. With a hook
             and no ``eval_data``, nothing else is measured (no ``test_accuracy: None``).
+        metric: what the splits measure (:func:`jaxstale.evaluation.measure`): ``"accuracy"``,
+            or ``"loss"`` (the mean cross-entropy of every target: a language model's
+            ``[N, T]`` next-token targets), recorded as ``"<split>_loss"`` (a hook's names too)
+            and returned in ``final_loss``; a loss run records no ``test_correct``.
 
     Returns:
         One :class:`Result` per lane.
@@ -477,6 +345,8 @@ def run(
         >>> res.final_accuracy
         {'test': 1.0, 'flipped': 0.0}
     """
+    if metric not in ("accuracy", "loss"):
+        raise ValueError(f"metric must be 'accuracy' or 'loss', got {metric!r}")
     splits = eval_splits(eval_data)
     names = list(splits) or ([] if evaluate is not None else ["test"])
     if eval_every is not None and (not isinstance(eval_every, int) or eval_every < 1):
@@ -517,13 +387,13 @@ def run(
         if (splits or evaluate is not None) and not dead.all():
             p, ms = ex.params(state)
             for name, (xe, ye) in splits.items():
-                each = name == "test" and z == ex.num_rounds  # the final weights: which examples
-                got = accuracy(
-                    ex.apply, p, ms, xe, ye, vmap=ex.vmapped, batch_size=eval_batch_size,
-                    per_example=each,
-                )  # fmt: skip
-                if each:
-                    correct, got = got, got.mean(axis=1)
+                kw = {"vmap": ex.vmapped, "batch_size": eval_batch_size}
+                # the final weights of a classifier: which test examples it gets right
+                if metric == "accuracy" and name == "test" and z == ex.num_rounds:
+                    correct = accuracy(ex.apply, p, ms, xe, ye, per_example=True, **kw)
+                    got = correct.mean(axis=1)
+                else:
+                    got = measure(metric, ex.apply, p, ms, xe, ye, **kw)
                 accs[name] = np.broadcast_to(got, (lanes,))
             if evaluate is not None:
                 accs.update(_measured(evaluate(p, ms), splits, lanes))
@@ -536,9 +406,9 @@ def run(
             rec["train_loss"] = float(np.mean(seg[j]))
             for name in names:
                 have = accs.get(name)
-                rec[f"{name}_accuracy"] = None if dead[j] or have is None else float(have[j])
+                rec[f"{name}_{metric}"] = None if dead[j] or have is None else float(have[j])
             if correct is not None and not dead[j]:
-                rec["test_correct"] = encode_correct(correct[j % len(correct)])
+                rec["test_correct"] = encode_correct(correct[j])
             curves[j].append(rec)
             records.append(rec)
         if callback is not None:
@@ -554,7 +424,8 @@ def run(
             diverged_step[j] = int(done[j])
         div = bool(dead[j])
         last = curves[j][-1] if curves[j] else {}
-        fin = {n: None if div else last.get(f"{n}_accuracy") for n in names}
+        fin = {n: None if div else last.get(f"{n}_{metric}") for n in names}
+        acc = fin if metric == "accuracy" else {}
         results.append(
             Result(
                 params=p,
@@ -563,8 +434,10 @@ def run(
                 curve=curves[j],
                 diverged=div,
                 diverged_step=diverged_step[j],
-                final_test_accuracy=fin.get("test"),
-                final_accuracy=fin,
+                final_test_accuracy=acc.get("test"),
+                final_accuracy=acc,
+                metric=metric,
+                final_loss={} if metric == "accuracy" else fin,
             )
         )
     return results

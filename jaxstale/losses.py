@@ -82,9 +82,13 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
         \mathcal{L} = \frac{1}{B} \sum_{i=1}^{B}
             \Big(\log \sum_{c=1}^{C} e^{z_{ic}} - z_{i, y_i}\Big)
 
+    A sequence model's next-token targets (``logits [B, T, V]``, ``labels [B, T]``) are
+    averaged over every target: each example's mean over its ``T`` positions (a
+    :func:`fixed_sum` divided by ``T``), then the batch mean.
+
     Args:
-      logits: ``[B, C]`` unnormalised log-probabilities ``z``.
-      labels: ``[B]`` integer class indices ``y`` in ``[0, C)``.
+      logits: ``[B, C]`` unnormalised log-probabilities ``z`` (or ``[B, T, C]``).
+      labels: ``[B]`` integer class indices ``y`` in ``[0, C)`` (or ``[B, T]``).
 
     Returns:
       The scalar mean loss (float32 for float32 logits), averaged by :func:`batch_mean`.
@@ -96,7 +100,11 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
       >>> print(f"{float(cross_entropy(logits, jnp.array([0, 1]))):.4f}")  # log 2
       0.6931
     """
-    return batch_mean(optax.softmax_cross_entropy_with_integer_labels(logits, labels))
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    if ce.ndim > 1:  # [B, T, ...] -> [B]: the positions' mean, in a fixed order
+        per = ce.reshape(ce.shape[0], -1)
+        ce = fixed_sum(per.T) / jnp.asarray(per.shape[1], per.dtype)
+    return batch_mean(ce)
 
 
 def accuracy(logits: jax.Array, labels: jax.Array) -> jax.Array:

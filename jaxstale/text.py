@@ -21,10 +21,26 @@ import numpy as np
 
 from jaxstale import _shakespeare
 
-__all__ = ["TEXTS", "TextData", "bits_per_char", "load_text", "perplexity", "uniform_loss"]
+__all__ = [
+    "CONTEXT",
+    "EVAL_WINDOWS",
+    "TEXTS",
+    "TextData",
+    "bits_per_char",
+    "load_text",
+    "perplexity",
+    "uniform_loss",
+]
 
 #: the built-in text datasets
 TEXTS = ("shakespeare",)
+
+#: the context (characters per window) of :func:`jaxstale.data.load`'s text datasets
+CONTEXT = 64
+
+#: evaluation windows per split of :func:`jaxstale.data.load`'s text datasets (64 × 256 =
+#: 16,384 characters: an evaluation costs about what 5 training steps of 16 windows do)
+EVAL_WINDOWS = 256
 
 
 @dataclass(frozen=True)
@@ -70,6 +86,19 @@ class TextData:
         x = ids[: n * context].reshape(n, context)
         y = ids[1 : n * context + 1].reshape(n, context)
         return x, y
+
+    def sampled_windows(
+        self, split: str, context: int, count: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``count`` of the split's :meth:`windows`, evenly spaced over it (all of them when
+        there are fewer): an evaluation set that covers the whole split at a fixed cost."""
+        x, y = self.windows(split, context)
+        if count < 1:
+            raise ValueError(f"sampled_windows: count must be >= 1, got {count}")
+        if count >= len(x):
+            return x, y
+        pick = np.linspace(0, len(x) - 1, count).round().astype(np.int64)
+        return x[pick], y[pick]
 
 
 def load_text(name: str = "shakespeare") -> TextData:

@@ -29,7 +29,25 @@ def raw_split():
 
 
 def test_datasets_tuple():
-    assert data.DATASETS == ("digits", "mnist1d", "mnist", "fashion_mnist", "cifar10")
+    assert data.DATASETS == (
+        "digits", "mnist1d", "mnist", "fashion_mnist", "cifar10", "shakespeare"
+    )  # fmt: skip
+
+
+def test_shakespeare_is_a_language_model_task_of_token_windows():
+    ds = data.load("shakespeare")
+    assert ds.task == "language_model" and ds.num_classes == 83 and ds.stats is None
+    assert ds.x_train.shape == (68152, 64) and ds.x_val.shape == ds.x_test.shape == (256, 64)
+    assert ds.x_train.dtype == ds.y_train.dtype == np.int32
+    # y is x shifted by one character: a window's targets are the next window's first ids
+    np.testing.assert_array_equal(ds.x_train[0, 1:], ds.y_train[0, :-1])
+    assert ds.y_train[0, -1] == ds.x_train[1, 0]
+    assert ds.preprocessing["context"] == 64 and len(ds.preprocessing["digest"]) == 64
+    assert data.load("digits").task == "classification"
+    with pytest.raises(ValueError, match="fixed validation split"):
+        data.load("shakespeare", validation=0.2)
+    with pytest.raises(ValueError, match="token ids"):
+        data.load("shakespeare", standardize="channel")
 
 
 def test_digits_shapes_dtypes_ranges(digits):
@@ -363,7 +381,9 @@ def test_registered_dataset_gets_split_and_standardisation(registry):
     calls = []
     data.register_dataset("blobs", _random_loader(calls))
     assert data.dataset_names() == (*data.DATASETS, "blobs")
-    assert data.DATASETS == ("digits", "mnist1d", "mnist", "fashion_mnist", "cifar10")
+    assert data.DATASETS == (
+        "digits", "mnist1d", "mnist", "fashion_mnist", "cifar10", "shakespeare"
+    )  # fmt: skip
     raw = data.load("blobs", data_dir="/somewhere", validation=0.0, standardize="none")
     assert calls == ["/somewhere"]
     assert raw.name == "blobs" and raw.num_classes == 3
@@ -400,7 +420,8 @@ def test_register_dataset_errors(registry):
         data.register_dataset("x", "not a function")
     with pytest.raises(
         ValueError,
-        match=r"registered datasets: digits, mnist1d, mnist, fashion_mnist, cifar10, mine\.",
+        match=r"registered datasets: digits, mnist1d, mnist, fashion_mnist, cifar10, "
+        r"shakespeare, mine\.",
     ):
         data.load("yours")
 

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxstale import loop
+from jaxstale import loop, train
 from jaxstale.loop import Executor, Stats
 
 
@@ -204,3 +204,33 @@ def test_jit_lanes_are_the_runs_alone_bit_for_bit():
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b)[i])
     if jax.default_backend() == "cpu":
         assert loop.compiler_options() is not None  # this jaxlib knows the option
+
+
+def test_a_loss_metric_records_the_mean_cross_entropy_of_every_target():
+    """metric="loss": "<split>_loss" records (the evaluation's mean next-token loss, the same
+    as optax's mean over every target), final_loss, no test_correct; lanes = runs alone."""
+    import optax
+
+    from jaxstale import evaluation
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 5, (24, 6)).astype(np.int32)
+    y = np.roll(x, -1, axis=1)
+    apply = lambda p, s, xb, train: (p[xb], s)  # a bigram table [5, 5] of logits
+    idx = np.arange(24).reshape(6, 4)
+    p0 = jnp.zeros((5, 5))
+    ex = train.executor(apply, optax.sgd(0.5), x, y, idx)
+    (res,) = loop.run(ex, p0, {}, eval_every=3, eval_data={"val": (x, y)}, metric="loss")
+    assert [set(c) for c in res.curve] == [{"step", "train_loss", "val_loss"}] * 2
+    want = optax.softmax_cross_entropy_with_integer_labels(res.params[x], y).mean()
+    assert res.final_loss["val"] == pytest.approx(float(want), rel=1e-6)
+    assert res.metric == "loss" and res.final_accuracy == {} and res.final_test_accuracy is None
+    assert res.curve[0]["val_loss"] < np.log(5)  # it learned from the uniform start
+    # the batching does not change the mean beyond float32 rounding; lanes are runs alone
+    one = evaluation.mean_loss(apply, res.params, {}, x, y, batch_size=5)
+    lanes = evaluation.mean_loss(apply, jnp.stack([res.params, p0]), {}, x, y, vmap=True)
+    assert one[0] == pytest.approx(res.final_loss["val"], rel=1e-6)
+    assert lanes[0] == evaluation.mean_loss(apply, res.params, {}, x, y)[0]
+    assert lanes[1] == pytest.approx(np.log(5))
+    with pytest.raises(ValueError, match="metric"):
+        loop.run(ex, p0, {}, metric="perplexity")

@@ -241,7 +241,7 @@ class Config(Base):
             "batch_size": self.batch_size,
             "updates": self.steps or (80 if quick else UPDATES),
             "eval_every": self.eval_every or 40,
-            "target": self.target,
+            "target": self.resolved_target,
             "delay": self.delay,
             "seed_mode": self.seed_mode,
         }

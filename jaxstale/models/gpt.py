@@ -26,6 +26,7 @@ References:
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -34,9 +35,18 @@ from flax import nnx
 from jaxstale.models.layers import _host_normal
 from jaxstale.models.staged import StagedModel
 
-__all__ = ["GPTBlock", "gpt", "gpt_param_count"]
+__all__ = ["PRESETS", "GPTBlock", "gpt", "gpt_param_count", "preset_builder"]
 
 _init = _host_normal(1.0)  # N(0, 1 / fan_in)
+
+#: size presets, the zoo's ``gpt-<name>`` models (context and vocabulary come from the data:
+#: at :mod:`jaxstale.text`'s context 64 and 83 characters, the parameter counts are
+#: tiny 32,915; cpu 414,803; gpu 85,232,723)
+PRESETS: dict[str, dict[str, int]] = {
+    "tiny": {"layers": 2, "width": 32, "heads": 2},  # tests and smoke runs
+    "cpu": {"layers": 8, "width": 64, "heads": 4},  # the CPU claims: up to 8 stages of 1 block
+    "gpu": {"layers": 12, "width": 768, "heads": 12},  # GPT-2 small's blocks: for a GPU
+}
 
 
 def _dense(d_in: int, d_out: int, rngs: nnx.Rngs, gain: float = 1.0) -> nnx.Linear:
@@ -145,3 +155,21 @@ def gpt_param_count(context: int, vocab: int, *, layers: int, width: int) -> int
     """The parameter count of :func:`gpt` (the module docstring's formula)."""
     d = width
     return layers * (12 * d * d + 13 * d) + (vocab + context) * d + d * vocab + vocab + 2 * d
+
+
+def preset_builder(preset: str) -> Any:
+    """The zoo builder of ``gpt-<preset>`` (:data:`PRESETS`): ``build(input_shape, vocab, *,
+    seed, **overrides)`` with ``input_shape = (context,)``, the data's window length."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown GPT preset {preset!r}; choose from: {', '.join(PRESETS)}")
+
+    def build(input_shape: tuple[int, ...], num_classes: int, *, seed: int = 0, **kw: Any):
+        if len(tuple(input_shape)) != 1:
+            raise ValueError(
+                f"gpt-{preset} takes [B, T] token ids (a text dataset), got examples of shape "
+                f"{tuple(input_shape)}"
+            )
+        return gpt(int(input_shape[0]), int(num_classes), seed=seed, **{**PRESETS[preset], **kw})
+
+    build.__qualname__ = f"preset_builder.<{preset}>"
+    return build

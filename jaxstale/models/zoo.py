@@ -18,6 +18,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jaxstale._checks import check_name
+from jaxstale.models.gpt import PRESETS as GPT_PRESETS
+from jaxstale.models.gpt import preset_builder
 from jaxstale.models.layers import (
     BasicBlock,
     Conv1D,
@@ -50,7 +52,7 @@ __all__ = [
     "resnet20",
 ]
 
-MODELS: tuple[str, ...] = ("mlp", "cnn", "resnet20", "cnn1d")
+MODELS: tuple[str, ...] = ("mlp", "cnn", "resnet20", "cnn1d", *(f"gpt-{k}" for k in GPT_PRESETS))
 """The built-in model names (see :func:`model_names` for the registered ones too)."""
 
 
@@ -300,6 +302,7 @@ _BUILDERS: dict[str, Callable[..., StagedModel]] = {
     "cnn": cnn,
     "resnet20": resnet20,
     "cnn1d": cnn1d,
+    **{f"gpt-{k}": preset_builder(k) for k in GPT_PRESETS},
 }
 
 # Registered models (not the built-ins), in registration order.
@@ -452,12 +455,19 @@ def create(
 
 
 def check_logits(
-    model: nnx.Module, input_shape: tuple[int, ...], num_classes: int, where: str = "model"
+    model: nnx.Module,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    where: str = "model",
+    *,
+    task: str = "classification",
 ) -> nnx.Module:
     """``model`` if it maps a batch ``[2, *input_shape]`` to logits ``[2, num_classes]``
     (traced abstractly with ``jax.eval_shape``: no compute, the model is not changed), else one
     ``ValueError`` line starting with ``where``. A model with the wrong number of outputs would
-    otherwise train against out-of-range labels and show up as a "diverged" run.
+    otherwise train against out-of-range labels and show up as a "diverged" run. With
+    ``task="language_model"`` the inputs are int32 token ids ``[2, T]`` and the logits must be
+    ``[2, T, num_classes]`` (one next-token prediction per position).
 
     Example:
       >>> from flax import nnx
@@ -466,17 +476,20 @@ def check_logits(
       ValueError: fit: maps a batch of 2 inputs (4,) to logits of shape (2, 3); ... (2, 10) needed
     """
     graphdef, state = nnx.split(model)
-    x = jax.ShapeDtypeStruct((2, *input_shape), jnp.float32)
+    lm = task == "language_model"
+    x = jax.ShapeDtypeStruct((2, *input_shape), jnp.int32 if lm else jnp.float32)
     try:
         out = jax.eval_shape(lambda st, x: nnx.merge(graphdef, st)(x), state, x)
     except Exception as e:  # a shape error deep in the user's module: say where it came from
         raise ValueError(f"{where}: cannot take inputs {tuple(input_shape)}: {e}") from None
     got = getattr(out, "shape", None)
-    if got != (2, num_classes):
+    want = (2, *input_shape, num_classes) if lm else (2, num_classes)
+    if got != want:
+        what = f"a vocabulary of {num_classes}" if lm else f"{num_classes} classes"
         raise ValueError(
             f"{where}: maps a batch of 2 inputs {tuple(input_shape)} to logits of shape "
-            f"{got if got is not None else type(out).__name__}; the data has {num_classes} "
-            f"classes: (2, {num_classes}) needed"
+            f"{got if got is not None else type(out).__name__}; the data has {what}: "
+            f"{want} needed"
         )
     return model
 

@@ -214,9 +214,11 @@ class PipelineEmulator:
                         out, nbn = st.apply(p, bn, xx, True)
                         return self.loss_fn(out, labels), nbn
 
-                    (loss, new_bn), (gw, gx) = jax.value_and_grad(
-                        lossf, argnums=(0, 1), has_aux=True
+                    # one stage (k = 0): no input gradient (a GPT's inputs are token ids)
+                    (loss, new_bn), grads = jax.value_and_grad(
+                        lossf, argnums=(0, 1)[: 1 + k], has_aux=True
                     )(w, x_in)
+                    gw, gx = grads if k else (grads[0], None)
                     carry["bn"][k] = _tree_where(valid, new_bn, carry["bn"][k])
                     loss_sum = loss_sum + jnp.where(valid, loss, 0.0)
                     loss_cnt = loss_cnt + valid.astype(jnp.float32)

@@ -245,10 +245,11 @@ class MeshPipeline:
                 za, _, zl, zr = zeros()
                 p = self.unravels[k](w[: self.sizes[k]])
                 inp = self._stage_in(k, x_in, xb)
-                if k == n - 1:
-                    loss, (gp, gx) = jax.value_and_grad(
-                        lambda p, x: self.loss_fn(self.fns[k](p, x), yb), argnums=(0, 1)
+                if k == n - 1:  # one stage (k = 0): no input gradient (a GPT's are token ids)
+                    loss, grads = jax.value_and_grad(
+                        lambda p, x: self.loss_fn(self.fns[k](p, x), yb), argnums=(0, 1)[: 1 + k]
                     )(p, inp)
+                    gp, gx = grads if k else (grads[0], None)
                 else:
                     y_shape = self.in_shapes[k + 1]
                     ct = cot_in[: math.prod(y_shape.shape)].reshape(y_shape.shape)

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxstale.tasks import higher_is_better
+
 __all__ = [
     "best",
     "format_ci",
@@ -179,7 +181,9 @@ def score(rows: Sequence[Mapping[str, Any]], value: str, chance: float) -> float
         v = r.get(value)
         ok = not r.get("diverged") and v is not None and math.isfinite(float(v))
         vals.append(float(v) if ok and v is not None else chance)
-    return float(np.mean(vals)) if vals else -math.inf
+    if vals:
+        return float(np.mean(vals))
+    return -math.inf if higher_is_better(value) else math.inf
 
 
 def knob_value(row: Mapping[str, Any], knob: str | Sequence[str]) -> Any:
@@ -217,7 +221,9 @@ def best(
     chance: float = 0.0,
 ) -> Any:
     """The key of ``per`` (rows by knob value) with the best :func:`score` of ``value`` over
-    the seeds every key shares (:func:`shared_seeds`); ties go to the key seen first.
+    the seeds every key shares (:func:`shared_seeds`); ties go to the key seen first. Best is
+    the highest for an accuracy, the lowest for a loss (the field's metric,
+    :func:`jaxstale.tasks.metric_of`).
 
     Raises:
         ValueError: ``value`` names a test metric, or ``per`` is empty.
@@ -227,7 +233,8 @@ def best(
     if not per:
         raise ValueError("best: nothing to select from")
     common = shared_seeds(per)
-    return max(common, key=lambda k: score(common[k], value, chance))
+    sign = 1.0 if higher_is_better(value) else -1.0
+    return max(common, key=lambda k: sign * score(common[k], value, chance))
 
 
 def select(
@@ -238,7 +245,8 @@ def select(
     value: str = "final_val_accuracy",
     chance: float = 0.0,
 ) -> dict[tuple[Any, ...], Any]:
-    """The value of ``knob`` that maximises the validation score of each group ``by``.
+    """The value of ``knob`` with the best validation score of each group ``by`` (the highest
+    accuracy, the lowest loss).
 
     The score (:func:`score`) is the mean over seeds of ``value`` (a *validation* metric: the
     test split is never looked at) with diverged seeds counted at ``chance``, over the seeds
@@ -249,8 +257,9 @@ def select(
         by: the fields of a group (e.g. ``("method", "workers")``).
         knob: the tuned field (e.g. ``"lr"``), or several tuned jointly (e.g.
             ``("lr", "lam")``: the selected value is then a tuple).
-        value: the validation metric to maximise.
-        chance: the score of a diverged seed (e.g. 1 / number of classes).
+        value: the validation metric (``final_val_accuracy``; ``final_val_loss``, lower is
+            better).
+        chance: the score of a diverged seed (e.g. 1 / number of classes; ``log V`` nats).
 
     Returns:
         ``{group tuple: selected knob value}``.
@@ -275,16 +284,18 @@ def time_to_accuracy(
     key: str = "val_accuracy",
     x: str = "step",
 ) -> int | None:
-    """The first ``x`` (updates) at which ``curve``'s ``key`` reaches ``target`` (None: never).
+    """The first ``x`` (updates) at which ``curve``'s ``key`` reaches ``target`` (None: never):
+    at least ``target`` for an accuracy, at most it for a loss (``key``'s metric).
 
     Example:
         >>> time_to_accuracy([{"step": 10, "val_accuracy": 0.5}, {"step": 20, "val_accuracy": 0.9}],
         ...                  0.9)
         20
     """
+    up = higher_is_better(key)
     for rec in curve or []:
         v = rec.get(key)
-        if v is not None and float(v) >= target:
+        if v is not None and (float(v) >= target if up else float(v) <= target):
             return int(rec[x])
     return None
 

@@ -62,7 +62,7 @@ def _parity(method: str, kind: str, m: int, devices: int) -> float:
     "method, kind, m",
     [
         pytest.param("dc-asgd-a", "round_robin", 4, marks=pytest.mark.slow),
-        ("dana-dc", "gamma", 8),
+        pytest.param("dana-dc", "gamma", 8, marks=pytest.mark.slow),  # 6 s
         ("ssgd", "round_robin", 4),
     ],
 )

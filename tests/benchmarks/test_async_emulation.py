@@ -7,6 +7,8 @@ within the synchronous step's + 2 × the parameter bytes, a bound that the ``[M,
 (the scan loop's program) exceeds.
 """
 
+import pytest
+
 from benchmarks import async_emulation
 
 
@@ -33,6 +35,7 @@ def test_profile_the_emulated_host_step_moves_no_snapshot():
     assert float(rows["total"][1]) > 0
 
 
+@pytest.mark.slow  # 7 s of compiles; the benchmark's row test above stays in make test
 def test_emulated_step_bytes_within_sync_plus_two_params():
     f, x, y = async_emulation._model("mlp", {"hidden": (64, 32)}, (8, 8, 1), 16)
     for method in async_emulation.METHODS:

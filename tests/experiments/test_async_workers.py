@@ -16,7 +16,7 @@ TINY += ["--batch-size", "16", "--extend-edges", "0"]  # the grid as given (test
 
 def test_end_to_end_files_rows_and_resume(tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"
-    argv = [*TINY, "--methods", "sgd,ssgd,asgd", "--out", str(out)]
+    argv = [*TINY, "--methods", "sgd,ssgd,asgd", "--lrs", "0.01,0.03", "--out", str(out)]
     res = async_workers.main(argv)
     for name in [
         "summary.json",

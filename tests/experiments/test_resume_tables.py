@@ -4,8 +4,8 @@ policy of pipeline_staleness. The resume recomputes the damaged cell in the grou
 a fresh run gives it (``RunFolder.run_grouped``), so this holds even where XLA rounds a lane by
 its company (gap-aware: ``jaxstale.loop``, "Compiled steps").
 
-The default suite runs the pipeline's vanilla policy (a reported defect); LC-ASGD (the other)
-and every other family are ``slow``.
+All ``slow`` (``make test-slow``): the pipeline's vanilla policy and LC-ASGD (the reported
+defects), every other family and policy.
 """
 
 import json
@@ -75,7 +75,7 @@ def _policy(policy, tmp_path, monkeypatch):
     _kill_damage_resume(pipe.main, argv, tmp_path, monkeypatch, pipe._Runner, "group")
 
 
-@pytest.mark.slow  # 10 s; the pipeline's vanilla resume below keeps the check in make test
+@pytest.mark.slow  # 10 s; tests/runs/test_resume_groups.py keeps the group recompute in make test
 def test_async_workers_lc_asgd_resumes_to_the_same_table(tmp_path, monkeypatch):
     _family("lc-asgd", tmp_path, monkeypatch)
 
@@ -86,6 +86,7 @@ def test_async_workers_family_resumes_to_the_same_table(family, tmp_path, monkey
     _family(family, tmp_path, monkeypatch)
 
 
+@pytest.mark.slow  # 10 s; tests/runs/test_resume_groups.py keeps the group recompute in make test
 def test_pipeline_vanilla_resumes_to_the_same_table(tmp_path, monkeypatch):
     _policy("vanilla", tmp_path, monkeypatch)
 

@@ -57,3 +57,20 @@ def test_gradients_flow_to_every_parameter_under_jit():
 
     grads = jax.jit(jax.grad(loss))(f.params)
     assert all(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(grads))
+
+
+def test_presets_are_zoo_models_sized_by_the_data():
+    """gpt-<preset> takes its context from the data's windows and its vocabulary from the
+    classes; a shape it cannot take, and logits of the wrong shape, are one line each."""
+    from jaxstale.models.gpt import PRESETS
+
+    assert {f"gpt-{k}" for k in PRESETS} <= set(models.model_names())
+    model = models.create("gpt-tiny", input_shape=(16,), num_classes=40)
+    assert len(model.blocks) == 2 and models.param_count(model) == gpt_param_count(
+        16, 40, layers=2, width=32
+    )
+    models.check_logits(model, (16,), 40, task="language_model")
+    with pytest.raises(ValueError, match=r"\(2, 16, 41\) needed"):
+        models.check_logits(model, (16,), 41, task="language_model")
+    with pytest.raises(ValueError, match="takes \\[B, T\\] token ids"):
+        models.create("gpt-cpu", input_shape=(8, 8, 1), num_classes=10)

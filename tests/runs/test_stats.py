@@ -108,3 +108,18 @@ def test_paired_difference_pairs_by_seed_and_drops_diverged():
     assert h == pytest.approx(sps.t.ppf(0.975, 2) * np.std(diffs, ddof=1) / np.sqrt(3))
     # order of rows does not matter: pairs are matched by seed
     assert stats.paired_difference(a[::-1], b) == (m, h, n)
+
+
+def test_a_loss_is_selected_and_timed_lowest_first():
+    """final_val_loss: the lowest mean wins, a diverged seed counts at chance (log V)."""
+    rows = [
+        {"lr": 0.1, "seed": 0, "final_val_loss": 1.5, "diverged": False},
+        {"lr": 0.1, "seed": 1, "final_val_loss": None, "diverged": True},
+        {"lr": 0.01, "seed": 0, "final_val_loss": 1.9, "diverged": False},
+        {"lr": 0.01, "seed": 1, "final_val_loss": 1.9, "diverged": False},
+    ]
+    assert stats.select(rows, by=(), value="final_val_loss", chance=4.4)[()] == 0.01
+    assert stats.select(rows, by=(), value="final_val_loss", chance=2.0)[()] == 0.1
+    curve = [{"step": 10, "val_loss": 2.5}, {"step": 20, "val_loss": 1.9}]
+    assert stats.time_to_accuracy(curve, 2.0, key="val_loss") == 20
+    assert stats.time_to_accuracy(curve, 1.0, key="val_loss") is None

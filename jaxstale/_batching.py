@@ -1,0 +1,86 @@
+"""Seeded batching for ``lax.scan``: :func:`batch_indices` and :func:`batches` (re-exported by
+:mod:`jaxstale.data`, where they are documented with the datasets)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["batch_indices", "batches"]
+
+
+def batch_indices(n: int, *, batch_size: int, num_steps: int, seed: int) -> np.ndarray:
+    """Example indices of every batch: ``[num_steps, batch_size]`` int64 (see :func:`batches`).
+
+    Use this instead of :func:`batches` when the pre-batched copies would be too large: gather
+    ``x[idx[t]]`` per step (on device, from one copy of ``x``).
+
+    Args:
+      n: number of examples.
+      batch_size: examples per batch, ``1 <= batch_size <= n``.
+      num_steps: number of batches, ``>= 0``.
+      seed: seed of ``np.random.default_rng``.
+
+    Returns:
+      ``idx`` with ``idx[t]`` the indices of batch ``t``.
+
+    Example:
+      >>> from jaxstale.data import batch_indices
+      >>> batch_indices(5, batch_size=2, num_steps=3, seed=0).tolist()
+      [[2, 4], [3, 0], [4, 1]]
+    """
+    for arg, value in (("n", n), ("batch_size", batch_size), ("num_steps", num_steps)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise TypeError(f"{arg} must be an int, got {type(value).__name__}.")
+    if not 1 <= batch_size <= n:
+        raise ValueError(f"batch_size must be in [1, {n}] (number of examples), got {batch_size}.")
+    if num_steps < 0:
+        raise ValueError(f"num_steps must be >= 0, got {num_steps}.")
+    rng = np.random.default_rng(seed)
+    per_epoch = n // batch_size
+    epochs = -(-num_steps // per_epoch)
+    idx = [rng.permutation(n)[: per_epoch * batch_size] for _ in range(epochs)]
+    flat = np.concatenate(idx) if idx else np.zeros((0,), dtype=np.int64)
+    return flat[: num_steps * batch_size].reshape(num_steps, batch_size)
+
+
+def batches(
+    x: np.ndarray, y: np.ndarray, *, batch_size: int, num_steps: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""Seeded epochs cut into batches: ``xb[num_steps, batch_size, ...]``, ``yb[num_steps, B]``.
+
+    With ``rng = np.random.default_rng(seed)`` each epoch ``e`` draws a permutation
+    :math:`\pi_e = ` ``rng.permutation(N)`` and cuts it into :math:`\lfloor N / B \rfloor`
+    batches (the remainder :math:`N \bmod B` is dropped); epochs are concatenated and the first
+    ``num_steps`` batches returned. Same seed, same batches (bitwise); every epoch visits each
+    example at most once. The result is a copy of ``num_steps * batch_size`` examples: for big
+    runs on big data use :func:`batch_indices` and gather per step.
+
+    Args:
+      x: ``[N, ...]`` inputs.
+      y: ``[N]`` labels.
+      batch_size: examples per batch, ``1 <= batch_size <= N``.
+      num_steps: number of batches (training steps), ``>= 0``.
+      seed: seed of the batch order.
+
+    Returns:
+      ``(xb, yb)`` NumPy arrays (same dtypes as ``x``, ``y``); ``jnp.asarray`` them to put the
+      whole run on the device, e.g. as the ``xs`` of a ``lax.scan``.
+
+    Raises:
+      ValueError: ``x`` and ``y`` differ in length, or ``batch_size`` / ``num_steps`` out of range.
+
+    Example:
+      >>> import numpy as np
+      >>> from jaxstale.data import batches
+      >>> x = np.arange(10, dtype=np.float32).reshape(5, 2)
+      >>> xb, yb = batches(x, np.arange(5), batch_size=2, num_steps=3, seed=0)
+      >>> xb.shape, yb.tolist()
+      ((3, 2, 2), [[2, 4], [3, 0], [4, 1]])
+    """
+    x, y = np.asarray(x), np.asarray(y)
+    if x.ndim < 1 or y.ndim != 1 or len(x) != len(y):
+        raise ValueError(
+            f"x must be [N, ...] and y [N] with the same N, got shapes {x.shape} and {y.shape}."
+        )
+    idx = batch_indices(len(x), batch_size=batch_size, num_steps=num_steps, seed=seed)
+    return x[idx], y[idx]

@@ -1,0 +1,87 @@
+"""pipeline_staleness on a language model: a GPT on the embedded Shakespeare, measured and
+selected by its validation loss (lower is better), and the model/data mismatches refused."""
+
+import json
+import math
+
+import pytest
+
+from experiments import pipeline_staleness as exp
+
+LM = ["--dataset", "shakespeare", "--model", "gpt-tiny", "--stages", "2", "--seeds", "2"]
+LM += ["--steps", "24", "--eval-every", "12", "--batch-size", "8", "--optimizer", "adam"]
+LM += ["--lrs", "0.0003,0.01", "--methods", "sync,vanilla", "--extend-edges", "0"]
+
+
+@pytest.mark.slow  # 30 s: two policies, two compiles of the GPT's pipeline round
+def test_a_gpt_on_shakespeare_end_to_end(tmp_path):
+    out = tmp_path / "run"
+    res = exp.main([*LM, "--out", str(out)])
+    rows = json.loads((out / "summary.json").read_text())["rows"]
+    assert len(rows) == 8
+    for r in rows:
+        assert "final_val_accuracy" not in r and "final_test_accuracy" not in r
+        assert r["diverged"] is False and r["final_val_loss"] < math.log(83)
+        assert r["final_test_loss"] > 0 and r["updates_to_target"] is None  # 2 nats: far off
+    rec = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    assert {"val_loss", "test_loss"} <= set(rec) and "test_correct" not in rec
+    # the rate with the lower mean validation loss is selected, per policy
+    for method in ("sync", "vanilla"):
+        mean = lambda lr, m=method: sum(
+            r["final_val_loss"] for r in rows if (r["method"], r["lr"]) == (m, lr)
+        )
+        best = min((0.0003, 0.01), key=mean)
+        assert res["selected"][("gpt-tiny", method, 2)] == best
+    table = res["table"]
+    assert "Test loss (nats/token) at each policy's learning rate" in table
+    assert "Updates until validation loss ≤ 2 " in table and "next character" in table
+    assert "Paired test-loss difference to vanilla (nats;" in table
+    for name in ("plot.png", "accuracy_vs_stages.png"):
+        assert (out / name).exists()
+
+
+@pytest.mark.slow  # 13 s, the GPT round's compile; the refusals below stay in make test
+def test_one_policy_of_a_gpt_selects_its_rate_on_validation_loss(tmp_path):
+    argv = [*LM, "--methods", "sync", "--seeds", "1", "--steps", "8", "--eval-every", "8"]
+    argv += ["--stages", "1"]  # one stage, first and last: no gradient into the token ids
+    res = exp.main([*argv, "--out", str(tmp_path / "run")])
+    rows = res["rows"]
+    assert {r["lr"] for r in rows} == {0.0003, 0.01} and all("final_val_loss" in r for r in rows)
+    best = min(rows, key=lambda r: r["final_val_loss"])["lr"]
+    assert res["selected"] == {("gpt-tiny", "sync", 1): best}
+    assert "Test loss (nats/token)" in res["table"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--model", "mlp"], "input_shape must be (H, W, C) or (L, C)"),
+        (["--stages", "4"], "'gpt-tiny' has 2 blocks, fewer than N=4"),
+        (["--dataset", "digits"], "gpt-tiny takes [B, T] token ids"),
+        (
+            ["--dataset", "digits", "--model", "mlp", "--target", "2"],
+            "an accuracy must be in (0, 1]",
+        ),
+        (["--standardize", "channel"], "standardize='channel' does not apply"),
+    ],
+)
+def test_model_and_data_mismatches_are_one_line(tmp_path, capsys, argv, message):
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        exp.main([*LM, *argv, "--out", str(out)])
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["async_workers", "sync_baseline", "delay_cliff"])
+def test_experiments_without_language_models_refuse_a_text_dataset(name, tmp_path, capsys):
+    import importlib
+
+    mod = importlib.import_module(f"experiments.{name}")
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--dataset", "shakespeare", "--model", "gpt-tiny", "--out", str(out)])
+    assert e.value.code == 2
+    assert "'shakespeare' is a language model task" in capsys.readouterr().err
+    assert not out.exists()
