@@ -266,6 +266,12 @@ class Base:
         validate(self)
         if self.target is not None and self.target > 1 and not self.text:
             raise ConfigError("target", f"an accuracy must be in (0, 1], got {self.target}")
+        if self.out is not None and not self.out.strip():
+            raise ConfigError(
+                "out",
+                "expected a folder path, got an empty string (it would write into the "
+                "current folder)",
+            )
 
     @property
     def text(self) -> bool:
@@ -278,12 +284,6 @@ class Base:
         if self.target is not None:
             return self.target
         return LOSS_TARGET if self.text else ACCURACY_TARGET
-        if self.out is not None and not self.out.strip():
-            raise ConfigError(
-                "out",
-                "expected a folder path, got an empty string (it would write into the "
-                "current folder)",
-            )
 
 
 EVAL_HELP = "updates between evaluations (default max(50, steps / 60): 50 up to 3,000 steps)"

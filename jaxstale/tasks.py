@@ -62,8 +62,10 @@ def metric_of(field: str) -> str:
 
 
 def higher_is_better(field: str) -> bool:
-    """Whether a larger value of ``field`` is better (accuracy) or worse (loss)."""
-    return METRICS[metric_of(field)]
+    """Whether a larger value of ``field`` is better (accuracy) or worse (loss); a field of no
+    known metric is maximised (a score of your own)."""
+    metric = field.split("/", 1)[0].rsplit("_", 1)[-1]
+    return METRICS.get(metric, True)
 
 
 @dataclass(frozen=True)

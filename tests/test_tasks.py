@@ -12,6 +12,7 @@ def test_metric_and_direction_come_from_the_field_name():
     assert tasks.metric_of("val_accuracy/recomputed_stats") == "accuracy"
     assert tasks.higher_is_better("final_val_accuracy")
     assert not tasks.higher_is_better("val_loss")
+    assert tasks.higher_is_better("my_score")  # a field of your own is maximised, as before
     with pytest.raises(ValueError, match="no known metric"):
         tasks.metric_of("final_val_error")
 

@@ -77,6 +77,8 @@ class EmulationResult(NamedTuple):
     diverged_step: int | None
     final_test_accuracy: float | None
     final_accuracy: dict[str, float | None]
+    metric: str
+    final_loss: dict[str, float | None]
     staleness: np.ndarray
 
 

@@ -32,8 +32,8 @@ def registry(monkeypatch):
 
 def test_create_builds_a_registered_model(registry):
     models.register_model("two_layer", build_mlp)
-    assert models.model_names() == ("mlp", "cnn", "resnet20", "cnn1d", "two_layer")
-    assert models.MODELS == ("mlp", "cnn", "resnet20", "cnn1d")
+    assert models.model_names() == (*models.MODELS, "two_layer")
+    assert models.MODELS[:4] == ("mlp", "cnn", "resnet20", "cnn1d")
     model = models.create("two_layer", input_shape=(4, 4, 1), num_classes=3, seed=1, hidden=5)
     assert isinstance(model, TwoLayerMLP) and model.hidden.kernel.shape == (16, 5)
     assert model(jnp.ones((2, 4, 4, 1))).shape == (2, 3)
@@ -86,7 +86,10 @@ def test_register_model_errors(registry):
         models.register_model("", build_mlp)
     with pytest.raises(TypeError, match="callable"):
         models.register_model("x", None)
-    with pytest.raises(ValueError, match=r"registered models: mlp, cnn, resnet20, cnn1d, mine\."):
+    with pytest.raises(
+        ValueError,
+        match=r"registered models: mlp, cnn, resnet20, cnn1d, gpt-tiny, gpt-cpu, gpt-gpu, mine\.",
+    ):
         models.create("yours", input_shape=(1, 1, 1), num_classes=2)
     models.register_model("not_a_module", lambda **kw: "nope")
     with pytest.raises(TypeError, match=r"must return an nnx\.Module, got str"):

@@ -62,12 +62,17 @@ def test_initialisation_is_he_normal_and_jit_independent():
 
 
 def test_models_tuple_and_block_counts():
-    assert models.MODELS == ("mlp", "cnn", "resnet20", "cnn1d")
+    assert models.MODELS == ("mlp", "cnn", "resnet20", "cnn1d", "gpt-tiny", "gpt-cpu", "gpt-gpu")
     counts = {
         name: len(models.create(name, input_shape=SHAPES[name][0], num_classes=10).blocks)
-        for name in models.MODELS
+        for name in models.MODELS[:4]
     }
     assert counts == {"mlp": 3, "cnn": 5, "resnet20": 11, "cnn1d": 4}
+    gpt = {
+        name: len(models.create(name, input_shape=(8,), num_classes=10).blocks)
+        for name in models.MODELS[4:5]
+    }  # the bigger presets: test_gpt (no 85M-weight build)
+    assert gpt == {"gpt-tiny": 2}
 
 
 def test_resnet20_parameter_count_matches_paper():
