@@ -27,7 +27,9 @@ accuracy first reaches ``--target``.
 Setting: each model is split into ``N`` parameter-balanced stages and trained by the pipeline
 emulator (:mod:`jaxstale.pipeline`) on ``one_f_one_b(N, steps)`` (a policy may have its own
 schedule: :data:`SCHEDULES`), with SGD + momentum 0.9 per stage (``--optimizer adam`` / ``nadam``:
-Adam / NAdam, ``--momentum`` is then β1). Policies (the ``method`` field of summary.json):
+Adam / NAdam, ``--momentum`` is then β1; ``adamw`` / ``nadamw`` / ``muon``: the language-model
+recipes of :func:`jaxstale.optimizers.injected`, warm-up and cosine decay over the run, the rate
+their peak). Policies (the ``method`` field of summary.json):
 
 * ``sync`` — every pass at the sequential target (the schedule's flush counterpart: 1F1B with a
   flush, ``N`` micro-batches): sequential SGD, identical for every ``N`` up to float rounding;
@@ -90,9 +92,8 @@ from typing import Any
 
 import jax
 import numpy as np
-import optax
 
-from jaxstale import data, loop, models, pipeline, runs, schedules, tasks
+from jaxstale import data, loop, models, optimizers, pipeline, runs, schedules, tasks
 
 from . import grids, reports
 from .common import chance, load_checked, opened, outcome, seed_mode, splits, task_of, title
@@ -119,10 +120,10 @@ from .reports import (
 
 EXPERIMENT = "pipeline_staleness"
 DEFAULT_METHODS = ("sync", "vanilla", "stash", "spectrain-v1", "spectrain-v2", "nesterov")
-OPTIMIZERS = ("sgd", "adam", "nadam")
-#: the learning-rate grids per optimizer (half-decade steps)
-_ADAM = [0.0001, 0.0003, 0.001, 0.003, 0.01]
-LRS: dict[str, list[float]] = {"sgd": [0.001, 0.003, 0.01, 0.03], "adam": _ADAM, "nadam": _ADAM}
+OPTIMIZERS = ("sgd", "adam", "nadam", *optimizers.NAMES)
+#: the learning-rate grids per optimizer (half-decade steps); adamw, nadamw, muon: the peak
+_ADAM, _MUON = [0.0001, 0.0003, 0.001, 0.003, 0.01], [0.003, 0.01, 0.03, 0.1]
+LRS = {"sgd": [0.001, 0.003, 0.01, 0.03], "muon": _MUON} | dict.fromkeys(OPTIMIZERS[1:5], _ADAM)
 QUICK_LRS: dict[str, list[float]] = {k: [v[1], v[2]] for k, v in LRS.items()}
 MODEL_KW: dict[str, dict[str, Any]] = {
     "mlp": {"hidden": (64,) * 7},  # 8 blocks: splits into up to 8 stages
@@ -180,7 +181,11 @@ class Config(Base):
         kind="policy",
     )
     optimizer: str = opt(
-        "sgd", "per-stage optimizer (nadam: AsyncPP's)", choices=OPTIMIZERS, kind="optimizer"
+        "sgd",
+        "per-stage optimizer (nadam: AsyncPP's; adamw, nadamw, muon: warm-up + cosine, see "
+        "jaxstale.optimizers.injected)",
+        choices=OPTIMIZERS,
+        kind="optimizer",
     )
     momentum: float = opt(
         0.9,
@@ -250,15 +255,6 @@ class Config(Base):
         }
 
 
-def make_tx(optimizer: str, lr: float, momentum: float) -> optax.GradientTransformation:
-    """The per-stage optimizer, its learning rate injected (so lanes can set their own)."""
-    if optimizer == "adam":
-        return optax.inject_hyperparams(optax.adam)(learning_rate=lr, b1=momentum)
-    if optimizer == "nadam":  # AsyncPP's optimizer: Adam with a Nesterov look-ahead (optax.nadam)
-        return optax.inject_hyperparams(optax.nadam)(learning_rate=lr, b1=momentum)
-    return optax.inject_hyperparams(optax.sgd)(learning_rate=lr, momentum=momentum)
-
-
 class _Runner:
     """Runs groups of cells; holds what runs of one structure share (the split template, the
     optimizer object), so that they share a compiled round."""
@@ -266,7 +262,9 @@ class _Runner:
     def __init__(self, cfg: dict[str, Any], ds: data.Dataset) -> None:
         self.cfg, self.ds, self.task = cfg, ds, task_of(ds)
         self.shape = tuple(ds.x_train.shape[1:])
-        self.tx = make_tx(cfg["optimizer"], cfg["lrs"][0], cfg["momentum"])
+        self.tx = optimizers.per_stage(
+            cfg["optimizer"], cfg["lrs"][0], cfg["momentum"], cfg["steps"]
+        )
         self.templates: dict[tuple[str, int], list[Any]] = {}
         self.inits: dict[tuple[str, int, int], tuple[list[Any], list[Any]]] = {}
         self.computed = 0  # runs computed by this process
@@ -312,7 +310,7 @@ class _Runner:
         if cfg["executor"] == "mesh":  # one run at a time, its own optimizer object
             for k in keys:
                 xb, yb = self.data(k["seed"])
-                tx = make_tx(cfg["optimizer"], k["lr"], cfg["momentum"])
+                tx = optimizers.per_stage(cfg["optimizer"], k["lr"], cfg["momentum"], cfg["steps"])
                 ex = pipeline.make("mesh", stages, sched, method, tx, xb, yb, **kw)
                 results += self._run(ex, [self.init(name, n, k["seed"])])
         else:
@@ -394,11 +392,8 @@ def make_table(
         task=task,
     )  # fmt: skip
     picked = at_selected(rows, selected, by=("model", "method", "stages"))
-    opt = (
-        f"{'NAdam' if cfg['optimizer'] == 'nadam' else 'Adam'} (β1 {cfg['momentum']})"
-        if cfg["optimizer"] in ("adam", "nadam")
-        else f"SGD momentum {cfg['momentum']}"
-    )
+    o, mu = cfg["optimizer"], cfg["momentum"]
+    opt = f"SGD momentum {mu}" if o == "sgd" else f"{optimizers.LABELS[o]} (β1 {mu})"
     data = "standardised" if task.metric == "accuracy" else "next character, loss in nats"
     head = (
         f"{cfg['dataset']} ({data}; validation split for selection), {opt}, "

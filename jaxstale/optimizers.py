@@ -35,7 +35,19 @@ import jax
 import optax
 from optax import contrib
 
-__all__ = ["EXCLUDE", "adamw", "muon", "nadamw", "schedule", "sgd"]
+__all__ = [
+    "EXCLUDE",
+    "LABELS",
+    "NAMES",
+    "WARMUP_FRACTION",
+    "adamw",
+    "injected",
+    "muon",
+    "nadamw",
+    "per_stage",
+    "schedule",
+    "sgd",
+]
 
 #: parameter names kept on AdamW under :func:`muon` (``jaxstale.models.gpt``'s embeddings and
 #: head)
@@ -152,3 +164,76 @@ def sgd(
     """SGD with momentum on the :func:`schedule`, the stage's gradient clipped."""
     lr = schedule(peak, total_steps, warmup_steps=warmup_steps)
     return _clipped(optax.sgd(lr, momentum=momentum), clip)
+
+
+#: the optimizers :func:`injected` builds by name
+NAMES = ("adamw", "nadamw", "muon")
+
+#: warm-up of :func:`injected`: this fraction of the run's updates
+WARMUP_FRACTION = 0.05
+
+
+def _unit_peak(learning_rate: Any, *, name: str, steps: int, b1: float) -> Any:
+    """``name`` on a schedule of peak 1, then scaled by ``learning_rate`` (the peak)."""
+    warm = int(steps * WARMUP_FRACTION)
+    if name == "muon":
+        base = muon(1.0, steps, warmup_steps=warm, beta=b1)
+    else:
+        base = (nadamw if name == "nadamw" else adamw)(1.0, steps, warmup_steps=warm, b1=b1)
+    return optax.chain(base, optax.scale(learning_rate))
+
+
+def injected(
+    name: str, learning_rate: float, *, steps: int, b1: float = 0.9
+) -> optax.GradientTransformation:
+    r"""``name`` (:data:`NAMES`) with its peak rate as an injected hyper-parameter
+    ``"learning_rate"`` (:func:`optax.inject_hyperparams`), so that vmapped lanes of one
+    compiled program can each train at their own rate: the optimizer on a :func:`schedule` of
+    peak 1 (warm-up over :data:`WARMUP_FRACTION` of ``steps``, cosine decay to 0.1 at
+    ``steps``), its update scaled by ``learning_rate``. Every rule here is linear in its rate
+    (AdamW's decoupled decay is ``η_t·λ·θ``), so this is the optimizer at peak
+    ``learning_rate`` to float32 rounding. ``b1``: Adam's β1 (NAdamW: AsyncPP's 0.99 when
+    given so), Muon's momentum β.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> tx = injected("adamw", 0.01, steps=100)
+        >>> st = tx.init({"w": jnp.ones((2, 2))})
+        >>> float(st.hyperparams["learning_rate"])
+        0.01
+    """
+    if name not in NAMES:
+        raise ValueError(f"unknown optimizer {name!r}; choose from: {', '.join(NAMES)}")
+    if steps < 2:
+        raise ValueError(f"injected: the schedule needs steps >= 2, got {steps}")
+    make = optax.inject_hyperparams(_unit_peak, static_args=("name", "steps", "b1"))
+    return make(learning_rate=learning_rate, name=name, steps=steps, b1=b1)
+
+
+#: the optimizers of :func:`per_stage` in words (a table's heading)
+LABELS = {
+    "sgd": "SGD",
+    "adam": "Adam",
+    "nadam": "NAdam",
+    "adamw": "AdamW",
+    "nadamw": "NAdamW",
+    "muon": "Muon",
+}
+
+
+def per_stage(
+    name: str, learning_rate: float, momentum: float, steps: int
+) -> optax.GradientTransformation:
+    """A pipeline stage's optimizer by name (:data:`LABELS`), its rate injected so that lanes
+    can set their own: ``sgd`` (momentum ``momentum``), ``adam`` / ``nadam`` (optax's, β1
+    ``momentum``, constant rate: the image experiments'), or one of :data:`NAMES` through
+    :func:`injected` (β1 — Muon's β — ``momentum``, schedule over ``steps``)."""
+    if name in NAMES:
+        return injected(name, learning_rate, steps=steps, b1=momentum)
+    if name == "adam":
+        return optax.inject_hyperparams(optax.adam)(learning_rate=learning_rate, b1=momentum)
+    if name == "nadam":  # AsyncPP's optimizer: Adam with a Nesterov look-ahead (optax.nadam)
+        return optax.inject_hyperparams(optax.nadam)(learning_rate=learning_rate, b1=momentum)
+    if name == "sgd":
+        return optax.inject_hyperparams(optax.sgd)(learning_rate=learning_rate, momentum=momentum)
+    raise ValueError(f"unknown optimizer {name!r}; choose from: {', '.join(LABELS)}")

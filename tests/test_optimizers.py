@@ -4,6 +4,7 @@ per-stage clipping, Muon on the hidden matrices and AdamW on embeddings, head an
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from jaxstale import models, optimizers
@@ -75,3 +76,53 @@ def test_muon_orthogonalises_hidden_matrices_and_adam_steps_the_rest():
         key = next(k for k in flat if name in k)
         want = -0.001 * nesterov * np.sign(np.asarray(gflat[key]))
         np.testing.assert_allclose(np.asarray(flat[key]), want, rtol=1e-3)
+
+
+@pytest.mark.parametrize(
+    "name", ["adamw", "nadamw", pytest.param("muon", marks=pytest.mark.slow)]  # muon: 3 s
+)
+def test_injected_is_the_optimizer_at_its_peak_and_lanes_take_their_own(name):
+    """The unit-peak schedule scaled by the injected rate is the optimizer at that peak (to
+    float32 rounding), and vmapped lanes with their own rates equal their runs alone."""
+    import jax
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(0)
+    params = {"w": jnp.asarray(rng.normal(size=(4, 3)), jnp.float32)}
+    grads = [{"w": jnp.asarray(rng.normal(size=(4, 3)), jnp.float32)} for _ in range(5)]
+    direct = {
+        "adamw": lambda lr: optimizers.adamw(lr, 20, warmup_steps=1),
+        "nadamw": lambda lr: optimizers.nadamw(lr, 20, warmup_steps=1, b1=0.9),
+        "muon": lambda lr: optimizers.muon(lr, 20, warmup_steps=1, beta=0.9),
+    }[name]
+
+    def run(tx, p):
+        def body(p, g):
+            p, st = p
+            u, st = tx.update(g, st, p)
+            return (optax.apply_updates(p, u), st), None
+
+        stacked = jax.tree.map(lambda *a: jnp.stack(a), *grads)
+        return jax.jit(lambda p: jax.lax.scan(body, (p, tx.init(p)), stacked)[0][0])(p)
+
+    for lr in (0.003, 0.03):
+        got = run(optimizers.injected(name, lr, steps=20), params)
+        np.testing.assert_allclose(got["w"], run(direct(lr), params)["w"], rtol=1e-5, atol=1e-7)
+    tx = optimizers.injected(name, 0.003, steps=20)
+
+    def lane(lr, p):
+        st = tx.init(p)
+        st.hyperparams["learning_rate"] = lr
+        for g in grads:
+            u, st = tx.update(g, st, p)
+            p = optax.apply_updates(p, u)
+        return p
+
+    both = jax.jit(jax.vmap(lane))(
+        jnp.array([0.003, 0.03]), jax.tree.map(lambda a: jnp.stack([a, a]), params)
+    )
+    for i, lr in enumerate((0.003, 0.03)):
+        alone = run(optimizers.injected(name, lr, steps=20), params)
+        np.testing.assert_allclose(both["w"][i], alone["w"], rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        optimizers.injected("lamb", 0.1, steps=10)
