@@ -79,7 +79,8 @@ def test_muon_orthogonalises_hidden_matrices_and_adam_steps_the_rest():
 
 
 @pytest.mark.parametrize(
-    "name", ["adamw", "nadamw", pytest.param("muon", marks=pytest.mark.slow)]  # muon: 3 s
+    "name",
+    ["adamw", "nadamw", pytest.param("muon", marks=pytest.mark.slow)],  # muon: 3 s
 )
 def test_injected_is_the_optimizer_at_its_peak_and_lanes_take_their_own(name):
     """The unit-peak schedule scaled by the injected rate is the optimizer at that peak (to
