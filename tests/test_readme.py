@@ -13,9 +13,14 @@ def test_readme_has_examples():
     assert len(BLOCKS) >= 2
 
 
-# the second block runs two sweeps (12 s): make test-slow; the others stay in make test
+#: blocks that run a sweep (``.main(``: 12 s) or train the GPT (a compile of ~8 s) are
+#: make test-slow; the others stay in make test
+SLOW = [i for i, b in enumerate(BLOCKS) if ".main(" in b or '"shakespeare"' in b]
+
+
 @pytest.mark.parametrize(
-    "index", [pytest.param(i, marks=pytest.mark.slow) if i == 1 else i for i in range(len(BLOCKS))]
+    "index",
+    [pytest.param(i, marks=pytest.mark.slow) if i in SLOW else i for i in range(len(BLOCKS))],
 )
 def test_readme_example_runs(index, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # examples that write run folders write them here
