@@ -40,9 +40,8 @@ their peak). Policies (the ``method`` field of summary.json):
 * ``spectrain-v2`` — one prediction per mini-batch at the forward, sequential target
   (``s = N - k - 1``, the lab's v2 horizon), backward at the current weights;
 * ``nesterov`` — NAG prediction with spectrain-v1's horizons; it decays the last update by the
-  momentum ``μ`` per step. With Adam it decays by β1 (``--momentum``), the rate at which Adam's
-  first moment forgets between gradients — NAdam's look-ahead uses the same β1; SpecTrain's
-  rule (the inner optimizer's last update times the horizon) needs no μ, so it covers Adam as is;
+  momentum ``μ`` (Adam: β1, ``--momentum``) per step; SpecTrain's rule (the optimizer's own last
+  update times the horizon) needs no μ, so it covers the Adam family and Muon as is;
 * any policy added with :func:`jaxstale.pipeline.register_policy` and passed with ``--methods``
   (its definition is recorded in the config; a policy that needs its own schedule adds a
   factory ``(num_stages, num_batches) -> Schedule`` to :data:`SCHEDULES`).
@@ -66,19 +65,17 @@ in nats) and figures; a run whose final validation loss is not below ``log V`` c
 diverged.
 
 Speed: the runs of one (model, N, policy), every rate and seed, are lanes of one vmapped
-compiled round; the MLP (7 hidden layers of ``--mlp-width`` 64: 8 blocks) runs at N ∈ {2, 4, 8}.
-``--model cnn`` (5 blocks, N ≤ 5; grouped convolutions under vmap are slow on the CPU) runs its
-lanes one after the other (``--seed-mode``). ``--executor mesh`` runs one run at a time on a
-``"stage"`` device axis (on XLA:CPU the same numbers bit for bit; NAdam to float32 rounding).
+compiled round (``--model cnn``: one after the other, ``--seed-mode``; grouped convolutions
+under vmap are slow on the CPU). ``--executor mesh`` runs one run at a time on a ``"stage"``
+device axis (on XLA:CPU the same numbers bit for bit; NAdam to float32 rounding).
 Default: 3 depths × 6 policies × 4 rates × 5 seeds = 360 runs of 1,500 updates; ``--quick``
 (N ∈ {2, 4}, 2 rates, 2 seeds, 300 updates) is a smoke run, marked so in its tables.
 
 Outputs (run folder): summary.json rows (method, model, stages, lr, seed, optimizer, momentum,
-target, schedule, backward, final_val_accuracy, final_test_accuracy, diverged, diverged_step,
-updates_to_target, final_train_loss, steps, batch_size, wall_s), table.md (test accuracy at the
-selected rate; updates to the target; the validation grid; paired differences against vanilla
-and sync; the pairs beyond noise), plot.png (validation curves at the deepest N at each policy's
-selected rate), accuracy_vs_stages.png (with 95 % CIs), gantt.png (the N = 4 asynchronous 1F1B
+target, schedule, backward, final_val/test_accuracy or _loss, diverged, diverged_step,
+updates_to_target, final_train_loss, steps, batch_size, wall_s), table.md (the tables above,
+paired differences against vanilla and sync, the pairs beyond noise), plot.png (validation
+curves at the deepest N), accuracy_vs_stages.png (with 95 % CIs), gantt.png (the N = 4
 schedule with weight versions). Run: ``python -m experiments.pipeline_staleness --help``.
 """
 
@@ -140,13 +137,13 @@ EDGE_BY = ("model", "method", "stages")  # the rows of one rate grid
 SCHEDULES: dict[str, Callable[[int, int], schedules.Schedule]] = {}
 
 
+def _factory_name(f: Callable[..., Any]) -> str:
+    return f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', repr(f))}"
+
+
 def schedule_factory(policy: str) -> Callable[[int, int], schedules.Schedule]:
     """The schedule factory of ``policy`` (:data:`SCHEDULES`, default asynchronous 1F1B)."""
     return SCHEDULES.get(policy, schedules.one_f_one_b)
-
-
-def _factory_name(f: Callable[..., Any]) -> str:
-    return f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', repr(f))}"
 
 
 # ----------------------------------------------------------------------------- the experiment
@@ -208,6 +205,13 @@ class Config(Base):
         kind="executor",
     )
     mlp_width: int = opt(64, "width of the MLP's 7 hidden layers (8 blocks: up to 8 stages)", low=1)
+    momentum_rule: str = opt(
+        "constant",
+        "β1 per stage: constant (--momentum), or asyncpp: AsyncPP's adaptive momentum "
+        "(jaxstale.optimizers.asyncpp_b1; Adam family or Muon, emulator)",
+        choices=("constant", "asyncpp"),
+        kind="momentum rule",
+    )
     seed_mode: str = seed_mode_opt(
         "emulator lanes: vmapped, or one after the other (auto: vmap for the MLP, sequential "
         "for conv models on a CPU); on XLA:CPU an MLP lane is its run alone bit for bit"
@@ -217,6 +221,9 @@ class Config(Base):
         super().__post_init__()
         if "mlp" not in (self.model or ["mlp"]):
             refuse_unused(self, {"mlp_width": "applies to --model mlp only, not in --model"})
+        if self.optimizer == "sgd" or self.executor == "mesh":
+            why = "a per-stage β1 needs an Adam-family optimizer or Muon and --executor emulate"
+            refuse_unused(self, {"momentum_rule": why})
 
     def resolved(self) -> dict[str, Any]:
         """The run's config (decides its results; its hash names the folder)."""
@@ -245,6 +252,7 @@ class Config(Base):
             "eval_every": self.eval_every or (25 if quick else eval_every(None, steps)),
             "target": self.resolved_target,
             "backward": self.backward,
+            **({"momentum_rule": self.momentum_rule} if self.momentum_rule != "constant" else {}),
             "executor": self.executor,
             "seed_mode": self.seed_mode,
             "extend_edges": grids.edge_limit(self),
@@ -318,7 +326,9 @@ class _Runner:
             for part in [keys] if vmap else [[k] for k in keys]:
                 pairs = [self.data(k["seed"]) for k in part]
                 xb, yb = (np.stack([p[i] for p in pairs]) for i in (0, 1))
-                lrs = {"learning_rate": [k["lr"] for k in part]}
+                lrs: dict[str, list[Any]] = {"learning_rate": [k["lr"] for k in part]}
+                if cfg.get("momentum_rule") == "asyncpp":  # AsyncPP's β1 per stage
+                    lrs["b1"] = [optimizers.asyncpp_b1(cfg["momentum"], n)] * len(part)
                 args = (stages, sched, method, self.tx, xb, yb)
                 ex = pipeline.make("emulate", *args, lanes=len(part), hyperparams=lrs, **kw)
                 results += self._run(ex, [self.init(name, n, k["seed"]) for k in part])
@@ -577,13 +587,8 @@ def report(
     metrics = lambda r: folder.metrics({k: r[k] for k in KEY})
     figs = make_figures(rows, selected, metrics, cfg, task)
     paths = folder.report(table, figs, num_runs=len(rows), started=started)
-    return {
-        "rows": rows,
-        "paths": paths,
-        "table": table,
-        "selected": selected,
-        "path": str(folder.path),
-    }
+    path = str(folder.path)
+    return {"rows": rows, "paths": paths, "table": table, "selected": selected, "path": path}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

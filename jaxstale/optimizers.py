@@ -41,6 +41,7 @@ __all__ = [
     "NAMES",
     "WARMUP_FRACTION",
     "adamw",
+    "asyncpp_b1",
     "injected",
     "muon",
     "nadamw",
@@ -193,7 +194,8 @@ def injected(
     ``steps``), its update scaled by ``learning_rate``. Every rule here is linear in its rate
     (AdamW's decoupled decay is ``η_t·λ·θ``), so this is the optimizer at peak
     ``learning_rate`` to float32 rounding. ``b1``: Adam's β1 (NAdamW: AsyncPP's 0.99 when
-    given so), Muon's momentum β.
+    given so), Muon's momentum β; injected too (``"b1"``: per lane, or per stage with
+    :func:`asyncpp_b1`).
 
     Example:
         >>> import jax.numpy as jnp
@@ -206,7 +208,7 @@ def injected(
         raise ValueError(f"unknown optimizer {name!r}; choose from: {', '.join(NAMES)}")
     if steps < 2:
         raise ValueError(f"injected: the schedule needs steps >= 2, got {steps}")
-    make = optax.inject_hyperparams(_unit_peak, static_args=("name", "steps", "b1"))
+    make = optax.inject_hyperparams(_unit_peak, static_args=("name", "steps"))
     return make(learning_rate=learning_rate, name=name, steps=steps, b1=b1)
 
 
@@ -237,3 +239,31 @@ def per_stage(
     if name == "sgd":
         return optax.inject_hyperparams(optax.sgd)(learning_rate=learning_rate, momentum=momentum)
     raise ValueError(f"unknown optimizer {name!r}; choose from: {', '.join(LABELS)}")
+
+
+def asyncpp_b1(b1: float, num_stages: int) -> list[float]:
+    r"""AsyncPP's adaptive momentum: stage :math:`s` of an ``N``-stage asynchronous 1F1B
+    pipeline keeps :math:`v_s = N - s` weight versions and trains with
+
+    .. math::
+
+        \beta_{1,s} = \beta_1 + (v_s - 1)\,(0.99 - \beta_1) / N,
+
+    so the stages whose gradients are the most stale average them over the longest horizon
+    (the last stage, one version, keeps ``b1``).
+
+    References:
+        Ajanthan et al., "Nesterov Method for Asynchronous Pipeline Parallel Optimization",
+        ICML 2025, arXiv 2505.01099; PluralisResearch/AsyncPP ``main_with_runtime.py``
+        (``--adaptive_momentum``; ``num_versions`` = warm-up mini-batches + 1) at commit
+        a6918030b92925ac3a48bb7c2fe69e42731a02ba.
+
+    Example:
+        >>> [round(b, 4) for b in asyncpp_b1(0.9, 4)]
+        [0.9675, 0.945, 0.9225, 0.9]
+    """
+    if num_stages < 1 or not 0 <= b1 <= 0.99:
+        raise ValueError(
+            f"asyncpp_b1: need num_stages >= 1 and 0 <= b1 <= 0.99, got {num_stages}, {b1}"
+        )
+    return [b1 + (num_stages - s - 1) * (0.99 - b1) / num_stages for s in range(num_stages)]

@@ -310,6 +310,11 @@ def _lane_fns(core: PipelineEmulator) -> tuple[Callable[..., Any], Callable[...,
     return core.lane_fns
 
 
+def _of_stage(value: Any, stage: int) -> Any:
+    """A lane's hyper-parameter value at ``stage``: one value for every stage, or one each."""
+    return value[stage] if isinstance(value, Sequence | np.ndarray) else value
+
+
 def set_hyperparams(opt_state: Any, values: Mapping[str, Any]) -> Any:
     """``opt_state`` with the named hyper-parameters of an ``optax.inject_hyperparams`` optimizer
     replaced (float32 scalars, wherever they sit in the state).
@@ -349,7 +354,8 @@ def executor(
     ``xb``/``yb`` then carry a leading lane axis (``[L, nb, B, ...]``), ``init`` takes weights
     stacked over lanes, and ``hyperparams`` (``{name: [L] values}``) sets hyper-parameters of
     a ``tx`` built with ``optax.inject_hyperparams`` per lane (e.g. ``{"learning_rate": ...}``),
-    so one compiled round serves a learning-rate grid.
+    so one compiled round serves a learning-rate grid; a lane's value may also be a sequence
+    of one value per stage (e.g. AsyncPP's per-stage β1).
     """
     s = program.schedule
     if program.policy.predict == "nesterov" and momentum is None:
@@ -362,6 +368,9 @@ def executor(
     for k, v in hp.items():
         if len(v) != lanes:
             raise ValueError(f"hyperparams[{k!r}] has {len(v)} values for {lanes} lanes")
+        n = len(stages)
+        if any(isinstance(x, Sequence | np.ndarray) and len(x) != n for x in v):
+            raise ValueError(f"hyperparams[{k!r}]: a lane's per-stage values must be {n}")
     lead = (lanes,) if lanes is not None else ()
     for name, a in (("xb", xb), ("yb", yb)):
         shp = tuple(np.shape(a))
@@ -390,8 +399,10 @@ def executor(
             for j in range(n_lanes):
                 pick = lambda t, j=j: jax.tree.map(lambda a: a[j], t)
                 c = core.init(x0, [pick(p) for p in params], [pick(q) for q in states])
-                vals = {k: v[j] for k, v in hp.items()}
-                c["opt"] = [set_hyperparams(o, vals) for o in c["opt"]] if vals else c["opt"]
+                vals = [
+                    {k: _of_stage(v[j], i) for k, v in hp.items()} for i in range(len(c["opt"]))
+                ]
+                c["opt"] = [set_hyperparams(o, v) for o, v in zip(c["opt"], vals, strict=True)]
                 carries.append(c)
             return jax.tree.map(lambda *a: jnp.stack(a), *carries)
 

@@ -7,6 +7,7 @@ import pytest
 
 from experiments import common, reports
 from experiments import pipeline_staleness as exp
+from experiments.config import ConfigError
 from jaxstale import pipeline, schedules
 from jaxstale.pipeline import Policy, register_policy
 
@@ -207,3 +208,20 @@ def test_registered_policy_with_its_own_schedule(tmp_path, monkeypatch):
     assert config["schedules"]["stash-seq-test"].endswith("my_schedule")
     assert config["schedules"]["stash"] == "jaxstale.schedules.timeline.one_f_one_b"
     assert (tmp_path / "gantt_stash-seq-test.png").exists()
+
+
+def test_asyncpp_momentum_rule_is_configured_per_stage_and_refused_where_ignored(tmp_path):
+    assert "momentum_rule" not in exp.Config().resolved()  # default run ids unchanged
+    cfg = exp.Config(optimizer="nadam", momentum_rule="asyncpp").resolved()
+    assert cfg["momentum_rule"] == "asyncpp"
+    for kw in ({}, {"optimizer": "adam", "executor": "mesh"}):
+        with pytest.raises(ConfigError, match="needs an Adam-family optimizer"):
+            exp.Config(momentum_rule="asyncpp", **kw)
+
+
+@pytest.mark.slow  # two sweeps (8 s)
+def test_asyncpp_momentum_rule_changes_the_runs(tmp_path):
+    argv = [*TINY, "--optimizer", "nadam", "--lrs", "0.001", "--methods", "stash"]
+    const = exp.main([*argv, "--out", str(tmp_path / "c")])["rows"]
+    rule = exp.main([*argv, "--momentum-rule", "asyncpp", "--out", str(tmp_path / "a")])["rows"]
+    assert const[0]["final_train_loss"] != rule[0]["final_train_loss"]

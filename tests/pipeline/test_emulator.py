@@ -11,7 +11,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxstale import loop, models, pipeline, schedules
+from jaxstale import loop, models, optimizers, pipeline, schedules
 from jaxstale.losses import cross_entropy
 from jaxstale.pipeline import POLICIES, emulator
 
@@ -585,3 +585,27 @@ def test_lanes_bad_input():
         ex.init([stack(s.params) for s in stages], [stack(s.state) for s in stages])
     with pytest.raises(ValueError, match="emulator-only"):
         pipeline.make("mesh", stages, prog, None, _TX, xb, yb, lanes=2)
+
+
+def test_a_lane_may_set_a_hyperparameter_per_stage():
+    """hyperparams: a lane's value may be one per stage (AsyncPP's β1); each stage's optimizer
+    state then holds its own, and a wrong count is one line."""
+    stages = _stages(3, 3)
+    prog = pipeline.compile(schedules.one_f_one_b(3, 4), "stash")
+    tx = optax.inject_hyperparams(optax.nadam)(learning_rate=0.01, b1=0.9)
+    xb, yb = _data(4)
+    f = models.functional_stages(_model(blocks=3), 3)
+    b1 = optimizers.asyncpp_b1(0.9, 3)
+    hp = {"learning_rate": [0.01, 0.02], "b1": [b1, 0.95]}
+    ex = pipeline.make("emulate", stages, prog, None, tx, np.stack([xb, xb]), np.stack([yb, yb]),
+                       lanes=2, hyperparams=hp)  # fmt: skip
+    stack = lambda t: jax.tree.map(lambda a: np.stack([a, a]), t)
+    state = ex.init([stack(s.params) for s in f], [stack(s.state) for s in f])
+    got = [np.asarray(o.hyperparams["b1"]) for o in state["opt"]]
+    np.testing.assert_allclose(np.stack(got), np.array([b1, [0.95] * 3]).T, rtol=1e-7)
+    assert [float(o.hyperparams["learning_rate"][1]) for o in state["opt"]] == [
+        np.float32(0.02)
+    ] * 3
+    with pytest.raises(ValueError, match="per-stage values must be 3"):
+        pipeline.make("emulate", stages, prog, None, tx, np.stack([xb, xb]), np.stack([yb, yb]),
+                      lanes=2, hyperparams={"b1": [[0.9, 0.9], 0.9]})  # fmt: skip
