@@ -117,7 +117,8 @@ def accuracy(
     """
     n = len(np.asarray(x))
     count = _counter(apply, vmap, per_example)
-    parts, total = [], 0
+    parts: list[np.ndarray] = []
+    total: Any = 0
     for xb, yb, valid, bs in _batched(x, y, batch_size):
         got = np.asarray(count(params, model_state, xb, yb, valid))
         if per_example:

@@ -387,13 +387,15 @@ def run(
         if (splits or evaluate is not None) and not dead.all():
             p, ms = ex.params(state)
             for name, (xe, ye) in splits.items():
-                kw = {"vmap": ex.vmapped, "batch_size": eval_batch_size}
+                vm, bs = ex.vmapped, eval_batch_size
                 # the final weights of a classifier: which test examples it gets right
                 if metric == "accuracy" and name == "test" and z == ex.num_rounds:
-                    correct = accuracy(ex.apply, p, ms, xe, ye, per_example=True, **kw)
+                    correct = accuracy(
+                        ex.apply, p, ms, xe, ye, vmap=vm, batch_size=bs, per_example=True
+                    )
                     got = correct.mean(axis=1)
                 else:
-                    got = measure(metric, ex.apply, p, ms, xe, ye, **kw)
+                    got = measure(metric, ex.apply, p, ms, xe, ye, vmap=vm, batch_size=bs)
                 accs[name] = np.broadcast_to(got, (lanes,))
             if evaluate is not None:
                 accs.update(_measured(evaluate(p, ms), splits, lanes))

@@ -163,7 +163,9 @@ def preset_builder(preset: str) -> Any:
     if preset not in PRESETS:
         raise ValueError(f"unknown GPT preset {preset!r}; choose from: {', '.join(PRESETS)}")
 
-    def build(input_shape: tuple[int, ...], num_classes: int, *, seed: int = 0, **kw: Any):
+    def build(
+        input_shape: tuple[int, ...], num_classes: int, *, seed: int = 0, **kw: Any
+    ) -> StagedModel:
         if len(tuple(input_shape)) != 1:
             raise ValueError(
                 f"gpt-{preset} takes [B, T] token ids (a text dataset), got examples of shape "

@@ -240,7 +240,7 @@ class PipelineEmulator:
                             lambda p, xx, bn=bn, st=st: st.apply(p, bn, xx, True)[0], w, x_in
                         )
                     gw, gx = vjp(ct)
-                if k > 0:
+                if k > 0 and gx is not None:  # no input gradient at the first stage
                     prev = carry["ct"][k - 1]
                     slot = _slot(b, m, nm, prog.ct_cap[k - 1])
                     carry["ct"][k - 1] = jax.lax.dynamic_update_index_in_dim(

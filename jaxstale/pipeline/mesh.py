@@ -265,7 +265,7 @@ class MeshPipeline:
                     gp, gx = vjp(ct.astype(y_shape.dtype))
                     loss = zl
                 g = _pad(ravel_pytree(gp)[0].astype(dt), p_max)
-                cot = za if k == 0 else _pad(gx.reshape(-1).astype(dt), a_max)
+                cot = za if gx is None or k == 0 else _pad(gx.reshape(-1).astype(dt), a_max)
                 return za, cot, g, loss.astype(jnp.float32), zr
 
             return f
