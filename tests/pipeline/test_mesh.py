@@ -2,8 +2,8 @@
 
 Same model, data, seed and program: the weights after K mini-batches must agree to 1e-5
 (float32; on the MLP they agree bit for bit). The fast tests: SpecTrain with Adam at N = 2, the
-devices' schedule, memory and errors; every parity case below and the full matrix (every schedule and policy, both backward readings, 4 and 8
-devices, MLP and CNN) is marked slow.
+devices' schedule, memory and errors; every other parity case and the full matrix (every
+schedule and policy, both backward readings, 4 and 8 devices, MLP and CNN) are marked slow.
 """
 
 import jax
