@@ -355,7 +355,12 @@ def lanes_for(
     for seed, sched in items:
         if seed not in funcs:
             m = models.create(
-                model, input_shape=shape, num_classes=ds.num_classes, seed=seed, **model_kw
+                model,
+                input_shape=shape,
+                num_classes=ds.num_classes,
+                seed=seed,
+                task=ds.task,
+                **model_kw,
             )
             funcs[seed] = models.functional(m)
         f = funcs[seed]

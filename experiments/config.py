@@ -43,8 +43,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from jaxstale import data, models, runs
-from jaxstale.text import TEXTS
+from flax import nnx
+
+from jaxstale import data, models, optimizers, runs
+from jaxstale.text import TEXTS, TFDS_TEXTS
 
 __all__ = [
     "EVAL_HELP",
@@ -276,7 +278,7 @@ class Base:
     @property
     def text(self) -> bool:
         """Whether the dataset is a text (a language-modelling task, loss-based)."""
-        return self.dataset in TEXTS
+        return self.dataset in TEXTS or self.dataset in TFDS_TEXTS
 
     @property
     def resolved_target(self) -> float:
@@ -452,9 +454,13 @@ def check_model(
     field: str, name: str, ds: data.Dataset, model_kw: dict[str, Any] | None = None
 ) -> int:
     """Raises :class:`ConfigError` (on ``field``) unless model ``name`` builds for ``ds`` and
-    maps one batch of its inputs to logits ``[B, num_classes]``
-    (:func:`jaxstale.models.check_logits`: traced abstractly, no compute); returns its number of
-    parameters."""
+    maps one batch of its inputs to logits ``[B, num_classes]`` (``[B, T, V]`` for a language
+    model; :func:`jaxstale.models.check_logits`: traced abstractly, no compute); returns its
+    number of parameters."""
+    return int(models.param_count(_built(field, name, ds, model_kw or {})))
+
+
+def _built(field: str, name: str, ds: data.Dataset, model_kw: dict[str, Any]) -> Any:
     if name not in models.model_names():
         raise ConfigError(
             field, f"unknown model {name!r}; choose from: {', '.join(models.model_names())}"
@@ -462,12 +468,39 @@ def check_model(
     shape = tuple(int(d) for d in ds.x_train.shape[1:])
     try:
         model = models.create(
-            name, input_shape=shape, num_classes=ds.num_classes, seed=0, **(model_kw or {})
+            name, input_shape=shape, num_classes=ds.num_classes, seed=0, task=ds.task, **model_kw
         )
         where = f"model {name!r} on {ds.name!r}"
-        models.check_logits(model, shape, ds.num_classes, where, task=ds.task)
+        return models.check_logits(model, shape, ds.num_classes, where, task=ds.task)
     except (ValueError, TypeError) as e:  # one message, whichever check said it
         raise ConfigError(field, str(e)) from None
+
+
+def check_staged_model(
+    field: str, name: str, ds: data.Dataset, model_kw: dict[str, Any], cfg: dict[str, Any]
+) -> int:
+    """:func:`check_model`, and model ``name`` is a :class:`jaxstale.models.StagedModel` of at
+    least ``min(cfg["stages"])`` blocks, with 2-D weights for Muon when ``cfg["optimizer"]`` is
+    ``"muon"`` (:func:`jaxstale.optimizers.muon_weights`); returns its number of parameters."""
+    model = _built(field, name, ds, model_kw)
+    if not isinstance(model, models.StagedModel):
+        raise ConfigError(
+            field,
+            f"a pipeline cuts a model into stages of blocks; {name!r} is a "
+            f"{type(model).__name__}, not a jaxstale.models.StagedModel (return one from "
+            "its register_model builder)",
+        )
+    if len(model.blocks) < min(cfg["stages"]):
+        raise ConfigError(
+            "stages",
+            f"{name!r} has {len(model.blocks)} blocks, fewer than N={min(cfg['stages'])} stages",
+        )
+    if cfg.get("optimizer") == "muon" and not optimizers.muon_weights(nnx.state(model, nnx.Param)):
+        raise ConfigError(
+            "optimizer",
+            f"muon orthogonalises 2-D weights and {name!r} has none outside "
+            f"{', '.join(optimizers.EXCLUDE)} (it would be AdamW on every parameter)",
+        )
     return int(models.param_count(model))
 
 

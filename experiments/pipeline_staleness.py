@@ -99,7 +99,7 @@ from .config import (
     Base,
     ConfigError,
     check_memory,
-    check_model,
+    check_staged_model,
     cli,
     eval_every,
     opt,
@@ -280,7 +280,12 @@ class _Runner:
     def _create(self, name: str, seed: int) -> Any:
         kw = self.cfg["model_kw"].get(name, {})
         return models.create(
-            name, input_shape=self.shape, num_classes=self.ds.num_classes, seed=seed, **kw
+            name,
+            input_shape=self.shape,
+            num_classes=self.ds.num_classes,
+            seed=seed,
+            task=self.ds.task,
+            **kw,
         )
 
     def num_blocks(self, name: str) -> int:
@@ -518,25 +523,10 @@ def _prepare(config: Config) -> tuple[dict[str, Any], data.Dataset]:
             "devices (on a CPU set XLA_FLAGS=--xla_force_host_platform_device_count=8)",
         )
     ds = load_checked(cfg, config, tasks.KINDS)
-    largest = 0
-    for name in cfg["models"]:
-        kw = cfg["model_kw"].get(name, {})
-        largest = max(largest, check_model("model", name, ds, kw))
-        shape = tuple(ds.x_train.shape[1:])
-        model = models.create(name, input_shape=shape, num_classes=ds.num_classes, **kw)
-        if not isinstance(model, models.StagedModel):
-            raise ConfigError(
-                "model",
-                f"a pipeline cuts a model into stages of blocks; {name!r} is a "
-                f"{type(model).__name__}, not a jaxstale.models.StagedModel (return one from "
-                "its register_model builder)",
-            )
-        if len(model.blocks) < min(cfg["stages"]):
-            raise ConfigError(
-                "stages",
-                f"{name!r} has {len(model.blocks)} blocks, fewer than N={min(cfg['stages'])} "
-                "stages",
-            )
+    largest = max(
+        check_staged_model("model", name, ds, cfg["model_kw"].get(name, {}), cfg)
+        for name in cfg["models"]
+    )
     lanes, n = cfg["seeds"] * len(cfg["lrs"]), max(cfg["stages"])
     example = ds.x_train[0].nbytes + ds.y_train[0].nbytes  # a run's batches are copied
     per_step = 8.0 * (cfg["batch_size"] + 4 * n) + cfg["batch_size"] * example

@@ -1,5 +1,5 @@
-"""Reading prepared TFDS image datasets without TensorFlow (``tfds.data_source``), for
-:func:`jaxstale.data.load`; tests use ``tfds.testing.mock_data``."""
+"""Reading prepared TFDS image and text datasets without TensorFlow (``tfds.data_source``),
+for :func:`jaxstale.data.load`; tests use ``tfds.testing.mock_data``."""
 
 from __future__ import annotations
 
@@ -33,11 +33,7 @@ def _is_prepared(tfds: Any, name: str, data_dir: str | None) -> bool:
         return False
 
 
-def load_tfds(
-    name: str, data_dir: str | None, shape: tuple[int, int, int], num_classes: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-    """``(x_train, y_train, x_test, y_test, num_classes)`` of a prepared TFDS image dataset,
-    read with ``tfds.data_source`` (never downloading); images float32 NHWC / 255."""
+def _import_tfds(name: str) -> Any:
     try:
         import tensorflow_datasets as tfds
     except ImportError as e:
@@ -46,15 +42,41 @@ def load_tfds(
             "(tensorflow-datasets and importlib_resources; TensorFlow itself is not needed). "
             "Offline, use the embedded dataset: load('digits')."
         ) from e
+    return tfds
+
+
+def _source(tfds: Any, name: str, split: str, data_dir: str | None) -> Any:
+    try:
+        # download=False: an unprepared dataset fails here at once instead of hanging on a
+        # download (under tfds.testing.mock_data this returns mock examples).
+        return tfds.data_source(name, split=split, data_dir=data_dir, download=False)
+    except Exception as e:  # tfds raises several types (NotImplementedError, AssertionError…)
+        hint = _prepare_hint(name, data_dir, _is_prepared(tfds, name, data_dir))
+        raise RuntimeError(f"{hint} [tfds: {type(e).__name__}: {e}]") from e
+
+
+def load_tfds_text(name: str, data_dir: str | None) -> tuple[str, str, str]:
+    """The train, validation and test texts of a prepared TFDS text dataset (``{"text": ...}``
+    examples, e.g. ``tiny_shakespeare``: one example per split), each split's examples joined
+    in order."""
+    tfds = _import_tfds(name)
+    out = []
+    for split in ("train", "validation", "test"):
+        source = _source(tfds, name, split, data_dir)
+        parts = (source[k]["text"] for k in range(len(source)))
+        out.append("".join(p.decode("utf-8") if isinstance(p, bytes) else str(p) for p in parts))
+    return out[0], out[1], out[2]
+
+
+def load_tfds(
+    name: str, data_dir: str | None, shape: tuple[int, int, int], num_classes: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """``(x_train, y_train, x_test, y_test, num_classes)`` of a prepared TFDS image dataset,
+    read with ``tfds.data_source`` (never downloading); images float32 NHWC / 255."""
+    tfds = _import_tfds(name)
     arrays: list[np.ndarray] = []
     for split in ("train", "test"):
-        try:
-            # download=False: an unprepared dataset fails here at once instead of hanging on a
-            # download (under tfds.testing.mock_data this returns mock examples).
-            source = tfds.data_source(name, split=split, data_dir=data_dir, download=False)
-        except Exception as e:  # tfds raises several types (NotImplementedError, AssertionError…)
-            hint = _prepare_hint(name, data_dir, _is_prepared(tfds, name, data_dir))
-            raise RuntimeError(f"{hint} [tfds: {type(e).__name__}: {e}]") from e
+        source = _source(tfds, name, split, data_dir)
         arrays.extend(_read_source(source, shape, name))
     x_train, y_train, x_test, y_test = arrays
     return x_train, y_train, x_test, y_test, num_classes

@@ -18,6 +18,9 @@ labels, split into train / validation / test and standardised with training-set 
   targets, from the corpus's contiguous train / validation / test parts (90 / 5 / 5 %); 256
   evenly spaced windows each for validation and test. Its splits are fixed: the two steps below
   do not apply (``validation`` must stay 0.1, ``standardize`` "feature" or "none").
+- ``"tiny_shakespeare"``: the common 1 MB character benchmark (40,000 lines of the plays; 65
+  characters, its training text's) from TFDS, the full-size text path: TFDS's own train /
+  validation / test texts, windowed as above; prepared offline like the TFDS images.
 - your own: :func:`register_dataset` adds a name whose loader returns raw arrays;
   :func:`dataset_names` lists every name :func:`load` accepts.
 
@@ -63,7 +66,7 @@ from jaxstale._batching import batch_indices, batches
 from jaxstale._checks import check_name
 from jaxstale._mnist1d import load_mnist1d
 from jaxstale._tfds import load_tfds
-from jaxstale.text import CONTEXT, EVAL_WINDOWS, TEXTS, load_text
+from jaxstale.text import CONTEXT, EVAL_WINDOWS, TEXTS, TFDS_TEXTS, load_text
 
 __all__ = [
     "DATASETS",
@@ -81,7 +84,15 @@ __all__ = [
     "registered_loader",
 ]
 
-DATASETS: tuple[str, ...] = ("digits", "mnist1d", "mnist", "fashion_mnist", "cifar10", *TEXTS)
+DATASETS: tuple[str, ...] = (
+    "digits",
+    "mnist1d",
+    "mnist",
+    "fashion_mnist",
+    "cifar10",
+    *TEXTS,
+    *TFDS_TEXTS,
+)
 """The built-in dataset names (see :func:`dataset_names` for the registered ones too)."""
 
 STANDARDIZE_MODES: tuple[str, ...] = ("feature", "channel", "none")
@@ -387,10 +398,10 @@ def load(
             f"standardize must be one of {', '.join(map(repr, STANDARDIZE_MODES))}, "
             f"got {standardize!r}."
         )
-    if name in TEXTS:
+    if name in TEXTS or name in TFDS_TEXTS:
         if validation != 0.1:
             raise ValueError(f"{name!r} has a fixed validation split; got validation={validation}")
-        return _load_text(name, standardize)
+        return _load_text(name, standardize, data_dir)
     if name == "digits":
         raw = _load_digits()
     elif name == "mnist1d":
@@ -440,18 +451,19 @@ def _prepare(name: str, raw: _Raw, validation: float, standardize: str) -> Datas
     )
 
 
-def _load_text(name: str, standardize: str) -> Dataset:
+def _load_text(name: str, standardize: str, data_dir: str | None) -> Dataset:
     """A text dataset as next-token windows of :data:`~jaxstale.text.CONTEXT` characters: every
     non-overlapping window of the training split (a seed's batches are drawn from them), and
     :data:`~jaxstale.text.EVAL_WINDOWS` evenly spaced windows of validation and test."""
     if standardize == "channel":
         raise ValueError(f"{name!r} holds token ids: standardize='channel' does not apply to it")
-    t = load_text(name)
+    t = load_text(name, data_dir)
     x_tr, y_tr = t.windows("train", CONTEXT)
     x_va, y_va = t.sampled_windows("val", CONTEXT, EVAL_WINDOWS)
     x_te, y_te = t.sampled_windows("test", CONTEXT, EVAL_WINDOWS)
     parts = [np.ascontiguousarray(a, np.int32) for a in (x_tr, y_tr, x_va, y_va, x_te, y_te)]
     pre = {"context": CONTEXT, "eval_windows": EVAL_WINDOWS, "standardize": "none"}
+    pre["vocabulary"] = t.vocabulary
     pre |= {"num_train": len(x_tr), "num_validation": len(x_va), "num_test": len(x_te)}
     pre["digest"] = _digest(t.vocab_size, *parts, pre)
     xt, yt, xv, yv, xs, ys = parts

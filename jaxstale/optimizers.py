@@ -44,6 +44,7 @@ __all__ = [
     "asyncpp_b1",
     "injected",
     "muon",
+    "muon_weights",
     "nadamw",
     "per_stage",
     "schedule",
@@ -122,6 +123,23 @@ def _muon_dims(exclude: Sequence[str]) -> Callable[[Any], Any]:
         return jax.tree_util.tree_map_with_path(one, params)
 
     return dims
+
+
+def muon_weights(params: Any, exclude: Sequence[str] = EXCLUDE) -> int:
+    """How many parameters :func:`muon` orthogonalises in ``params``: the entries of its 2-D
+    weights outside ``exclude`` (0: Muon would be AdamW on every parameter).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> muon_weights({"w": jnp.ones((3, 4)), "b": jnp.ones(4), "out": jnp.ones((4, 2))})
+        12
+    """
+    specs = _muon_dims(exclude)(params)
+    muon_leaf = lambda d: d is None or isinstance(d, contrib.MuonDimensionNumbers)
+    flat = jax.tree.leaves(specs, is_leaf=muon_leaf)
+    return sum(
+        int(p.size) for p, d in zip(jax.tree.leaves(params), flat, strict=True) if d is not None
+    )
 
 
 def muon(

@@ -25,8 +25,10 @@ __all__ = [
     "CONTEXT",
     "EVAL_WINDOWS",
     "TEXTS",
+    "TFDS_TEXTS",
     "TextData",
     "bits_per_char",
+    "from_texts",
     "load_text",
     "perplexity",
     "uniform_loss",
@@ -34,6 +36,9 @@ __all__ = [
 
 #: the built-in text datasets
 TEXTS = ("shakespeare",)
+
+#: the text datasets read from TensorFlow Datasets (prepared offline; :func:`from_texts`)
+TFDS_TEXTS = ("tiny_shakespeare",)
 
 #: the context (characters per window) of :func:`jaxstale.data.load`'s text datasets
 CONTEXT = 64
@@ -101,18 +106,56 @@ class TextData:
         return x[pick], y[pick]
 
 
-def load_text(name: str = "shakespeare") -> TextData:
-    """A built-in text dataset (:data:`TEXTS`), offline.
+def load_text(name: str = "shakespeare", data_dir: str | None = None) -> TextData:
+    """A text dataset by name: the embedded :data:`TEXTS` (offline) or a prepared TFDS one
+    (:data:`TFDS_TEXTS`, read from ``data_dir`` with ``tfds.data_source``, never downloaded;
+    its vocabulary is its training text's characters, :func:`from_texts`).
 
     Example:
         >>> d = load_text()
         >>> d.vocab_size, d.train.dtype.name
         (83, 'uint8')
     """
+    if name in TFDS_TEXTS:
+        from jaxstale._tfds import load_tfds_text
+
+        return from_texts(name, *load_tfds_text(name, data_dir))
     if name not in TEXTS:
-        raise ValueError(f"unknown text dataset {name!r}; choose from: {', '.join(TEXTS)}")
+        choices = ", ".join((*TEXTS, *TFDS_TEXTS))
+        raise ValueError(f"unknown text dataset {name!r}; choose from: {choices}")
     c = _shakespeare.load_corpus()
     return TextData(name, c.vocabulary, c.train, c.val, c.test)
+
+
+def from_texts(name: str, train: str, val: str, test: str) -> TextData:
+    """:class:`TextData` of three split texts over the training text's characters (sorted), the
+    vocabulary of a character-level model of that corpus (TFDS's ``tiny_shakespeare``: 65).
+
+    Raises:
+        ValueError: an empty split, a non-ASCII character, or a validation or test character
+        that the training text does not have (its id would be out of the model's range).
+
+    Example:
+        >>> d = from_texts("toy", "abcab", "ba", "ca")
+        >>> d.vocabulary, d.val.tolist()
+        ('abc', [1, 0])
+    """
+    texts = {"train": train, "val": val, "test": test}
+    for split, text in texts.items():
+        if not text:
+            raise ValueError(f"{name}: the {split} split is empty")
+        if not text.isascii():
+            bad = sorted({c for c in text if not c.isascii()})[:5]
+            raise ValueError(f"{name}: the {split} text has non-ASCII characters {bad!r}")
+    vocabulary = "".join(sorted(set(train)))
+    for split, text in texts.items():
+        if bad := sorted(set(text) - set(vocabulary)):
+            raise ValueError(
+                f"{name}: the {split} text has characters outside the training text's "
+                f"vocabulary: {bad!r}"
+            )
+    ids = {split: _shakespeare.encode(text, vocabulary) for split, text in texts.items()}
+    return TextData(name, vocabulary, ids["train"], ids["val"], ids["test"])
 
 
 def uniform_loss(vocab_size: int) -> float:

@@ -30,7 +30,8 @@ def raw_split():
 
 def test_datasets_tuple():
     assert data.DATASETS == (
-        "digits", "mnist1d", "mnist", "fashion_mnist", "cifar10", "shakespeare"
+        "digits", "mnist1d", "mnist", "fashion_mnist", "cifar10", "shakespeare",
+        "tiny_shakespeare",
     )  # fmt: skip
 
 
@@ -382,7 +383,8 @@ def test_registered_dataset_gets_split_and_standardisation(registry):
     data.register_dataset("blobs", _random_loader(calls))
     assert data.dataset_names() == (*data.DATASETS, "blobs")
     assert data.DATASETS == (
-        "digits", "mnist1d", "mnist", "fashion_mnist", "cifar10", "shakespeare"
+        "digits", "mnist1d", "mnist", "fashion_mnist", "cifar10", "shakespeare",
+        "tiny_shakespeare",
     )  # fmt: skip
     raw = data.load("blobs", data_dir="/somewhere", validation=0.0, standardize="none")
     assert calls == ["/somewhere"]
@@ -421,7 +423,7 @@ def test_register_dataset_errors(registry):
     with pytest.raises(
         ValueError,
         match=r"registered datasets: digits, mnist1d, mnist, fashion_mnist, cifar10, "
-        r"shakespeare, mine\.",
+        r"shakespeare, tiny_shakespeare, mine\.",
     ):
         data.load("yours")
 
@@ -442,3 +444,30 @@ def test_registered_loader_results_are_checked(registry, result, match):
     data.register_dataset("bad", lambda data_dir: result)
     with pytest.raises(ValueError, match=match):
         data.load("bad")
+
+
+def test_tiny_shakespeare_through_mock_data(tmp_path, no_network):
+    tfds = pytest.importorskip("tensorflow_datasets")
+    texts = {"train": "to be or not to be\n" * 20, "validation": "or not\n" * 30}
+    texts["test"] = "be to\n" * 30
+
+    def source(self, split, **kw):  # the real dataset: one example, a whole text, per split
+        return [{"text": texts[split].encode()}]
+
+    with tfds.testing.mock_data(as_data_source_fn=source):
+        ds = data.load("tiny_shakespeare", data_dir=str(tmp_path))
+    vocab = "\n benort"
+    assert ds.task == "language_model" and ds.num_classes == len(vocab)
+    assert ds.preprocessing["vocabulary"] == vocab
+    ids = np.array([vocab.index(c) for c in texts["train"]])
+    n = (len(ids) - 1) // 64
+    np.testing.assert_array_equal(ds.x_train, ids[: n * 64].reshape(n, 64))
+    np.testing.assert_array_equal(ds.y_train, ids[1 : n * 64 + 1].reshape(n, 64))
+    assert ds.x_val.shape == (3, 64) and ds.x_test.shape == (2, 64)  # 209 and 179 targets
+    assert ds.x_train.dtype == np.int32
+    texts["test"] = "be, or not\n" * 30  # a comma the training text never had
+    with (
+        tfds.testing.mock_data(as_data_source_fn=source),
+        pytest.raises(ValueError, match=r"the test text has characters outside .* \[','\]"),
+    ):
+        data.load("tiny_shakespeare", data_dir=str(tmp_path))

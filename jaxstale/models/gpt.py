@@ -103,7 +103,12 @@ class GPTBlock(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         if self.embed:
-            t = x.shape[1]
+            t, context = x.shape[1], self.positions.shape[0]
+            if t > context:
+                raise ValueError(
+                    f"gpt: sequences of {t} ids are longer than the context of {context} "
+                    "the model was built for"
+                )
             x = self.tokens(x.astype(jnp.int32)) + self.positions[...][:t]
         x = x + self._attend(self.ln1(x))
         x = x + self.down(jax.nn.gelu(self.up(self.ln2(x))))

@@ -385,6 +385,7 @@ def create(
     input_shape: tuple[int, ...],
     num_classes: int,
     seed: int = 0,
+    task: str = "classification",
     **kwargs: Any,
 ) -> StagedModel: ...
 
@@ -396,6 +397,7 @@ def create(
     input_shape: tuple[int, ...],
     num_classes: int,
     seed: int = 0,
+    task: str = "classification",
     **kwargs: Any,
 ) -> nnx.Module: ...
 
@@ -406,6 +408,7 @@ def create(
     input_shape: tuple[int, ...],
     num_classes: int,
     seed: int = 0,
+    task: str = "classification",
     **kwargs: Any,
 ) -> nnx.Module:
     """Build a model by name: one of :data:`MODELS` or a name added with :func:`register_model`.
@@ -416,6 +419,8 @@ def create(
         ``mlp`` and ``cnn1d``).
       num_classes: number of output logits.
       seed: initialisation seed (same seed, same weights).
+      task: ``"classification"`` or ``"language_model"`` (:data:`jaxstale.tasks.KINDS`): the
+        logits a registered model must produce (:func:`check_logits`); not passed to builders.
       **kwargs: model-specific options passed to :func:`mlp` (``hidden``), :func:`cnn`
         (``channels``, ``hidden``, ``kernel``), :func:`resnet20` (``width``,
         ``blocks_per_stage``) or a registered builder, e.g. to make a tiny model for tests.
@@ -451,7 +456,9 @@ def create(
         raise TypeError(
             f"The builder of model {name!r} must return an nnx.Module, got {type(model).__name__}."
         )
-    return check_logits(model, tuple(input_shape), num_classes, f"create: model {name!r}")
+    return check_logits(
+        model, tuple(input_shape), num_classes, f"create: model {name!r}", task=task
+    )
 
 
 def check_logits(

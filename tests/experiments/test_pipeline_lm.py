@@ -5,8 +5,11 @@ import json
 import math
 
 import pytest
+from flax import nnx
 
 from experiments import pipeline_staleness as exp
+from experiments.config import from_argv
+from jaxstale import models
 
 LM = ["--dataset", "shakespeare", "--model", "gpt-tiny", "--stages", "2", "--seeds", "2"]
 LM += ["--steps", "24", "--eval-every", "12", "--batch-size", "8", "--optimizer", "adamw"]
@@ -85,3 +88,63 @@ def test_experiments_without_language_models_refuse_a_text_dataset(name, tmp_pat
     assert e.value.code == 2
     assert "'shakespeare' is a language model task" in capsys.readouterr().err
     assert not out.exists()
+
+
+class _Bigram(nnx.Module):
+    """Next-token logits from an embedding table alone: no 2-D weight Muon would take."""
+
+    def __init__(self, vocab):
+        self.tokens = nnx.Embed(vocab, vocab, rngs=nnx.Rngs(0))
+
+    def __call__(self, x):
+        return self.tokens(x)
+
+
+def _register_gpt(name, *, context=None, vocab=None, bigram=False):
+    def build(*, input_shape, num_classes, seed):
+        if bigram:
+            return models.StagedModel(
+                [_Bigram(num_classes), nnx.LayerNorm(num_classes, rngs=nnx.Rngs(0))]
+            )
+        ctx, v = context or input_shape[0], vocab or num_classes
+        return models.gpt(ctx, v, layers=2, width=16, heads=2, seed=seed)
+
+    models.register_model(name, build, overwrite=True)
+
+
+@pytest.mark.parametrize(
+    "kw, argv, message",
+    [
+        ({"context": 32}, [], "sequences of 64 ids are longer than the context of 32"),
+        ({"vocab": 50}, [], "the data has a vocabulary of 83: (2, 64, 83) needed"),
+        ({"bigram": True}, ["--optimizer", "muon"], "muon orthogonalises 2-D weights"),
+    ],
+)
+def test_a_registered_gpt_that_does_not_fit_is_one_line(tmp_path, capsys, kw, argv, message):
+    _register_gpt("user-gpt", **kw)
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        exp.main([*LM, "--model", "user-gpt", *argv, "--out", str(out)])
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_registered_gpt_is_checked_as_a_language_model():
+    _register_gpt("user-gpt")
+    config, _ = from_argv(exp.Config, [*LM, "--model", "user-gpt", "--optimizer", "muon"])
+    cfg, ds = exp._prepare(config)
+    assert cfg["models"] == ["user-gpt"] and ds.task == "language_model"
+
+
+def test_tiny_shakespeare_from_tfds_is_a_pipeline_dataset(tmp_path):
+    tfds = pytest.importorskip("tensorflow_datasets")
+    text = "".join(chr(32 + i % 90) for i in range(2000))  # every character, in order
+
+    def source(self, split, **kw):
+        return [{"text": text}]
+
+    argv = [*LM, "--dataset", "tiny_shakespeare", "--data-dir", str(tmp_path)]
+    with tfds.testing.mock_data(as_data_source_fn=source):
+        cfg, ds = exp._prepare(from_argv(exp.Config, argv)[0])
+    assert ds.task == "language_model" and ds.num_classes == 90 and cfg["target"] == 2.0

@@ -74,3 +74,19 @@ def test_presets_are_zoo_models_sized_by_the_data():
         models.check_logits(model, (16,), 41, task="language_model")
     with pytest.raises(ValueError, match="takes \\[B, T\\] token ids"):
         models.create("gpt-cpu", input_shape=(8, 8, 1), num_classes=10)
+
+
+def test_a_registered_gpt_is_created_for_a_language_model_task():
+    build = lambda *, input_shape, num_classes, seed: gpt(
+        input_shape[0], num_classes, layers=1, width=8, heads=2, seed=seed
+    )
+    models.register_model("test-user-gpt", build, overwrite=True)
+    m = models.create("test-user-gpt", input_shape=(16,), num_classes=11, task="language_model")
+    assert m(jnp.zeros((3, 16), jnp.int32)).shape == (3, 16, 11)
+    with pytest.raises(ValueError, match=r"\(2, 11\) needed"):  # judged as a classifier
+        models.create("test-user-gpt", input_shape=(16,), num_classes=11)
+
+
+def test_a_sequence_longer_than_the_context_is_one_line():
+    with pytest.raises(ValueError, match="sequences of 9 ids are longer than the context of 8"):
+        gpt(8, 5, layers=1, width=8, heads=2)(jnp.zeros((1, 9), jnp.int32))
