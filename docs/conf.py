@@ -67,7 +67,7 @@ napoleon_custom_sections = [("References", "notes_style")]
 # --- the areas, one page each (docs/api/<page>.rst): (page, module prefixes) ---
 AREAS: list[tuple[str, list[str]]] = [
     ("transforms", ["jaxstale.transforms", "jaxstale.lc_asgd"]),
-    ("versions", ["jaxstale.versions", "jaxstale.delays"]),
+    ("versions", ["jaxstale.versions", "jaxstale.delays", "jaxstale.delayed"]),
     ("pipeline", ["jaxstale.schedules", "jaxstale.pipeline"]),
     ("asyncdp", ["jaxstale.asyncdp"]),
     (

@@ -52,6 +52,7 @@ from jaxstale.pipeline import register_policy as register_policy
 # --- asynchronous data parallelism: methods, server, executors (issues 4, 6, 12) ---
 from jaxstale import asyncdp as asyncdp
 from jaxstale import delays as delays
+from jaxstale import delayed as delayed
 from jaxstale.delays import DelaySchedule as DelaySchedule
 from jaxstale.asyncdp import HParams as HParams
 from jaxstale.asyncdp import MethodSpec as MethodSpec

@@ -62,6 +62,7 @@ __all__ = [
     "executor",
     "fit",
     "make_train_step",
+    "update_executor",
 ]
 
 LOOPS: tuple[str, ...] = ("host", "scan", "unrolled")
@@ -296,9 +297,39 @@ def executor(
     Returns:
       The executor; ``init(params, state)`` takes weights stacked over seeds with ``vmap``.
     """
+    update = _make_update(apply, tx, loss_fn, extra_args)
+    return update_executor(
+        update,
+        tx.init,
+        apply,
+        x_train,
+        y_train,
+        indices,
+        loop=loop,
+        vmap=vmap,
+        unroll_chunk=unroll_chunk,
+        max_chunk=max_chunk,
+    )
+
+
+def update_executor(
+    update: Callable[..., tuple[Any, Any, Any, jax.Array]],
+    opt_init: Callable[[Any], Any],
+    apply: Callable[..., Any],
+    x_train: Any,
+    y_train: Any,
+    indices: Any,
+    *,
+    loop: str = "host",
+    vmap: bool = False,
+    unroll_chunk: int = 8,
+    max_chunk: int = 100,
+) -> Executor:
+    """:func:`executor` around any one-step ``update(params, opt_state, state, x, y) ->
+    (params, opt_state, state, loss)`` whose optimizer state starts as ``opt_init(params)``
+    (e.g. :func:`jaxstale.delayed.delayed_update`'s, which keeps weight versions there)."""
     if loop not in LOOPS:
         raise ValueError(f"loop must be one of {LOOPS}, got {loop!r}")
-    update = _make_update(apply, tx, loss_fn, extra_args)
     get = _compiled_loops(update, loop, vmap)
     idx = np.asarray(indices)
     lanes = idx.shape[0] if vmap else 1
@@ -306,7 +337,7 @@ def executor(
     x_train, y_train = np.asarray(x_train), np.asarray(y_train)
 
     def init(params: Any, state: Any) -> Carry:
-        opt = jax.vmap(tx.init)(params) if vmap else tx.init(params)
+        opt = jax.vmap(opt_init)(params) if vmap else opt_init(params)
         alive = jnp.ones((lanes,), bool) if vmap else jnp.asarray(True)
         return _copy_tree((params, opt, state, alive))
 
