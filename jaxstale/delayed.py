@@ -39,7 +39,7 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -49,6 +49,7 @@ import optax
 from jaxstale import train
 from jaxstale.loop import Executor
 from jaxstale.losses import cross_entropy
+from jaxstale.optimizers import set_hyperparams
 from jaxstale.transforms._utils import broadcast_prefix
 
 __all__ = ["DelayedState", "capacity", "delayed_update", "executor", "stage_profile"]
@@ -186,11 +187,28 @@ def executor(
     loop: str = "scan",
     vmap: bool = False,
     max_chunk: int = 100,
+    hyperparams: Mapping[str, Sequence[float]] | None = None,
 ) -> Executor:
     """:func:`jaxstale.train.executor` with the delayed step: step ``t`` trains on
-    ``x_train[indices[t]]`` (``[S, steps, B]`` lanes with ``vmap``) with gradients ``delay``
-    updates stale (module docstring); :func:`jaxstale.loop.run` drives it."""
+    ``x_train[indices[t]]`` (``[L, steps, B]`` lanes with ``vmap``) with gradients ``delay``
+    updates stale (module docstring); :func:`jaxstale.loop.run` drives it. ``hyperparams``
+    (``{name: [L] values}``, with ``vmap``) sets hyper-parameters of a ``tx`` built with
+    ``optax.inject_hyperparams`` per lane, e.g. a learning-rate grid in one compiled program."""
     update, init = delayed_update(apply, tx, delay, predict=predict, loss_fn=loss_fn)
-    return train.update_executor(
+    if hyperparams and not vmap:
+        raise ValueError("executor: hyperparams are per lane: pass vmap=True with them")
+    lanes = len(indices) if vmap else 1
+    for k, v in (hyperparams or {}).items():
+        if len(v) != lanes:
+            raise ValueError(f"executor: hyperparams[{k!r}] has {len(v)} values for {lanes} lanes")
+    ex = train.update_executor(
         update, init, apply, x_train, y_train, indices, loop=loop, vmap=vmap, max_chunk=max_chunk
     )
+    if not hyperparams:
+        return ex
+
+    def init_lanes(params: Any, state: Any) -> Any:
+        p, opt, s, alive = ex.init(params, state)
+        return p, set_hyperparams(opt, hyperparams), s, alive
+
+    return ex._replace(init=init_lanes)

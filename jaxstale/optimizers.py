@@ -28,10 +28,11 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import optax
 from optax import contrib
 
@@ -48,6 +49,7 @@ __all__ = [
     "nadamw",
     "per_stage",
     "schedule",
+    "set_hyperparams",
     "sgd",
 ]
 
@@ -285,3 +287,20 @@ def asyncpp_b1(b1: float, num_stages: int) -> list[float]:
             f"asyncpp_b1: need num_stages >= 1 and 0 <= b1 <= 0.99, got {num_stages}, {b1}"
         )
     return [b1 + (num_stages - s - 1) * (0.99 - b1) / num_stages for s in range(num_stages)]
+
+
+def set_hyperparams(opt_state: Any, values: Mapping[str, Any]) -> Any:
+    """``opt_state`` with the named hyper-parameters of an ``optax.inject_hyperparams`` optimizer
+    replaced (float32 scalars, wherever they sit in the state).
+
+    Raises:
+        ValueError: a name the state does not hold.
+    """
+    for name, v in values.items():
+        if not optax.tree_utils.tree_get_all_with_path(opt_state, name):
+            raise ValueError(
+                f"hyperparams: the optimizer state has no hyper-parameter {name!r}; build tx "
+                "with optax.inject_hyperparams(...) to vary it per lane"
+            )
+        opt_state = optax.tree_utils.tree_set(opt_state, **{name: jnp.asarray(v, jnp.float32)})
+    return opt_state

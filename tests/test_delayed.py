@@ -90,21 +90,25 @@ def test_a_constant_delay_is_the_asynchronous_emulators():
     )
 
 
-def test_vmapped_lanes_equal_runs_alone():
+def test_vmapped_lanes_at_their_own_rates_equal_runs_alone():
     f, x, y = _mlp()
-    tx = optax.inject_hyperparams(optax.adam)(learning_rate=1e-3)
+    tx = optax.inject_hyperparams(optax.adam)(learning_rate=1.0)
     idx = np.stack([np.arange(64).reshape(8, 8), np.arange(64)[::-1].reshape(8, 8)])
     stack = lambda *t: jax.tree.map(lambda *a: jnp.stack(a), *t)
-    lanes = loop.run(
-        delayed.executor(f.apply, tx, x, y, idx, delay=2, predict=True, vmap=True),
-        stack(f.params, f.params),
-        stack(f.state, f.state),
+    rates = {"learning_rate": [1e-3, 3e-3]}
+    ex = delayed.executor(
+        f.apply, tx, x, y, idx, delay=2, predict=True, vmap=True, hyperparams=rates
     )
-    for j in range(2):
-        (alone,) = loop.run(
-            delayed.executor(f.apply, tx, x, y, idx[j], delay=2, predict=True), f.params, f.state
+    lanes = loop.run(ex, stack(f.params, f.params), stack(f.state, f.state))
+    for j, lr in enumerate(rates["learning_rate"]):
+        one = optax.inject_hyperparams(optax.adam)(learning_rate=lr)
+        alone = delayed.executor(f.apply, one, x, y, idx[j], delay=2, predict=True)
+        (res,) = loop.run(alone, f.params, f.state)
+        np.testing.assert_allclose(lanes[j].losses, res.losses, rtol=1e-6)
+    with pytest.raises(ValueError, match="has 1 values for 2 lanes"):
+        delayed.executor(
+            f.apply, tx, x, y, idx, delay=1, vmap=True, hyperparams={"learning_rate": [1]}
         )
-        np.testing.assert_allclose(lanes[j].losses, alone.losses, rtol=1e-6)
 
 
 def test_the_state_keeps_only_the_versions_it_needs():

@@ -48,6 +48,7 @@ import optax
 from jaxstale import schedules as S
 from jaxstale.loop import Executor, Stats, jit
 from jaxstale.losses import cross_entropy
+from jaxstale.optimizers import set_hyperparams
 from jaxstale.pipeline.kernel import (
     _tree_where,
     compose,
@@ -313,23 +314,6 @@ def _lane_fns(core: PipelineEmulator) -> tuple[Callable[..., Any], Callable[...,
 def _of_stage(value: Any, stage: int) -> Any:
     """A lane's hyper-parameter value at ``stage``: one value for every stage, or one each."""
     return value[stage] if isinstance(value, Sequence | np.ndarray) else value
-
-
-def set_hyperparams(opt_state: Any, values: Mapping[str, Any]) -> Any:
-    """``opt_state`` with the named hyper-parameters of an ``optax.inject_hyperparams`` optimizer
-    replaced (float32 scalars, wherever they sit in the state).
-
-    Raises:
-        ValueError: a name the state does not hold.
-    """
-    for name, v in values.items():
-        if not optax.tree_utils.tree_get_all_with_path(opt_state, name):
-            raise ValueError(
-                f"hyperparams: the optimizer state has no hyper-parameter {name!r}; build tx "
-                "with optax.inject_hyperparams(...) to vary it per lane"
-            )
-        opt_state = optax.tree_utils.tree_set(opt_state, **{name: jnp.asarray(v, jnp.float32)})
-    return opt_state
 
 
 def executor(
