@@ -43,7 +43,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import optax
 
 from jaxstale import train
@@ -51,6 +50,7 @@ from jaxstale.loop import Executor
 from jaxstale.losses import cross_entropy
 from jaxstale.optimizers import set_hyperparams
 from jaxstale.transforms._utils import broadcast_prefix
+from jaxstale.versions import VersionBuffer
 
 __all__ = ["DelayedState", "capacity", "delayed_update", "executor", "stage_profile"]
 
@@ -60,14 +60,12 @@ class DelayedState(NamedTuple):
 
     Attributes:
       inner: the optimizer's state.
-      versions: the parameters' last ``K`` versions, each leaf ``[K, *shape]``; version
-        :math:`\\theta_t` in slot ``t mod K``.
-      count: ``int32`` updates so far, ``t``.
+      versions: the parameters' last ``K`` versions (:class:`jaxstale.VersionBuffer`; its
+        ``count`` is the number of updates so far).
     """
 
     inner: optax.OptState
-    versions: Any
-    count: jax.Array  # type: ignore[assignment]  # shadows tuple.count, as in optax
+    versions: VersionBuffer
 
 
 def _check(delay: Any) -> None:
@@ -136,24 +134,22 @@ def delayed_update(
 
     def init(params: Any) -> DelayedState:
         k = capacity(_delays(delay, params), predict)
-        versions = jax.tree.map(lambda p: jnp.broadcast_to(p, (k, *jnp.shape(p))), params)
-        return DelayedState(tx.init(params), versions, jnp.zeros((), jnp.int32))
+        return DelayedState(tx.init(params), VersionBuffer.create(params, k))
 
-    def read(versions: Any, t: jax.Array, taus: Any, back: int) -> Any:
-        def one(v: jax.Array, tau: int) -> jax.Array:
-            k = v.shape[0]
-            return jax.lax.dynamic_index_in_dim(v, jnp.maximum(t - tau - back, 0) % k, 0, False)
-
-        return jax.tree.map(one, versions, taus)
+    def read(versions: VersionBuffer, taus: Any, back: int) -> Any:
+        """Each leaf at its own age ``τ + back`` (``w_{max(t − τ − back, 0)}``)."""
+        ages = sorted({tau + back for tau in jax.tree.leaves(taus)})
+        trees = [versions.get(a) for a in ages]
+        return jax.tree.map(lambda tau, *vs: vs[ages.index(tau + back)], taus, *trees)
 
     def update(params: Any, opt_state: DelayedState, state: Any, x: Any, y: Any) -> Any:
         taus = _delays(delay, params)
-        inner, versions, t = opt_state
-        stale = read(versions, t, taus, 0)
+        inner, versions = opt_state
+        stale = read(versions, taus, 0)
         if predict:
-            before = read(versions, t, taus, 1)
+            before = read(versions, taus, 1)
             stale = jax.tree.map(
-                lambda w, w0, tau: w if tau == 0 else w + tau * (w - w0), stale, before, taus
+                lambda tau, w, w0: w if tau == 0 else w + tau * (w - w0), taus, stale, before
             )
 
         def objective(p: Any) -> tuple[jax.Array, Any]:
@@ -163,13 +159,7 @@ def delayed_update(
         (loss, new_state), grads = jax.value_and_grad(objective, has_aux=True)(stale)
         updates, inner = tx.update(grads, inner, params)
         params = optax.apply_updates(params, updates)
-        slot = (t + 1) % jax.tree.leaves(versions)[0].shape[0]
-        versions = jax.tree.map(
-            lambda v, p: jax.lax.dynamic_update_index_in_dim(v, p.astype(v.dtype), slot, 0),
-            versions,
-            params,
-        )
-        return params, DelayedState(inner, versions, t + 1), new_state, loss
+        return params, DelayedState(inner, versions.push(params)), new_state, loss
 
     return update, init
 

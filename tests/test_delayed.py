@@ -115,7 +115,7 @@ def test_the_state_keeps_only_the_versions_it_needs():
     assert delayed.capacity(0) == 1 and delayed.capacity([3, 2, 1, 0]) == 4
     assert delayed.capacity(2, predict=True) == 4
     _, init = delayed.delayed_update(LIN, optax.sgd(0.1), delayed.stage_profile(1), loss_fn=SQ)
-    assert init([jnp.ones((2, 3))]).versions[0].shape == (1, 2, 3)
+    assert init([jnp.ones((2, 3))]).versions.versions[0].shape == (1, 2, 3)
 
 
 @pytest.mark.parametrize("delay", [-1, 1.5, True, [1, 2]])

@@ -1,0 +1,380 @@
+"""Constant delay: what a gradient τ updates stale costs each optimizer, and how much weight
+prediction gives back.
+
+Question (the one-step-delay and marin studies, issue 23's LM4 / LM5): with any optax optimizer
+(AdamW, NAdamW, Muon, SGD) and every gradient taken at weights ``τ`` updates old
+(:mod:`jaxstale.delayed`: ``g_t = ∇L(θ_{t−τ})`` applied to ``θ_t``), how far does the final
+validation loss fall behind ``τ = 0`` as ``τ`` grows, and what fraction of that gap does
+SpecTrain-style weight prediction from the optimizer's own last update close
+(``θ̃ = θ_{t−τ} + τ·(θ_{t−τ} − θ_{t−τ−1})``)? Besides a uniform ``τ``, ``--stage-profiles N``
+adds a pipeline's profile: the model cut into ``N`` parameter-balanced stages of whole blocks,
+stage ``s`` ``N − 1 − s`` updates stale (the ages of PipeDream's stashed versions; 2BW's
+one-step-stale updates are ``τ = 1``).
+
+Protocol (the experiments' common one, ``experiments/common.py``): every (model, method, delay)
+runs the rate grid over the seeds; the rate is **selected on the final validation metric**
+(a diverged seed counts at chance: ``log V`` for a language model) and the tables report the
+**test metric at the selected rate** (mean ± 95 % CI over the seeds that trained, diverged
+fraction, ``@`` rate); a grid whose winner sits at an edge is extended (``--extend-edges``). A
+seed fixes the initial weights and the data order for every delay and method, so the paired
+tables compare seed against seed: predicted − stale at each delay, and each delay's gap to
+``τ = 0`` with the fraction of it prediction closes, ``1 − gap(predicted) / gap(stale)``.
+``method``: ``stale`` (plain delay) or ``predicted``; at ``τ = 0`` both are the optimizer
+itself (bit for bit), so only ``stale`` runs there.
+
+Setting: by default the embedded Shakespeare (next character, 64-character windows), the
+``gpt-cpu`` GPT (8 blocks × 64), AdamW (β2 0.95, decay 0.1, warm-up 5 % + cosine, clipping 1)
+at batch 16 for 2,000 updates, ``τ ∈ {0, 1, 2, 4, 8, 16}``, 3 peak rates, 5 seeds; any
+dataset, zoo or registered model and :data:`OPTIMIZERS` entry by flag. ``--quick`` (gpt-tiny,
+``τ ∈ {0, 2}``, two rates, two seeds, 120 updates) is a smoke run, marked so.
+
+Speed: one compiled program per (model, method, delay) runs every rate and seed as vmapped
+lanes; the state holds ``τ + 1`` weight versions per lane (one more with prediction).
+
+Outputs (run folder): summary.json rows (model, method, delay, lr, seed, optimizer,
+final_val/test_loss or _accuracy, diverged, updates_to_target, final_train_loss, ...),
+table.md, plot.png (the test metric at the selected rate against the delay, per method).
+Run: ``python -m experiments.constant_delay --help``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxstale import data, delayed, loop, models, optimizers, runs, tasks
+from jaxstale.pipeline.kernel import compose
+
+from . import grids, reports
+from .common import chance, load_checked, opened, outcome, splits, task_of, title
+from .config import EVAL_HELP, Base, ConfigError, check_memory, check_model, cli, eval_every, opt
+
+EXPERIMENT = "constant_delay"
+OPTIMIZERS = ("sgd", "adam", "nadam", *optimizers.NAMES)
+METHODS = ("stale", "predicted")
+#: peak-rate grids per optimizer (half-decade steps, centred by the pipeline pilots)
+LRS = {o: [0.01, 0.03, 0.1] if o in ("sgd", "muon") else [0.001, 0.003, 0.01] for o in OPTIMIZERS}
+KEY = ("model", "method", "delay", "lr", "seed")
+EDGE_BY = ("model", "method", "delay")
+
+
+@dataclass(frozen=True)
+class Config(Base):
+    """constant_delay's configuration (``None``: the default of :meth:`resolved`)."""
+
+    dataset: str = opt("shakespeare", "dataset name", choices=data.dataset_names, kind="dataset")
+    batch_size: int = opt(16, "mini-batch size", low=1)
+    model: tuple[str, ...] | None = opt(
+        None, "model name(s) (default gpt-cpu; --quick gpt-tiny)", choices=models.model_names,
+        kind="model",
+    )  # fmt: skip
+    optimizer: str = opt(
+        "adamw", "the optimizer (jaxstale.optimizers.per_stage)", choices=OPTIMIZERS,
+        kind="optimizer",
+    )  # fmt: skip
+    momentum: float = opt(0.9, "SGD momentum, Adam's β1 or Muon's β", low=0, high=1, high_open=True)
+    delays: tuple[int, ...] | None = opt(
+        None, "uniform delays τ (default 0,1,2,4,8,16; --quick 0,2)", low=0
+    )
+    stage_profiles: tuple[int, ...] | None = opt(
+        None, "stage counts N of pipeline profiles τ_s = N − 1 − s (default none)", low=2
+    )
+    methods: tuple[str, ...] | None = opt(
+        None, "stale and/or predicted (default both)", choices=METHODS, kind="method"
+    )
+    steps: int | None = opt(None, "updates per run (default 2000; --quick 120)", low=2)
+    lrs: tuple[float, ...] | None = opt(
+        None, "peak-rate grid (default by optimizer: adamw 0.001,0.003,0.01)", low=0, low_open=True
+    )
+    extend_edges: int | None = opt(None, grids.EXTEND_HELP, low=0)
+    tune_seeds: int | None = opt(None, grids.TUNE_HELP, low=1)
+    eval_every: int | None = opt(None, EVAL_HELP, low=1)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.methods == ("predicted",) and not self.stage_profiles and self.delays == (0,):
+            raise ConfigError("methods", "predicted at τ = 0 is the optimizer itself: add a delay")
+
+    def resolved(self) -> dict[str, Any]:
+        """The run's config (decides its results; its hash names the folder)."""
+        quick = self.quick
+        steps = self.steps or (120 if quick else 2000)
+        grid = LRS[self.optimizer]
+        lrs = list(self.lrs or (grid[:2] if quick else grid))
+        seeds = self.seeds or (2 if quick else 5)
+        return {
+            "quick": quick,
+            "dataset": self.dataset,
+            "standardize": self.standardize,
+            "models": list(self.model or (["gpt-tiny"] if quick else ["gpt-cpu"])),
+            "optimizer": self.optimizer,
+            "momentum": self.momentum,
+            "delays": [str(d) for d in (self.delays or ((0, 2) if quick else (0, 1, 2, 4, 8, 16)))]
+            + [f"stages-{n}" for n in self.stage_profiles or ()],
+            "methods": list(self.methods or METHODS),
+            "lrs": lrs,
+            "seeds": seeds,
+            "steps": steps,
+            "batch_size": self.batch_size,
+            "eval_every": self.eval_every or (40 if quick else eval_every(None, steps)),
+            "target": self.resolved_target,
+            "extend_edges": grids.edge_limit(self),
+            **grids.tune_seeds(self, seeds, [lrs]),
+        }
+
+
+def profile(delay: str) -> tuple[int, Any]:
+    """``(stages, delay)`` of a delay label: ``"4"`` → ``(1, 4)``; ``"stages-8"`` →
+    ``(8, [7, …, 0])``."""
+    if delay.startswith("stages-"):
+        n = int(delay.split("-")[1])
+        return n, delayed.stage_profile(n)
+    return 1, int(delay)
+
+
+def label(delay: str) -> str:
+    """A delay's column heading."""
+    return f"τ_s = {profile(delay)[0]} − 1 − s" if delay.startswith("stages-") else f"τ = {delay}"
+
+
+def _cells(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {"model": m, "method": method, "delay": d, "lr": lr, "seed": seed}
+        for m in cfg["models"]
+        for d in cfg["delays"]
+        for method in cfg["methods"]
+        if not (method == "predicted" and d == "0")  # the optimizer itself: stale's run
+        for lr in cfg["lrs"]
+        for seed in grids.grid_seeds(cfg)
+    ]
+
+
+class _Runner:
+    def __init__(self, cfg: dict[str, Any], ds: data.Dataset) -> None:
+        self.cfg, self.ds, self.task = cfg, ds, task_of(ds)
+        self.tx = optimizers.per_stage(cfg["optimizer"], 1.0, cfg["momentum"], cfg["steps"])
+        self.computed = 0
+
+    def _stages(self, name: str, n: int, seed: int) -> list[models.Functional]:
+        m = models.create(
+            name,
+            input_shape=tuple(self.ds.x_train.shape[1:]),
+            num_classes=self.ds.num_classes,
+            seed=seed,
+            task=self.ds.task,
+        )
+        return models.functional_stages(m, n)
+
+    def group(self, keys: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict]]]:
+        """Every pending rate and seed of one (model, method, delay), as vmapped lanes."""
+        cfg, ds = self.cfg, self.ds
+        name, method, delay = keys[0]["model"], keys[0]["method"], keys[0]["delay"]
+        n, taus = profile(delay)
+        template = self._stages(name, n, 0)
+        inits = [self._stages(name, n, k["seed"]) for k in keys]
+        stack = lambda trees: jax.tree.map(lambda *a: np.stack(a), *trees)
+        params = stack([[f.params for f in fs] for fs in inits])
+        states = stack([[f.state for f in fs] for fs in inits])
+        idx = np.stack(
+            [
+                data.batch_indices(
+                    len(ds.x_train),
+                    batch_size=cfg["batch_size"],
+                    num_steps=cfg["steps"],
+                    seed=k["seed"],
+                )
+                for k in keys
+            ]
+        )
+        t0 = time.perf_counter()
+        ex = delayed.executor(
+            compose(template), self.tx, ds.x_train, ds.y_train, idx, delay=taus,
+            predict=method == "predicted", vmap=True,
+            hyperparams={"learning_rate": [k["lr"] for k in keys]},
+        )  # fmt: skip
+        results = loop.run(
+            ex, params, states, eval_every=cfg["eval_every"], eval_data=splits(ds),
+            metric=self.task.metric,
+        )  # fmt: skip
+        wall = (time.perf_counter() - t0) / len(keys)
+        self.computed += len(keys)
+        out = []
+        for res in results:
+            row = {
+                "optimizer": cfg["optimizer"],
+                "momentum": cfg["momentum"],
+                **outcome(res, cfg["target"], self.task),
+                "steps": cfg["steps"],
+                "batch_size": cfg["batch_size"],
+                "wall_s": round(wall, 3),
+            }
+            out.append((row, res.curve))
+        return out
+
+
+def gap_table(picked: list[dict[str, Any]], task: tasks.Task) -> str:
+    """Each delay's paired test gap to ``τ = 0`` (stale and predicted at their own rates) and
+    the fraction of the stale gap that prediction closes."""
+    value, scale = task.final("test"), task.scale
+    body = []
+    for model in dict.fromkeys(r["model"] for r in picked):
+        base = [r for r in picked if (r["model"], r["delay"]) == (model, "0")]
+        for delay in dict.fromkeys(r["delay"] for r in picked if r["model"] == model):
+            if delay == "0" or not base:
+                continue
+            cells, means = [], {}
+            for method in METHODS:
+                rows = [
+                    r
+                    for r in picked
+                    if (r["model"], r["delay"], r["method"]) == (model, delay, method)
+                ]
+                if not rows:
+                    cells.append("–")
+                    continue
+                m, h, k = runs.paired_difference(rows, base, value=value)
+                means[method] = m
+                cells.append("–" if not k else f"{scale * m:+.3f} ± {scale * h:.3f} ({k})")
+            closed = "–"
+            if len(means) == 2 and means["stale"] != 0:
+                closed = f"{100 * (1 - means['predicted'] / means['stale']):.0f} %"
+            body.append([model, label(delay), *cells, closed])
+    heads = ["model", "delay", "stale − τ=0", "predicted − τ=0", "gap closed by prediction"]
+    return runs.markdown_table(heads, body)
+
+
+def make_table(
+    rows: list[dict[str, Any]], cfg: dict[str, Any], chance_acc: float, task: tasks.Task
+) -> tuple[str, dict[tuple[Any, ...], Any], list[dict[str, Any]]]:
+    """The tuned tables, the paired differences and the gap table."""
+    acc, ttime, grid, selected = reports.tuned_tables(
+        rows, index=("model", "method"), columns="delay", chance_acc=chance_acc,
+        col_label=label, task=task,
+    )  # fmt: skip
+    picked = reports.at_selected(rows, selected, by=EDGE_BY)
+    o, m = optimizers.LABELS[cfg["optimizer"]], task.label
+    head = (
+        f"{cfg['dataset']}, {o} (β1/μ {cfg['momentum']}), {cfg['steps']} updates of "
+        f"{cfg['batch_size']}, gradients τ updates stale, {cfg['seeds']} seeds"
+    )
+    parts = [
+        title(cfg, f"**Test {m} at each (method, delay)'s rate selected on validation (mean ± "
+              f"95 % CI over seeds that trained; [diverged/seeds]; @ lr), {head}**"),
+        acc,
+        f"**Updates until the validation {m.split()[0]} reaches {task.scale * cfg['target']:g} "
+        "(median over seeds; [reached/seeds])**",
+        ttime,
+        f"**Validation {m} per rate (mean over seeds, diverged at chance; bold: selected)**",
+        grid,
+    ]  # fmt: skip
+    lim = cfg.get("extend_edges", 0)
+    edges = reports.edge_notes(
+        rows, by=EDGE_BY, grid=cfg["lrs"], limit=lim, chance_acc=chance_acc, task=task
+    )
+    parts += [n for n in (edges, reports.tuning_note(cfg)) if n]
+    if {r["method"] for r in rows} == set(METHODS):
+        table, _ = reports.paired_table(
+            [r for r in picked if r["delay"] != "0"], index=("model",), compare="method",
+            baseline="stale", columns="delay", col_label=label, task=task,
+        )  # fmt: skip
+        parts += [f"**Paired test-{m.split()[0]} difference, predicted − stale ({task.unit}; "
+                  "95 % t interval over seeds)**", table]  # fmt: skip
+    parts += [
+        f"**Gap to τ = 0 ({task.unit}; paired over seeds, each at its selected rate; (pairs)) "
+        "and the fraction of the stale gap prediction closes**",
+        gap_table(picked, task),
+    ]
+    return "\n\n".join(parts) + "\n", selected, picked
+
+
+def make_figure(picked: list[dict[str, Any]], task: tasks.Task) -> Any:
+    """The test metric at the selected rate against the delay, one line per method."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 4), layout="constrained")
+    ax = fig.subplots()
+    delays = list(dict.fromkeys(r["delay"] for r in picked))
+    methods = list(dict.fromkeys(r["method"] for r in picked))
+    for method in methods:  # at τ = 0 every method is the optimizer itself: stale's runs
+        want = lambda d, m=method: "stale" if d == "0" else m
+        pts = [
+            (i, [r for r in picked if (r["delay"], r["method"]) == (d, want(d))])
+            for i, d in enumerate(delays)
+        ]
+        style = runs.method_style(method, methods)
+        reports.accuracy_vs(ax, [(i, rs) for i, rs in pts if rs], method, style, task)
+    ax.set_xticks(range(len(delays)), [label(d) for d in delays], rotation=20)
+    ax.set_xlabel("gradient delay")
+    ax.set_ylabel(f"test {task.label} at the selected rate")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return fig
+
+
+def _prepare(config: Config) -> tuple[dict[str, Any], data.Dataset]:
+    """The resolved config and its dataset, checked: every model builds for the data, has the
+    blocks its stage profiles cut, and the sweep fits in memory."""
+    cfg = config.resolved()
+    ds = load_checked(cfg, config, tasks.KINDS)
+    most = max((profile(d)[0] for d in cfg["delays"]), default=1)
+    size = 0
+    for name in cfg["models"]:
+        size = max(size, check_model("model", name, ds))
+        m = models.create(name, input_shape=tuple(ds.x_train.shape[1:]),
+                          num_classes=ds.num_classes, task=ds.task)  # fmt: skip
+        if most > 1 and (not isinstance(m, models.StagedModel) or len(m.blocks) < most):
+            blocks = len(m.blocks) if isinstance(m, models.StagedModel) else "no"
+            raise ConfigError(
+                "stage_profiles", f"{name!r} has {blocks} blocks, fewer than N={most}"
+            )
+    taus = [delayed.capacity(profile(d)[1], predict=True) for d in cfg["delays"]]
+    lanes = cfg["seeds"] * len(cfg["lrs"])
+    check_memory({"versions": 4.0 * size * (max(taus) + 4) * lanes})
+    return cfg, ds
+
+
+def _open(config: Config, fresh: bool = False) -> tuple[dict, data.Dataset, runs.RunFolder]:
+    return opened(EXPERIMENT, config, sys.modules[__name__], _prepare, fresh=fresh)
+
+
+def run(config: Config) -> list[dict[str, Any]]:
+    """Runs every (model, method, delay, lr, seed) cell not already in the run folder."""
+    cfg, ds, folder = _open(config, fresh=True)
+    runner = _Runner(cfg, ds)
+    rows = folder.run_grouped(_cells(cfg), runner.group, vary=("seed", "lr"), desc=EXPERIMENT)
+    kw = {"key": KEY, "by": EDGE_BY, "chance": chance(ds), "task": task_of(ds)}
+    rows = grids.extend_grid(
+        folder, rows, runner.group, grid=cfg["lrs"], limit=cfg["extend_edges"], **kw
+    )
+    rows = grids.confirm_selected(folder, rows, runner.group, seeds=cfg["seeds"], **kw)
+    print(f"[{EXPERIMENT}] {runner.computed} runs computed now, the rest resumed", file=sys.stderr)
+    return rows
+
+
+def report(
+    rows: list[dict[str, Any]], config: Config, started: float | None = None
+) -> dict[str, Any]:
+    """Tables and the figure into the run folder; returns ``{"rows", "paths", "table",
+    "selected", "path"}``."""
+    cfg, ds, folder = _open(config)
+    task = task_of(ds)
+    table, selected, picked = make_table(rows, cfg, chance(ds), task)
+    paths = folder.report(
+        table, {"plot": make_figure(picked, task)}, num_runs=len(rows), started=started
+    )
+    path = str(folder.path)
+    return {"rows": rows, "paths": paths, "table": table, "selected": selected, "path": path}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """The command line over :func:`run` and :func:`report` (flags from :class:`Config`)."""
+    return cli(Config, run, report, argv, __doc__.splitlines()[0])
+
+
+if __name__ == "__main__":
+    main()

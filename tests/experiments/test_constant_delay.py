@@ -1,0 +1,65 @@
+"""constant_delay: a grid of delays × stale / predicted, rates selected on validation, the
+paired tables and the gap prediction closes; bad input refused in one line."""
+
+import json
+
+import pytest
+
+from experiments import constant_delay as exp
+
+TINY = ["--dataset", "digits", "--model", "mlp", "--optimizer", "sgd", "--batch-size", "16"]
+TINY += ["--steps", "12", "--eval-every", "6", "--seeds", "2", "--lrs", "0.01", "0.03"]
+TINY += ["--extend-edges", "0"]
+
+
+def test_delays_and_prediction_end_to_end(tmp_path):
+    out = tmp_path / "run"
+    res = exp.main([*TINY, "--delays", "0", "2", "--out", str(out)])
+    rows = json.loads((out / "summary.json").read_text())["rows"]
+    cells = {(r["method"], r["delay"]) for r in rows}
+    # predicted at τ = 0 is the optimizer itself: not run twice
+    assert cells == {("stale", "0"), ("stale", "2"), ("predicted", "2")}
+    assert len(rows) == 3 * 2 * 2 and all("final_val_accuracy" in r for r in rows)
+    for (model, method, delay), lr in res["selected"].items():
+        pick = [r for r in rows if (r["method"], r["delay"]) == (method, delay)]
+        mean = lambda v, pick=pick: sum(r["final_val_accuracy"] for r in pick if r["lr"] == v)
+        assert lr == max((0.01, 0.03), key=mean) and model == "mlp"
+    table = res["table"]
+    assert "| model | method | τ = 0 | τ = 2 |" in table and "predicted − stale" in table
+    assert "gap closed by prediction" in table and (out / "plot.png").exists()
+
+
+@pytest.mark.slow  # 5 compiled programs; the fast test above keeps the uniform delays
+def test_a_pipeline_stage_profile_is_a_delay_column(tmp_path):
+    res = exp.main([*TINY, "--delays", "0", "--stage-profiles", "3", "--out", str(tmp_path / "r")])
+    assert {(r["method"], r["delay"]) for r in res["rows"]} == {
+        ("stale", "0"),
+        ("stale", "stages-3"),
+        ("predicted", "stages-3"),
+    }
+    assert "τ_s = 3 − 1 − s" in res["table"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--stage-profiles", "16"], "'mlp' has 3 blocks, fewer than N=16"),
+        (["--methods", "predicted", "--delays", "0"], "predicted at τ = 0 is the optimizer"),
+        (["--delays", "2", "2"], "2 is given twice"),
+        (["--optimizer", "lion"], "lion"),
+    ],
+)
+def test_bad_input_is_one_line(tmp_path, capsys, argv, message):
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        exp.main([*TINY, *argv, "--out", str(out)])
+    assert e.value.code == 2 and message in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.slow  # a GPT's delayed program compiles per (method, delay): ~1 min
+def test_quick_runs_a_gpt_with_a_delay(tmp_path):
+    res = exp.main(["--quick", "--out", str(tmp_path / "run")])
+    rows = res["rows"]
+    assert {r["delay"] for r in rows} == {"0", "2"} and all("final_val_loss" in r for r in rows)
+    assert "Gap to τ = 0 (nats" in res["table"]
