@@ -346,12 +346,10 @@ def run(config: Config) -> list[dict[str, Any]]:
     """Runs every (model, method, delay, lr, seed) cell not already in the run folder."""
     cfg, ds, folder = _open(config, fresh=True)
     runner = _Runner(cfg, ds)
-    rows = folder.run_grouped(_cells(cfg), runner.group, vary=("seed", "lr"), desc=EXPERIMENT)
-    kw = {"key": KEY, "by": EDGE_BY, "chance": chance(ds), "task": task_of(ds)}
-    rows = grids.extend_grid(
-        folder, rows, runner.group, grid=cfg["lrs"], limit=cfg["extend_edges"], **kw
-    )
-    rows = grids.confirm_selected(folder, rows, runner.group, seeds=cfg["seeds"], **kw)
+    rows = grids.tuned_sweep(
+        folder, _cells(cfg), runner.group, cfg, key=KEY, by=EDGE_BY, chance=chance(ds),
+        task=task_of(ds),
+    )  # fmt: skip
     print(f"[{EXPERIMENT}] {runner.computed} runs computed now, the rest resumed", file=sys.stderr)
     return rows
 

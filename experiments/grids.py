@@ -275,3 +275,25 @@ def confirm_selected(
 
     desc = f"{folder.experiment} selected"
     return [*rows, *folder.run_grouped(keys, marked, vary=("seed",), desc=desc)]
+
+
+def tuned_sweep(
+    folder: runs.RunFolder,
+    cells: Sequence[dict[str, Any]],
+    compute: Callable[[list[dict[str, Any]]], Sequence[tuple[dict, list]]],
+    cfg: dict[str, Any],
+    *,
+    key: Sequence[str],
+    by: Sequence[str],
+    chance: float,
+    task: tasks.Task | None = None,
+    vary: Sequence[str] = ("seed", "lr"),
+) -> list[dict[str, Any]]:
+    """A rate sweep's three steps on ``folder``: every cell not yet done (``run_grouped``,
+    groups differing only in ``vary``), the grid extended where its winner sits at an edge
+    (:func:`extend_grid`, ``cfg["lrs"]``, ``cfg["extend_edges"]``), and the selected rate run on
+    every seed of ``cfg["seeds"]`` (:func:`confirm_selected`). Returns the rows."""
+    rows = folder.run_grouped(list(cells), compute, vary=tuple(vary), desc=folder.experiment)
+    kw = {"key": key, "by": by, "chance": chance, "task": task}
+    rows = extend_grid(folder, rows, compute, grid=cfg["lrs"], limit=cfg["extend_edges"], **kw)
+    return confirm_selected(folder, rows, compute, seeds=cfg["seeds"], **kw)

@@ -69,7 +69,8 @@ compiled round (``--model cnn``: one after the other, ``--seed-mode``; grouped c
 under vmap are slow on the CPU). ``--executor mesh`` runs one run at a time on a ``"stage"``
 device axis (on XLA:CPU the same numbers bit for bit; NAdam to float32 rounding).
 Default: 3 depths × 6 policies × 4 rates × 5 seeds = 360 runs of 1,500 updates; ``--quick``
-(N ∈ {2, 4}, 2 rates, 2 seeds, 300 updates) is a smoke run, marked so in its tables.
+(N ∈ {2, 4}, 2 rates, 2 seeds, 300 updates; a text dataset: N = 2, sync / vanilla / stash,
+80 updates) is a smoke run, marked so in its tables.
 
 Outputs (run folder): summary.json rows (method, model, stages, lr, seed, optimizer, momentum,
 target, schedule, backward, final_val/test_accuracy or _loss, diverged, diverged_step,
@@ -157,7 +158,7 @@ class Config(Base):
         None, "model name(s) (default mlp)", choices=models.model_names, kind="model"
     )
     steps: int | None = opt(
-        None, "mini-batches per run, the budget (default 1500; --quick 300)", low=1
+        None, "mini-batches per run, the budget (default 1500; --quick 300, a text 80)", low=1
     )
     lrs: tuple[float, ...] | None = opt(
         None,
@@ -170,7 +171,9 @@ class Config(Base):
     extend_edges: int | None = opt(None, grids.EXTEND_HELP, low=0)
     tune_seeds: int | None = opt(None, grids.TUNE_HELP, low=1)
     eval_every: int | None = opt(None, EVAL_HELP, low=1)
-    stages: tuple[int, ...] | None = opt(None, "stage counts N (default 2,4,8; --quick 2,4)", low=1)
+    stages: tuple[int, ...] | None = opt(
+        None, "stage counts N (default 2,4,8; --quick 2,4, a text 2)", low=1
+    )
     methods: tuple[str, ...] | None = opt(
         None,
         f"policies (default {','.join(DEFAULT_METHODS)})",
@@ -227,11 +230,12 @@ class Config(Base):
 
     def resolved(self) -> dict[str, Any]:
         """The run's config (decides its results; its hash names the folder)."""
-        quick = self.quick
-        methods, names = list(self.methods or DEFAULT_METHODS), list(self.model or ["mlp"])
+        quick, lm_quick = self.quick, self.quick and self.text  # a GPT's smoke run: ~1 min
+        default = ("sync", "vanilla", "stash") if lm_quick else DEFAULT_METHODS
+        methods, names = list(self.methods or default), list(self.model or ["mlp"])
         kw = {m: dict(MODEL_KW.get(m, {})) for m in names}
         kw.get("mlp", {})["hidden"] = (self.mlp_width,) * 7
-        steps = self.steps or (300 if quick else 1500)
+        steps = self.steps or (80 if lm_quick else 300 if quick else 1500)
         lrs = list(self.lrs or (QUICK_LRS if quick else LRS)[self.optimizer])
         seeds = self.seeds or (2 if quick else 5)
         return {
@@ -240,7 +244,7 @@ class Config(Base):
             "standardize": self.standardize,
             "models": names,
             "model_kw": kw,
-            "stages": list(self.stages or ([2, 4] if quick else [2, 4, 8])),
+            "stages": list(self.stages or ([2] if lm_quick else [2, 4] if quick else [2, 4, 8])),
             "methods": methods,
             "optimizer": self.optimizer,
             "momentum": self.momentum,
@@ -249,7 +253,8 @@ class Config(Base):
             "steps": steps,
             "batch_size": self.batch_size,
             # rounds (one mini-batch each when steady)
-            "eval_every": self.eval_every or (25 if quick else eval_every(None, steps)),
+            "eval_every": self.eval_every
+            or (40 if lm_quick else 25 if quick else eval_every(None, steps)),
             "target": self.resolved_target,
             "backward": self.backward,
             **({"momentum_rule": self.momentum_rule} if self.momentum_rule != "constant" else {}),
@@ -553,14 +558,10 @@ def run(config: Config) -> list[dict[str, Any]]:
     cfg, ds, folder = _open(config, fresh=True)
     runner = _Runner(cfg, ds)
     blocks = {name: runner.num_blocks(name) for name in cfg["models"]}
-    rows = folder.run_grouped(
-        _cells(cfg, blocks), runner.group, vary=("seed", "lr"), desc=EXPERIMENT
-    )
-    kw = {"key": KEY, "by": EDGE_BY, "chance": chance(ds), "task": task_of(ds)}
-    rows = grids.extend_grid(
-        folder, rows, runner.group, grid=cfg["lrs"], limit=cfg["extend_edges"], **kw
-    )
-    rows = grids.confirm_selected(folder, rows, runner.group, seeds=cfg["seeds"], **kw)
+    rows = grids.tuned_sweep(
+        folder, _cells(cfg, blocks), runner.group, cfg, key=KEY, by=EDGE_BY, chance=chance(ds),
+        task=task_of(ds),
+    )  # fmt: skip
     print(f"[{EXPERIMENT}] {runner.computed} runs computed now, the rest resumed", file=sys.stderr)
     return rows
 

@@ -148,3 +148,14 @@ def test_tiny_shakespeare_from_tfds_is_a_pipeline_dataset(tmp_path):
     with tfds.testing.mock_data(as_data_source_fn=source):
         cfg, ds = exp._prepare(from_argv(exp.Config, argv)[0])
     assert ds.task == "language_model" and ds.num_classes == 90 and cfg["target"] == 2.0
+
+
+def test_a_text_smoke_run_is_sized_for_a_minute():
+    text = exp.Config(quick=True, dataset="shakespeare", model=("gpt-tiny",)).resolved()
+    assert (text["stages"], text["methods"], text["steps"]) == (
+        [2],
+        ["sync", "vanilla", "stash"],
+        80,
+    )
+    images = exp.Config(quick=True).resolved()
+    assert images["stages"] == [2, 4] and images["steps"] == 300 and len(images["methods"]) == 6
