@@ -62,7 +62,7 @@ def _mlp():
     return f, x, rng.integers(0, 3, 64).astype(np.int32)
 
 
-@pytest.mark.parametrize("predict", [False, True])
+@pytest.mark.parametrize("predict", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_zero_delay_is_the_optimizer_itself_to_the_bit(predict):
     f, x, y = _mlp()
     tx = optax.adamw(3e-3, b2=0.95, weight_decay=0.1)
@@ -90,6 +90,7 @@ def test_a_constant_delay_is_the_asynchronous_emulators():
     )
 
 
+@pytest.mark.slow  # 6 s; the scalar model's lanes below stay in make test
 def test_vmapped_lanes_at_their_own_rates_equal_runs_alone():
     f, x, y = _mlp()
     tx = optax.inject_hyperparams(optax.adam)(learning_rate=1.0)
@@ -109,6 +110,17 @@ def test_vmapped_lanes_at_their_own_rates_equal_runs_alone():
         delayed.executor(
             f.apply, tx, x, y, idx, delay=1, vmap=True, hyperparams={"learning_rate": [1]}
         )
+
+
+def test_lanes_of_a_scalar_model_train_at_their_own_rates():
+    x, y = np.ones(8, np.float32), np.ones(8, np.float32)
+    idx = np.zeros((2, 6, 1), np.int32)
+    tx = optax.inject_hyperparams(optax.sgd)(learning_rate=1.0)
+    rates = {"learning_rate": [0.3, 0.1]}
+    ex = delayed.executor(LIN, tx, x, y, idx, delay=1, loss_fn=SQ, vmap=True, hyperparams=rates)
+    lanes = loop.run(ex, jnp.zeros(2), {})
+    for res, lr in zip(lanes, rates["learning_rate"], strict=True):
+        np.testing.assert_allclose(float(res.params), _by_hand(1, 6, lr=lr)[-1], rtol=1e-6)
 
 
 def test_the_state_keeps_only_the_versions_it_needs():

@@ -75,7 +75,9 @@ def _mlp_blowing_up_for_seed_1(seed):
     return module
 
 
-@pytest.mark.parametrize("seed_mode", ["vmap", "sequential"])
+@pytest.mark.parametrize(
+    "seed_mode", [pytest.param("vmap", marks=pytest.mark.slow), "sequential"]
+)  # make test ≤ 8 min: one mode there
 def test_divergence_is_recorded_and_other_seeds_carry_on(digits, seed_mode):
     kw = dict(steps=6, batch_size=32, eval_every=3, loop="scan", seed_mode=seed_mode)
     tx = optax.sgd(0.05)

@@ -68,6 +68,7 @@ def test_end_to_end_files_rows_and_resume(tmp_path, monkeypatch, capsys):
     assert len(again["rows"]) == len(rows)
 
 
+@pytest.mark.slow  # 5 s; pipeline_staleness keeps a divergence row in make test
 def test_divergence_is_a_row_not_a_crash(tmp_path):
     out = tmp_path / "div"
     res = async_workers.main([*TINY, "--methods", "sgd,asgd", "--lrs", "1e30", "--out", str(out)])

@@ -6,12 +6,14 @@ import json
 import pytest
 
 from experiments import constant_delay as exp
+from jaxstale import tasks
 
 TINY = ["--dataset", "digits", "--model", "mlp", "--optimizer", "sgd", "--batch-size", "16"]
 TINY += ["--steps", "12", "--eval-every", "6", "--seeds", "2", "--lrs", "0.01", "0.03"]
 TINY += ["--extend-edges", "0"]
 
 
+@pytest.mark.slow  # 11 s, three compiled programs; the tables' logic is tested on rows below
 def test_delays_and_prediction_end_to_end(tmp_path):
     out = tmp_path / "run"
     res = exp.main([*TINY, "--delays", "0", "2", "--out", str(out)])
@@ -38,6 +40,32 @@ def test_a_pipeline_stage_profile_is_a_delay_column(tmp_path):
         ("predicted", "stages-3"),
     }
     assert "τ_s = 3 − 1 − s" in res["table"]
+
+
+def _row(method, delay, lr, seed, test):
+    val = test + (0.0 if lr == 0.003 else 0.5)  # validation prefers 0.003 everywhere
+    return {"model": "gpt", "method": method, "delay": delay, "lr": lr, "seed": seed,
+            "final_val_loss": val, "final_test_loss": test, "diverged": False,
+            "updates_to_target": None}  # fmt: skip
+
+
+def test_tables_select_on_validation_and_measure_the_gap_prediction_closes():
+    # per seed s: τ = 0 ends at 2.0 + s/10, stale τ = 4 0.4 nats above, predicted 0.1 above
+    base = {"stale": {"0": 0.0, "4": 0.4}, "predicted": {"4": 0.1}}
+    rows = [
+        _row(m, d, lr, s, 2.0 + s / 10 + gap + (0.3 if lr == 0.01 else 0.0))
+        for m, gaps in base.items()
+        for d, gap in gaps.items()
+        for lr in (0.003, 0.01)
+        for s in range(3)
+    ]
+    cfg = {"optimizer": "adamw", "momentum": 0.9, "dataset": "shakespeare", "steps": 10,
+           "batch_size": 16, "seeds": 3, "target": 2.0, "lrs": [0.003, 0.01]}  # fmt: skip
+    task = tasks.language_model(83)
+    table, selected, picked = exp.make_table(rows, cfg, task.chance, task)
+    assert set(selected.values()) == {0.003} and len(picked) == 9
+    assert "| gpt | τ = 4 | +0.400 ± 0.000 (3) | +0.100 ± 0.000 (3) | 75 % |" in table
+    assert "| gpt | predicted − stale | **-0.300 ± 0.000** beyond noise |" in table
 
 
 @pytest.mark.parametrize(

@@ -33,6 +33,7 @@ def _refused(argv, capsys):
     return err
 
 
+@pytest.mark.slow  # 5 s; the registered model / dataset / policy edits stay in make test
 def test_editing_the_readme_prototype_refuses_its_old_results(tmp_path, capsys):
     argv = [*TINY, "--methods", "damped-asgd", "--out", str(tmp_path / "run")]
     _register_readme_method("0.5")

@@ -16,10 +16,11 @@ SMALL = {"layers": 2, "width": 16, "heads": 2}  # eager NNX calls: fewer ops, fa
 def test_logits_shape_and_parameter_count():
     model = gpt(16, 40, **SMALL)
     x = jnp.asarray(np.random.default_rng(0).integers(0, 40, (3, 16)), jnp.int32)
-    assert model(x).shape == (3, 16, 40) and model(x[:, :5]).shape == (3, 5, 40)
+    out = model(x)
+    assert out.shape == (3, 16, 40) and model(x[:, :5]).shape == (3, 5, 40)
     assert models.param_count(model) == gpt_param_count(16, 40, layers=2, width=16)
     again = gpt(16, 40, **SMALL)
-    np.testing.assert_array_equal(np.asarray(model(x)), np.asarray(again(x)))  # seeded
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(again(x)))  # seeded
 
 
 def test_a_position_sees_only_the_past():

@@ -226,6 +226,7 @@ def test_sync_equals_synchronous_trainer():
     )
 
 
+@pytest.mark.slow  # 4 s; test_sync_equals_synchronous_trainer stays in make test
 def test_sync_equals_jaxstale_train_fit():
     """The same run through the project's synchronous trainer (jaxstale.train.fit)."""
     from jaxstale import data, train
@@ -393,6 +394,7 @@ def test_memory_per_policy():
 # ------------------------------------------------------------------------- 2BW, PipeMare, AsyncPP
 
 
+@pytest.mark.slow  # 8 s; test_2bw_without_its_delay_is_pipedream_flush stays in make test
 def test_2bw_matches_reference_and_is_one_step_delayed_sgd():
     """W(t+1) = W(t) − ν·opt(∇f(W(t−1))) at every stage: SGD-momentum on the unsplit model fed
     the gradient of the previous version (the mean of the M micro-batch gradients)."""
@@ -436,7 +438,9 @@ def test_2bw_policy_runs_the_2bw_schedule():
     assert (prog.schedule.fwd_version[:, 0] == [0, 0, 1, 2, 3, 4]).all()
 
 
-@pytest.mark.parametrize("policy", ["pipemare", "pipemare-lr", "pipedream-lr"])
+@pytest.mark.parametrize(
+    "policy", [pytest.param("pipemare", marks=pytest.mark.slow), "pipemare-lr", "pipedream-lr"]
+)  # make test ≤ 8 min: pipemare itself in make test-slow (its SGD reduction stays)
 def test_pipemare_policies_match_reference(policy):
     xb, yb = _data(6, seed=3)
     stages = _stages(3, 3)
@@ -452,7 +456,15 @@ def test_pipemare_policies_match_reference(policy):
             assert _maxdiff(other, params) > 1e-5
 
 
-@pytest.mark.parametrize("policy", ["pipemare", "pipemare-lr", "asyncpp", "pipedream-lr"])
+@pytest.mark.parametrize(
+    "policy",
+    [
+        "pipemare",
+        pytest.param("pipemare-lr", marks=pytest.mark.slow),
+        "asyncpp",
+        pytest.param("pipedream-lr", marks=pytest.mark.slow),
+    ],
+)
 def test_new_policies_without_staleness_are_sgd(policy):
     """One stage (τ = 0: factor 1, no correction) and a flush schedule: synchronous SGD."""
     xb, yb = _data(4)
