@@ -57,7 +57,7 @@ def assert_trees_equal(a, b):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
-@pytest.mark.parametrize("predictor", ["ar", "rnn"])
+@pytest.mark.parametrize("predictor", ["ar", pytest.param("rnn", marks=pytest.mark.slow)])
 def test_lambda_zero_is_asgd_bit_for_bit(predictor):
     lp = ar_loss_predictor() if predictor == "ar" else rnn_loss_predictor(hidden=4, window=3)
     lc = optax.chain(lc_asgd(0.0, num_workers=M, loss_predictor=lp), optax.sgd(ETA, MU))
