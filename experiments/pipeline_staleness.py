@@ -69,8 +69,8 @@ compiled round (``--model cnn``: one after the other, ``--seed-mode``; grouped c
 under vmap are slow on the CPU). ``--executor mesh`` runs one run at a time on a ``"stage"``
 device axis (on XLA:CPU the same numbers bit for bit; NAdam to float32 rounding).
 Default: 3 depths × 6 policies × 4 rates × 5 seeds = 360 runs of 1,500 updates; ``--quick``
-(N ∈ {2, 4}, 2 rates, 2 seeds, 300 updates; a text dataset: N = 2, sync / vanilla / stash,
-80 updates) is a smoke run, marked so in its tables.
+(N ∈ {2, 4}, 2 rates, 2 seeds, 300 updates; a text dataset: N = 2, sync and vanilla,
+60 updates) is a smoke run, marked so in its tables.
 
 Outputs (run folder): summary.json rows (method, model, stages, lr, seed, optimizer, momentum,
 target, schedule, backward, final_val/test_accuracy or _loss, diverged, diverged_step,
@@ -158,7 +158,7 @@ class Config(Base):
         None, "model name(s) (default mlp)", choices=models.model_names, kind="model"
     )
     steps: int | None = opt(
-        None, "mini-batches per run, the budget (default 1500; --quick 300, a text 80)", low=1
+        None, "mini-batches per run, the budget (default 1500; --quick 300, a text 60)", low=1
     )
     lrs: tuple[float, ...] | None = opt(
         None,
@@ -231,11 +231,11 @@ class Config(Base):
     def resolved(self) -> dict[str, Any]:
         """The run's config (decides its results; its hash names the folder)."""
         quick, lm_quick = self.quick, self.quick and self.text  # a GPT's smoke run: ~1 min
-        default = ("sync", "vanilla", "stash") if lm_quick else DEFAULT_METHODS
+        default = ("sync", "vanilla") if lm_quick else DEFAULT_METHODS
         methods, names = list(self.methods or default), list(self.model or ["mlp"])
         kw = {m: dict(MODEL_KW.get(m, {})) for m in names}
         kw.get("mlp", {})["hidden"] = (self.mlp_width,) * 7
-        steps = self.steps or (80 if lm_quick else 300 if quick else 1500)
+        steps = self.steps or (60 if lm_quick else 300 if quick else 1500)
         lrs = list(self.lrs or (QUICK_LRS if quick else LRS)[self.optimizer])
         seeds = self.seeds or (2 if quick else 5)
         return {
@@ -254,7 +254,7 @@ class Config(Base):
             "batch_size": self.batch_size,
             # rounds (one mini-batch each when steady)
             "eval_every": self.eval_every
-            or (40 if lm_quick else 25 if quick else eval_every(None, steps)),
+            or (30 if lm_quick else 25 if quick else eval_every(None, steps)),
             "target": self.resolved_target,
             "backward": self.backward,
             **({"momentum_rule": self.momentum_rule} if self.momentum_rule != "constant" else {}),
