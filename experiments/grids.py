@@ -86,8 +86,8 @@ class Edge(NamedTuple):
 
 
 def _val(task: tasks.Task | None) -> str:
-    """The validation field a selection reads: the task's (default accuracy)."""
-    return task.final("val") if task is not None else "final_val_accuracy"
+    """The validation field a selection reads: the task's (:func:`jaxstale.tasks.or_default`)."""
+    return tasks.or_default(task).final("val")
 
 
 def edge_state(

@@ -45,13 +45,13 @@ def _fmt_rest(knob: Any, rest: tuple[Any, ...]) -> str:
     )
 
 
-#: the reading of rows without a task: accuracy in % (the classification tasks)
-ACCURACY = tasks.classification(10)
+#: the reading of rows without a task: accuracy in % (:data:`jaxstale.tasks.DEFAULT`)
+ACCURACY = tasks.DEFAULT
 
 
 def _cell(task: tasks.Task | None) -> tuple[float, int]:
     """A table cell's ``(scale, digits)``: accuracy in % to 0.1, a loss in nats to 0.001."""
-    t = task or ACCURACY
+    t = tasks.or_default(task)
     return t.scale, t.digits
 
 
@@ -87,7 +87,7 @@ def tuned_tables(
         metric is the loss in nats (lower is better; ``value`` its test field).
     """
     by = (*index, columns) if columns is not None else tuple(index)
-    val = (task or ACCURACY).final("val")
+    val = tasks.or_default(task).final("val")
     scale, digits = _cell(task)
     if task is not None and value == "final_test_accuracy":
         value = task.final("test")
@@ -227,7 +227,7 @@ def edge_notes(
         f"**Grid edges** (--extend-edges {limit}: where the rate selected on validation is "
         "the grid's smallest or largest and trained, the next rate beyond it by the grid's "
         f"ratio at that end runs for that row only, up to {limit} per side; in parentheses the "
-        f"mean validation {(task or ACCURACY).label}; summary.json marks those rows "
+        f"mean validation {tasks.or_default(task).label}; summary.json marks those rows "
         '"extended")'
     )
     return "\n".join([head, *(lines or ["- every selected rate is interior to its grid."])])
@@ -261,7 +261,7 @@ def _best(
     for r in rows:
         if r["lr"] == lr:
             per.setdefault(runs.stats.knob_value(r, knob), []).append(r)
-    t = task or ACCURACY
+    t = tasks.or_default(task)
     sign = 1.0 if t.higher_is_better else -1.0
     score = lambda k: runs.stats.score(per[k], t.final("val"), chance_acc)
     best = max(per, key=lambda k: sign * score(k))  # the first on ties
@@ -375,7 +375,7 @@ def pairs_text(findings: list[dict[str, Any]], task: tasks.Task | None = None) -
     """Which pairs differ beyond noise, per index and column, in words (``findings`` of
     :func:`paired_table`, one call per baseline): the better first (a higher accuracy, ``>``;
     a lower loss, ``<``)."""
-    t = task or ACCURACY
+    t = tasks.or_default(task)
     up, op = t.higher_is_better, ">" if t.higher_is_better else "<"
     lines = []
     for i in {f["index"]: None for f in findings}:
@@ -412,7 +412,7 @@ def accuracy_vs(
     mean over the seeds that trained with its 95 % interval (clipped to [0, 100] %), an ``x`` at
     0 where every seed diverged; returns the means drawn (%). A language model's ``task``:
     its test loss in nats, the ``x`` at chance (``log V``)."""
-    t = task or ACCURACY
+    t = tasks.or_default(task)
     xs, ys, es, xd = [], [], [], []
     for x, pick in points:
         mean, half, n = runs.mean_ci([r[t.final("test")] for r in pick if not r["diverged"]])
@@ -446,7 +446,7 @@ def metric_vs_figure(
     intervals (:func:`accuracy_vs`)."""
     from matplotlib.figure import Figure
 
-    t = task or ACCURACY
+    t = tasks.or_default(task)
     names = _unique(r[panel] for r in picked)
     fig = Figure(figsize=(5.5 * max(len(names), 1), 4), layout="constrained")
     axes = fig.subplots(1, max(len(names), 1), squeeze=False)[0]

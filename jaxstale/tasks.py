@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass
 
 __all__ = [
+    "DEFAULT",
     "KINDS",
     "METRICS",
     "Task",
@@ -37,6 +38,7 @@ __all__ = [
     "higher_is_better",
     "language_model",
     "metric_of",
+    "or_default",
 ]
 
 #: metric -> whether higher is better
@@ -133,3 +135,18 @@ def language_model(vocab_size: int) -> Task:
     if vocab_size < 2:
         raise ValueError(f"language_model: vocab_size must be >= 2, got {vocab_size}")
     return Task("language_model", "loss", math.log(vocab_size), 1.0, 3, "nats")
+
+
+#: how rows that name no task are read: ten-class accuracy, in % (the image experiments')
+DEFAULT = classification(10)
+
+
+def or_default(task: Task | None) -> Task:
+    """``task``, or :data:`DEFAULT` when it is None (the one default every selection, grid
+    rule and table applies).
+
+    Example:
+        >>> or_default(None).final("val"), or_default(language_model(83)).final("val")
+        ('final_val_accuracy', 'final_val_loss')
+    """
+    return DEFAULT if task is None else task
