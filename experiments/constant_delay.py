@@ -239,7 +239,8 @@ def gap_table(picked: list[dict[str, Any]], task: tasks.Task) -> str:
                     continue
                 m, h, k = runs.paired_difference(rows, base, value=value)
                 means[method] = m
-                cells.append("–" if not k else f"{scale * m:+.3f} ± {scale * h:.3f} ({k})")
+                ci = f" ± {scale * h:.3f}" if k > 1 else ""  # one pair: no interval
+                cells.append("–" if not k else f"{scale * m:+.3f}{ci} ({k})")
             closed = "–"
             if len(means) == 2 and means["stale"] != 0:
                 closed = f"{100 * (1 - means['predicted'] / means['stale']):.0f} %"
