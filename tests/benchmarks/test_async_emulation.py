@@ -22,6 +22,7 @@ def test_category_names_the_snapshot_ops():
     assert async_emulation._category("copy.4").startswith("other")
 
 
+@pytest.mark.slow  # 3 s; the snapshot ops' names stay in make test
 def test_profile_the_emulated_host_step_moves_no_snapshot():
     rows = {
         r[0]: r[1:]

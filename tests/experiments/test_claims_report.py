@@ -257,6 +257,7 @@ def test_the_main_configurations_get_rate_and_staleness_figures_from_their_rows(
     assert "at one learning rate for every method (0.01, selected on validation for sgd)" in title
 
 
+@pytest.mark.slow  # 3 s; the main configurations' figures test stays in make test
 def test_pipeline_sweeps_use_stages_and_one_model(tmp_path):
     res = _results(tmp_path)
     rows = [

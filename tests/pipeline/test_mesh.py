@@ -128,6 +128,7 @@ def test_gpipe_equals_sequential_sgd_on_the_unsplit_model():
     np.testing.assert_allclose(res.losses, losses, atol=1e-5)
 
 
+@pytest.mark.slow  # 5 s; the mesh parity with Adam stays in make test
 def test_weights_live_one_stage_per_device_and_the_devices_do_the_schedule():
     s = _setup("mlp", 4)
     prog = pipeline.compile(s.schedule("gpipe"), "sync")
