@@ -477,11 +477,17 @@ def _built(field: str, name: str, ds: data.Dataset, model_kw: dict[str, Any]) ->
 
 
 def check_staged_model(
-    field: str, name: str, ds: data.Dataset, model_kw: dict[str, Any], cfg: dict[str, Any]
+    field: str,
+    name: str,
+    ds: data.Dataset,
+    model_kw: dict[str, Any],
+    cfg: dict[str, Any],
+    stages_field: str = "stages",
 ) -> int:
     """:func:`check_model`, and model ``name`` is a :class:`jaxstale.models.StagedModel` of at
-    least ``min(cfg["stages"])`` blocks, with 2-D weights for Muon when ``cfg["optimizer"]`` is
-    ``"muon"`` (:func:`jaxstale.optimizers.muon_weights`); returns its number of parameters."""
+    least ``min(cfg["stages"])`` blocks (else an error on ``stages_field``), with 2-D weights for
+    Muon when ``cfg["optimizer"]`` is ``"muon"`` (:func:`jaxstale.optimizers.muon_weights`);
+    returns its number of parameters."""
     model = _built(field, name, ds, model_kw)
     if not isinstance(model, models.StagedModel):
         raise ConfigError(
@@ -492,7 +498,7 @@ def check_staged_model(
         )
     if len(model.blocks) < min(cfg["stages"]):
         raise ConfigError(
-            "stages",
+            stages_field,
             f"{name!r} has {len(model.blocks)} blocks, fewer than N={min(cfg['stages'])} stages",
         )
     if cfg.get("optimizer") == "muon" and not optimizers.muon_weights(nnx.state(model, nnx.Param)):

@@ -52,7 +52,16 @@ from jaxstale.pipeline.kernel import compose
 
 from . import grids, reports
 from .common import chance, load_checked, opened, outcome, splits, task_of, title
-from .config import EVAL_HELP, Base, ConfigError, check_memory, check_model, cli, eval_every, opt
+from .config import (
+    EVAL_HELP,
+    Base,
+    ConfigError,
+    check_memory,
+    check_staged_model,
+    cli,
+    eval_every,
+    opt,
+)
 
 EXPERIMENT = "constant_delay"
 OPTIMIZERS = ("sgd", "adam", "nadam", *optimizers.NAMES)
@@ -175,7 +184,6 @@ class _Runner:
         cfg, ds = self.cfg, self.ds
         name, method, delay = keys[0]["model"], keys[0]["method"], keys[0]["delay"]
         n, taus = profile(delay)
-        template = self._stages(name, n, 0)
         inits = [self._stages(name, n, k["seed"]) for k in keys]
         stack = lambda trees: jax.tree.map(lambda *a: np.stack(a), *trees)
         params = stack([[f.params for f in fs] for fs in inits])
@@ -193,7 +201,7 @@ class _Runner:
         )
         t0 = time.perf_counter()
         ex = delayed.executor(
-            compose(template), self.tx, ds.x_train, ds.y_train, idx, delay=taus,
+            compose(inits[0]), self.tx, ds.x_train, ds.y_train, idx, delay=taus,
             predict=method == "predicted", vmap=True,
             hyperparams={"learning_rate": [k["lr"] for k in keys]},
         )  # fmt: skip
@@ -323,16 +331,11 @@ def _prepare(config: Config) -> tuple[dict[str, Any], data.Dataset]:
     cfg = config.resolved()
     ds = load_checked(cfg, config, tasks.KINDS)
     most = max((profile(d)[0] for d in cfg["delays"]), default=1)
-    size = 0
-    for name in cfg["models"]:
-        size = max(size, check_model("model", name, ds))
-        m = models.create(name, input_shape=tuple(ds.x_train.shape[1:]),
-                          num_classes=ds.num_classes, task=ds.task)  # fmt: skip
-        if most > 1 and (not isinstance(m, models.StagedModel) or len(m.blocks) < most):
-            blocks = len(m.blocks) if isinstance(m, models.StagedModel) else "no"
-            raise ConfigError(
-                "stage_profiles", f"{name!r} has {blocks} blocks, fewer than N={most}"
-            )
+    need = {"stages": [most], "optimizer": cfg["optimizer"]}
+    size = max(
+        check_staged_model("model", name, ds, {}, need, stages_field="stage_profiles")
+        for name in cfg["models"]
+    )
     taus = [delayed.capacity(profile(d)[1], predict=True) for d in cfg["delays"]]
     lanes = cfg["seeds"] * len(cfg["lrs"])
     check_memory({"versions": 4.0 * size * (max(taus) + 4) * lanes})
