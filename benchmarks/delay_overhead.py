@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks._timing import interleaved
 from jaxstale import delayed, models, optimizers, train
 
 CONTEXT, VOCAB = 64, 83
@@ -74,17 +75,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     t_start = time.perf_counter()
     names = variants(args.delays)
     runs = {n: build(args.preset, args.batch_size, t, p, n == "sync") for n, t, p in names}
-    times: dict[str, list[float]] = {n: [] for n, _, _ in names}
-    order = list(runs)
-    for k in range(args.rounds):
-        for n in order[k % len(order) :] + order[: k % len(order)]:
-            r = runs[n]
-            t0 = time.perf_counter()
-            for _ in range(args.steps):
-                *carry, loss = r["step"](*r["carry"], r["x"], r["y"])
-                r["carry"] = tuple(carry)
-            jax.block_until_ready(loss)
-            times[n].append((time.perf_counter() - t0) / args.steps)
+    times = interleaved(runs, args.rounds, args.steps)
     rows = []
     for n, tau, predict in names:
         ratio = statistics.median(a / b for a, b in zip(times[n], times["sync"], strict=True))

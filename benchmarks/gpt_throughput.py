@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks._timing import interleaved
 from jaxstale import losses, models, optimizers
 from jaxstale.models.gpt import PRESETS, gpt_param_count
 
@@ -79,16 +80,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         *carry, loss = r["step"](*r["carry"], r["x"], r["y"])
         jax.block_until_ready(loss)
         r["carry"] = tuple(carry)
-    times: dict[str, list[float]] = {p: [] for p in timed}
-    for k in range(args.rounds):
-        for p in timed[k % len(timed) :] + timed[: k % len(timed)]:
-            r = runs[p]
-            t0 = time.perf_counter()
-            for _ in range(args.steps):
-                *carry, loss = r["step"](*r["carry"], r["x"], r["y"])
-                r["carry"] = tuple(carry)
-            jax.block_until_ready(loss)
-            times[p].append((time.perf_counter() - t0) / args.steps)
+    times = interleaved(runs, args.rounds, args.steps)
     tokens = args.batch_size * CONTEXT
     rows = []
     for p, kw in PRESETS.items():
