@@ -32,6 +32,7 @@ __all__ = [
     "load_text",
     "perplexity",
     "uniform_loss",
+    "unigram_entropy",
 ]
 
 #: the built-in text datasets
@@ -161,6 +162,20 @@ def from_texts(name: str, train: str, val: str, test: str) -> TextData:
 def uniform_loss(vocab_size: int) -> float:
     """``log V`` nats: the loss of the uniform prediction (a run above it learned nothing)."""
     return math.log(vocab_size)
+
+
+def unigram_entropy(ids: np.ndarray, vocab_size: int) -> float:
+    r"""The entropy of the characters' frequencies in ``ids``, nats: the loss of the best
+    prediction that ignores the context, :math:`-\sum_c p_c \log p_c` (a model that beats it
+    has learned more than character frequencies).
+
+    Example:
+        >>> round(unigram_entropy(np.array([0, 0, 1, 1]), 3), 4)  # two equally frequent: log 2
+        0.6931
+    """
+    counts = np.bincount(np.asarray(ids).ravel(), minlength=vocab_size).astype(np.float64)
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
 
 
 def bits_per_char(nats: float) -> float:

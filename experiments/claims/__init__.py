@@ -77,6 +77,7 @@ from .core import (
     trend,
 )
 from .figures import copy_figure, forest_figure, save_png
+from .language import LM_CLAIMS, MARGIN
 from .pipeline import judge_cliff, judge_moonshot_pipeline, judge_pipeline, judge_pipeline_adam
 from .provenance import Snapshot
 from .verdicts import LABELS, Decision, decide
@@ -270,7 +271,20 @@ CLAIMS: list[Claim] = [
         judge_moonshot_pipeline,
         primary="a target: the memory-light policy best on validation against sync at N = 8",
     ),
+    *LM_CLAIMS,
 ]
+
+
+def _expected_line(c: Claim) -> str:
+    """The claim's expected effect, as declared (before any run is read)."""
+    if c.expected is None:
+        return f" Expected effect: {c.expected_why}." if c.expected_why else ""
+    if c.expected_abs:
+        return f" Expected effect: {c.expected:.3g} nats ({c.expected_why})."
+    return (
+        f" Expected effect: {100 * c.expected:.3g} % of the reference arm's test error "
+        f"({c.expected_why})."
+    )
 
 
 def claim(claim_id: str) -> Claim:
@@ -389,12 +403,20 @@ def report(
         "**intention-to-treat** companion (a diverged seed scored at the task's chance level, "
         "1 / classes of the dataset, instead of being left out).",
         "",
+        "The language-model claims (LM1–LM6, LM-M: a GPT on the embedded Shakespeare) read "
+        "**test loss in nats per character** instead, lower is better, each arm at its peak "
+        "rate selected on validation loss; a diverged seed scores log V, the uniform "
+        "prediction's loss. Their papers report gaps in nats, so their expected effects are "
+        "stated as is. A claim that a method *matches* a reference is a non-inferiority test "
+        f"with a declared margin δ = {MARGIN:g} nats: `reference + δ − method` beyond noise "
+        "above 0 (the method less than δ worse, one-sided 97.5 %).",
+        "",
         "Verdicts:",
         "",
         *(f"- **{k}**: {v};" for k, v in LABELS.items()),
         "- **held** / **did not hold** for a threshold check (A1, P2): every threshold met / "
         "one missed;",
-        "- **reached** / **not reached** for a moonshot (M1, M2): the target met / missed;",
+        "- **reached** / **not reached** for a moonshot (M1, M2, LM-M): the target met / missed;",
         "- **not run**: the claim's run folder (or its primary comparison's cells) is missing.",
         "",
         *_source_lines(ctx, out, snap),
@@ -428,12 +450,7 @@ def report(
             f"*{c.source}.* {c.statement}",
             "",
             f"**Primary comparison** (declared before the numbers): {c.primary}."
-            + (
-                f" Expected effect: {100 * c.expected:.3g} % of the reference arm's test error "
-                f"({c.expected_why})."
-                if c.expected is not None
-                else ""
-            ),
+            + _expected_line(c),
             "",
             f"**Verdict: {v.verdict}.**",
             "",

@@ -32,6 +32,8 @@ FILE = "budget.json"
 REFERENCES = ("sgd", "sync")
 #: "flat": within this of the plateau (fraction of accuracy)
 TOL = 0.01
+#: a language model's "flat": within this of the plateau, nats
+LOSS_TOL = 0.02
 _TUNED = ("lr", "lam", "seed")
 
 
@@ -52,14 +54,43 @@ def facts(folder: Path) -> list[dict[str, Any]]:
         setting = {k: v for k, v in c["key"].items() if k not in _TUNED}
         groups.setdefault(json.dumps(setting), []).append(c)
     out = []
+    refs = None
     for setting, group in sorted(groups.items()):
         rows = [c["row"] for c in group]
-        lr = runs.select(rows, by=(), knob="lr", chance=0.0)[()]
+        loss = any(r.get("final_val_loss") is not None for r in rows)
+        if loss and refs is None:
+            refs = _text_references(folder)
+        chance = refs["uniform"] if loss and refs else math.inf if loss else 0.0
+        value = "final_val_loss" if loss else "final_val_accuracy"
+        lr = runs.select(rows, by=(), knob="lr", value=value, chance=chance)[()]
         curves = [c.get("metrics") or [] for c in group if c["row"].get("lr") == lr]
-        conv = convergence(curves, tol=TOL)
+        conv = (
+            convergence(curves, key="val_loss", tol=LOSS_TOL)
+            if loss
+            else convergence(curves, tol=TOL)
+        )
         steps = max((c[-1].get("step", 0) for c in curves if c), default=0)
-        out.append({"setting": json.loads(setting), "lr": lr, "steps": steps, **conv})
+        fact = {"setting": json.loads(setting), "lr": lr, "steps": steps, **conv}
+        if loss:
+            fact.update({"metric": "loss", **(refs or {})})
+        out.append(fact)
     return out
+
+
+def _text_references(folder: Path) -> dict[str, float] | None:
+    """A text run's reference losses: the training split's unigram entropy and ``log V``
+    (None when the folder's dataset is not one of :mod:`jaxstale.text`'s corpora)."""
+    from jaxstale import text
+
+    try:
+        name = json.loads((folder / "config.json").read_text())["config"]["dataset"]
+        t = text.load_text(name)
+    except (FileNotFoundError, KeyError, ValueError, json.JSONDecodeError):
+        return None
+    return {
+        "unigram": text.unigram_entropy(t.train, t.vocab_size),
+        "uniform": text.uniform_loss(t.vocab_size),
+    }
 
 
 def _verdict(f: dict[str, Any]) -> str:
@@ -70,7 +101,34 @@ def _verdict(f: dict[str, Any]) -> str:
     return "converged"
 
 
+def _loss_line(name: str, setting: str, f: dict[str, Any]) -> str:
+    """A language model's line: its validation loss at the budget against the corpus's
+    unigram entropy and the uniform loss (the claims compare at equal updates)."""
+    if f["plateau"] is None:
+        return f"- `{name}`, {setting}: no curve without divergence at lr {f['lr']:g}."
+    mean, half, n = f["delta_last_third"]
+    change = (
+        f"{mean:+.3f} ± {half:.3f} nats over {n} seeds"
+        if n > 1 and math.isfinite(half)
+        else "one seed"
+    )
+    refs = ""
+    if f.get("unigram") is not None:
+        below = "below" if f["plateau"] < f["unigram"] else "**not below**"
+        refs = (
+            f"; {below} the corpus's unigram entropy {f['unigram']:.2f} nats (uniform: "
+            f"{f['uniform']:.2f})"
+        )
+    return (
+        f"- `{name}`, {setting}, lr {f['lr']:g}: validation loss {f['plateau']:.3f} nats over "
+        f"the last third of {f['steps']:,} updates{refs}; change over the last third {change} "
+        "(a language model is compared at equal updates, on its warm-up + cosine schedule)."
+    )
+
+
 def _line(name: str, f: dict[str, Any]) -> str:
+    if f.get("metric") == "loss":
+        return _loss_line(name, ", ".join(f"{k} {v}" for k, v in f["setting"].items()), f)
     setting = ", ".join(f"{k} {v}" for k, v in f["setting"].items())
     mean, half, n = f["delta_last_third"]
     change = (

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jaxstale import runs
+from jaxstale import runs, tasks
 
 from . import verdicts
 from .verdicts import Diff
@@ -45,6 +45,9 @@ class Evidence:
     notes: list[str] = field(default_factory=list)
     tables: list[str] = field(default_factory=list)
     figures: list[tuple[str, str]] = field(default_factory=list)
+    #: the expected effect in the primary's unit when the judge computes it from the runs (a
+    #: paper's "closes 53 % of the gap" times this task's gap); None: the claim's ``expected``
+    expected: float | None = None
 
 
 @dataclass(frozen=True)
@@ -55,9 +58,11 @@ class Claim:
     before any number); ``expected``: the paper's effect as a relative reduction of the test
     error of the primary's reference arm (``b``; for a trend, per doubling), applied to that
     arm's error on this task to give the expected effect in points; ``expected_why``: where
-    the number comes from. ``judge`` returns :class:`Evidence` (verdict by
-    :func:`~experiments.claims.verdicts.decide`) or, for a threshold check or a moonshot, a
-    :class:`Verdict`."""
+    the number comes from; ``expected_abs``: ``expected`` is already in the primary's unit (a
+    fraction of accuracy, or nats), not relative to the reference arm's error (a language
+    model's gap in nats, whose papers report it absolute). ``judge`` returns
+    :class:`Evidence` (verdict by :func:`~experiments.claims.verdicts.decide`) or, for a
+    threshold check or a moonshot, a :class:`Verdict`."""
 
     id: str
     title: str
@@ -68,13 +73,17 @@ class Claim:
     primary: str = ""
     expected: float | None = None
     expected_why: str = ""
+    expected_abs: bool = False
 
-    def expected_points(self, primary: Diff) -> float:
-        """The expected effect on this task (a fraction): ``expected`` × the primary's reference
-        arm's test error (NaN when either is unknown)."""
+    def expected_points(self, primary: Diff, ev: Evidence | None = None) -> float:
+        """The expected effect on this task, in the primary's unit (a fraction of accuracy, or
+        nats): the judge's (``ev.expected``), else ``expected`` as is (``expected_abs``) or ×
+        the primary's reference arm's test error (NaN when unknown)."""
+        if ev is not None and ev.expected is not None:
+            return ev.expected
         if self.expected is None:
             return math.nan
-        return self.expected * primary.b_error
+        return self.expected if self.expected_abs else self.expected * primary.b_error
 
     def assess(self, ctx: Context) -> Verdict:
         """The claim's verdict from the run folders (``not run`` without its first folder)."""
@@ -92,16 +101,20 @@ class Claim:
             lines = [f"- primary ({self.primary}): not run", *ev.notes]
             return Verdict("not run", "\n".join(lines), ev.tables, ev.figures)
         p = ev.primary
-        expected = self.expected_points(p)
+        expected = self.expected_points(p, ev)
         d = verdicts.decide(p, ev.secondary, expected)
         over = " (mean over the trend's points)" if p.what else ""
         scale = (
-            f"{100 * (self.expected or 0):.3g} % of {p.b}'s test error here{over}, "
-            f"{100 * p.b_error:.1f} %"
+            "from this task's runs"
+            if ev.expected is not None
+            else "the paper's, as is"
+            if self.expected_abs
+            else f"{100 * (self.expected or 0):.3g} % of {p.b}'s test error here{over}, "
+            + (f"{100 * p.b_error:.1f} %" if p.scale == 100 else f"{p.fmt(p.b_error)} {p.unit}")
         )
-        mde = "∞ (too few pairs)" if not math.isfinite(d.mde) else f"{100 * d.mde:.1f}"
+        mde = "∞ (too few pairs)" if not math.isfinite(d.mde) else p.fmt(d.mde)
         want = (
-            f"expected {100 * expected:.1f} {p.unit} ({scale}; {self.expected_why})"
+            f"expected {p.fmt(expected)} {p.unit} ({scale}; {self.expected_why})"
             if math.isfinite(expected)
             else "no expected effect (no paper effect, or no pair to rescale it by)"
         )
@@ -123,17 +136,30 @@ class Claim:
 
 
 @functools.cache
+def _dataset(name: str) -> Any:
+    """A dataset by name, as its task reads it (raw; a text's fixed splits), once per process."""
+    from jaxstale import data, text
+
+    if name in (*text.TEXTS, *text.TFDS_TEXTS):
+        return data.load(name)
+    return data.load(name, validation=0.0, standardize="none")
+
+
+def dataset_task(dataset: str) -> tasks.Task:
+    """The task of a dataset by name: its metric, direction and chance level."""
+    from ..common import task_of as _task
+
+    return _task(_dataset(dataset))
+
+
 def num_classes(dataset: str) -> int:
-    """The number of classes of a dataset (loaded once per name and process)."""
-    from jaxstale import data
-
-    return int(data.load(dataset, validation=0.0, standardize="none").num_classes)
+    """The number of classes of a dataset (a language model's: its vocabulary)."""
+    return int(_dataset(dataset).num_classes)
 
 
-def chance_of(rows: Sequence[Mapping[str, Any]]) -> float:
-    """The task's chance accuracy, ``1 / num_classes`` of the rows' dataset (the ``num_classes``
-    the rows record, else their ``dataset``, which :meth:`Context.rows` fills in from the run's
-    config.json): the score of a diverged seed in selection and intention to treat.
+def task_of(rows: Sequence[Mapping[str, Any]]) -> tasks.Task:
+    """The rows' task: a classification over the ``num_classes`` the rows record, else their
+    ``dataset``'s task (:meth:`Context.rows` fills it in from the run's config.json).
 
     Raises:
         ValueError: the rows name no dataset, or several."""
@@ -145,10 +171,30 @@ def chance_of(rows: Sequence[Mapping[str, Any]]) -> float:
                 f"chance level: the rows name {len(names)} datasets ({sorted(names)}); "
                 "need exactly one (a row's 'dataset' or the run's config.json)"
             )
-        ks = {num_classes(names.pop())}
+        return dataset_task(names.pop())
     if len(ks) != 1:
         raise ValueError(f"chance level: rows of datasets with {sorted(ks)} classes")
-    return 1.0 / ks.pop()
+    return tasks.classification(int(ks.pop()))
+
+
+def chance_of(rows: Sequence[Mapping[str, Any]]) -> float:
+    """The task's chance level (:func:`task_of`): ``1 / num_classes``, a language model's
+    ``log V``: the score of a diverged seed in selection and intention to treat."""
+    return task_of(rows).chance
+
+
+def _metric_task(rows: Sequence[Mapping[str, Any]]) -> tasks.Task | None:
+    """The task whose metric the rows record, for reading them (field names, unit, scale):
+    None (accuracy) unless they record a loss, then their dataset's task, or a language
+    model's reading without a chance level when they name no dataset (:func:`chance_of` is
+    what asks for one)."""
+    if not any(r.get("final_test_loss") is not None or r.get("final_val_loss") is not None
+               for r in rows):  # fmt: skip
+        return None
+    names = {r["dataset"] for r in rows if r.get("dataset")}
+    if len(names) == 1:
+        return dataset_task(names.pop())
+    return tasks.Task("language_model", "loss", math.nan, 1.0, 3, "nats")
 
 
 def _needs_chance(rows: Sequence[Mapping[str, Any]], value: str) -> bool:
@@ -218,7 +264,9 @@ def selected(
     if not group:
         return []
     knob = tuple(k for k in knob if any(k in r for r in group))
-    (pick,) = runs.select(group, by=(), knob=knob, chance=chance_if_needed(group)).values()
+    value = tasks.or_default(_metric_task(group)).final("val")
+    chance = chance_if_needed(group, value)
+    (pick,) = runs.select(group, by=(), knob=knob, value=value, chance=chance).values()
     return [r for r in group if runs.stats.knob_value(r, knob) == pick]
 
 
@@ -226,8 +274,12 @@ def cell(rows: Sequence[dict[str, Any]]) -> str:
     """``mean ± CI [div.] @ lr`` of the rows of one selected group."""
     if not rows:
         return "–"
+    t = tasks.or_default(_metric_task(rows))
     text = runs.format_ci(
-        [r.get("final_test_accuracy") for r in rows], diverged=[r["diverged"] for r in rows]
+        [r.get(t.final("test")) for r in rows],
+        scale=t.scale,
+        digits=t.digits,
+        diverged=[r["diverged"] for r in rows],
     )
     lr = rows[0].get("lr")
     return f"{text} @ {lr:g}" if isinstance(lr, float) else text
@@ -235,15 +287,28 @@ def cell(rows: Sequence[dict[str, Any]]) -> str:
 
 def diff(a_rows: Sequence[dict], b_rows: Sequence[dict], a: str, b: str) -> Diff:
     """The paired difference ``a − b`` with its intention-to-treat companion (a diverged seed
-    at the rows' chance level, :func:`chance_of`)."""
-    return verdicts.paired(a_rows, b_rows, a, b, chance_of)
+    at the rows' chance level, :func:`chance_of`), of the rows' test metric."""
+    return verdicts.paired(a_rows, b_rows, a, b, chance_of, _metric_task([*a_rows, *b_rows]))
+
+
+def contrast(
+    arms: Sequence[tuple[float, Sequence[dict]]],
+    a: str,
+    b: str,
+    what: str = "",
+    offset: float = 0.0,
+) -> Diff:
+    """A per-seed linear contrast of the arms' test metric (:func:`verdicts.contrast`)."""
+    task = _metric_task([r for _, rows in arms for r in rows])
+    return verdicts.contrast(arms, a, b, chance_of, task, what, offset)
 
 
 def trend(
     points: Sequence[tuple[float, Sequence[dict], Sequence[dict]]], a: str, b: str, var: str
 ) -> Diff:
     """The per-seed slope of ``a − b`` against log2 ``var`` (:func:`verdicts.trend`)."""
-    return verdicts.trend(points, a, b, var, chance_of)
+    task = _metric_task([r for _, ra, rb in points for r in (*ra, *rb)])
+    return verdicts.trend(points, a, b, var, chance_of, task)
 
 
 #: methods whose step is divided by the staleness or the gap: one shared rate is not neutral
@@ -354,31 +419,41 @@ def _secondary(items: Mapping[str, list[Diff] | None]) -> dict[str, list[Diff]]:
 
 
 def _gap(best: list[dict], ref: list[dict], a: str, b: str, target: float) -> tuple[bool, str]:
-    """Whether ``best`` is within ``target`` points of ``ref`` (paired mean gap), and the text."""
-    d = diff(ref, best, b, a)
-    ok = d.n > 0 and 100 * d.mean <= target
-    miss = 100 * d.mean - target
+    """Whether ``best`` is within ``target`` of ``ref`` (the paired mean gap, in points, or in
+    nats for a loss), and the text."""
+    task = _metric_task([*best, *ref])
+    loss = task is not None and not task.higher_is_better
+    d = diff(best, ref, a, b) if loss else diff(ref, best, b, a)
+    unit = d.unit
+    gap = d.scale * d.mean
+    ok = d.n > 0 and gap <= target
+    miss = gap - target
+    tiny = 10.0 ** -(d.digits + 1)
     verdict = (
         "reached"
         if ok
-        else f"not reached, by {miss:.2f}"
-        if miss >= 0.005
-        else "not reached, by < 0.01"
+        else f"not reached, by {miss:.{d.digits + 1}f}"
+        if miss >= tiny / 2
+        else f"not reached, by < {tiny:g}"
     )
-    return ok, f"{d.text()}; mean gap {100 * d.mean:.2f}, target ≤ {target:g} points: {verdict}"
+    return ok, (
+        f"{d.text()}; mean gap {gap:.{d.digits + 1}f}, target ≤ {target:g} {unit}: {verdict}"
+    )
 
 
 def _best(
     rows: Sequence[dict], candidates: Sequence[str], **fields: Any
 ) -> list[tuple[str, list[dict[str, Any]]]]:
-    """The candidates with the best mean validation accuracy at their selected rates: one, or
+    """The candidates with the best mean validation metric at their selected rates: one, or
     several tied (the validation split is small, so exact ties happen)."""
     scored = []
     for m in candidates:
         pick = selected(rows, method=m, **fields)
         if pick:
-            score = runs.stats.score(pick, "final_val_accuracy", chance_if_needed(pick))
-            scored.append((score, m, pick))
+            value = tasks.or_default(_metric_task(pick)).final("val")
+            score = runs.stats.score(pick, value, chance_if_needed(pick, value))
+            sign = 1.0 if tasks.higher_is_better(value) else -1.0  # best = the highest
+            scored.append((sign * score, m, pick))
     if not scored:
         return []
     top = max(t[0] for t in scored)

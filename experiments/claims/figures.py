@@ -68,7 +68,7 @@ def _draw(ax: Any, items: list[tuple[str, Diff]], expected: float | None) -> Non
         if primary:
             ax.axhspan(y - 0.45, y + 0.45, color=_PRIMARY_BAND, zorder=0)
         if d.values:
-            vals = 100 * np.asarray(d.values, dtype=float)
+            vals = d.scale * np.asarray(d.values, dtype=float)
             jitter = np.linspace(-0.18, 0.18, len(vals)) if len(vals) > 1 else np.zeros(1)
             ax.scatter(vals, y + jitter, s=9, color="0.45", alpha=0.55, linewidths=0, zorder=2)
         if d.n == 0:
@@ -76,18 +76,20 @@ def _draw(ax: Any, items: list[tuple[str, Diff]], expected: float | None) -> Non
                     color="0.35", style="italic")  # fmt: skip
             continue
         color = COLORS[_kind(d)]
-        half = 100 * d.half if math.isfinite(d.half) else None
+        half = d.scale * d.half if math.isfinite(d.half) else None
         ax.errorbar(
-            100 * d.mean, y, xerr=half, fmt="D" if primary else "o", color=color,
+            d.scale * d.mean, y, xerr=half, fmt="D" if primary else "o", color=color,
             markersize=9 if primary else 6, markeredgecolor="black" if primary else color,
             elinewidth=2.8 if primary else 1.6, capsize=5 if primary else 3, zorder=4,
         )  # fmt: skip
         if d.dropped and d.itt:
-            ax.plot(100 * float(np.mean(d.itt)), y, marker="o", markersize=8, zorder=3,
+            ax.plot(d.scale * float(np.mean(d.itt)), y, marker="o", markersize=8, zorder=3,
                     markerfacecolor="none", markeredgecolor=color, linestyle="none")  # fmt: skip
     ax.axvline(0.0, color="black", linewidth=1.0, zorder=1)
     if expected is not None and math.isfinite(expected):
-        ax.axvline(100 * expected, color=_EXPECTED, linestyle="--", linewidth=1.6, zorder=1)
+        ax.axvline(
+            items[0][1].scale * expected, color=_EXPECTED, linestyle="--", linewidth=1.6, zorder=1
+        )
     ax.set_yticks([y for y, _, _ in ticks], [t for _, t, _ in ticks], fontsize="small")
     for label, (_, _, primary) in zip(ax.get_yticklabels(), ticks, strict=True):
         if primary:
@@ -96,7 +98,7 @@ def _draw(ax: Any, items: list[tuple[str, Diff]], expected: float | None) -> Non
     ax.grid(axis="x", alpha=0.3)
 
 
-def _legend(fig: Any, expected: float | None, unit: str, itt: bool) -> None:
+def _legend(fig: Any, expected: float | None, primary: Diff, itt: bool) -> None:
     """One legend for the figure, below the panels (a short top panel cannot hold it, and the
     title spans the width)."""
     from matplotlib.lines import Line2D
@@ -123,7 +125,10 @@ def _legend(fig: Any, expected: float | None, unit: str, itt: bool) -> None:
         texts.append("intention to treat (diverged seeds at chance)")
     if expected is not None and math.isfinite(expected):
         handles.append(Line2D([], [], color=_EXPECTED, linestyle="--"))
-        texts.append(f"expected effect: {100 * expected:.2g} {unit}\n(the paper's, rescaled)")
+        texts.append(
+            f"expected effect: {primary.scale * expected:.2g} {primary.unit}\n(the paper's, "
+            "rescaled)"
+        )
     fig.legend(handles, texts, fontsize="small", loc="outside lower center", ncols=3)
 
 
@@ -135,7 +140,7 @@ def forest_figure(claim: Claim, ev: Evidence, *, smoke: bool = False) -> Any:
     if ev.primary is None:
         return None
     items = forest_items(ev)
-    expected = claim.expected_points(ev.primary)
+    expected = claim.expected_points(ev.primary, ev)
     units = list(dict.fromkeys(d.unit for _, d in items))
     groups = [[(label, d) for label, d in items if d.unit == u] for u in units]
     height = max(3.6, 1.9 + 0.5 * len(items) + 0.6 * len(units))
@@ -145,8 +150,9 @@ def forest_figure(claim: Claim, ev: Evidence, *, smoke: bool = False) -> Any:
     for ax, unit, group in zip(axes[:, 0], units, groups, strict=True):
         mine = expected if unit == ev.primary.unit else None
         _draw(ax, group, mine)
-        ax.set_xlabel(f"paired difference of test accuracy, {unit} (positive = as claimed)")
-    _legend(fig, expected, ev.primary.unit, itt)
+        metric = "accuracy" if group[0][1].scale == 100 else "loss"
+        ax.set_xlabel(f"paired difference of test {metric}, {unit} (positive = as claimed)")
+    _legend(fig, expected, ev.primary, itt)
     title = (
         f"{claim.id}: {claim.title} — every paired difference the verdict reads (primary "
         "highlighted): mean over seeds with its 95 % t interval, one dot per seed, zero line, "

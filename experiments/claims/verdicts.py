@@ -24,6 +24,7 @@ per-seed slope of the paired difference against log2 M.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxstale import tasks
 from jaxstale.loop import decode_correct
 
 from ..reports import MIN_PAIRS
@@ -57,21 +59,20 @@ def _t(q: float, df: int) -> float:
     return float(stats.t.ppf(q, df))
 
 
-def _points(x: float) -> str:
-    return f"{100 * x:.1f}"
-
-
 @dataclass(frozen=True)
 class Diff:
-    """A paired difference ``a − b`` of test accuracy (fractions; printed in points).
+    """A paired difference ``a − b`` of the test metric: accuracy (fractions, printed in
+    points: ``scale`` 100, ``digits`` 1) or a language model's loss (nats, ``scale`` 1,
+    ``digits`` 3).
 
     ``values``: one per seed that trained in both runs (per protocol); ``itt``: one per seed
     run in both, a diverged run scored at ``chance`` (intention to treat; equal to ``values``
-    when no seed diverged); ``b_error``: the mean test error of ``b`` over the pairs (the scale
-    a paper's relative effect is applied to); ``unit``: what one value measures; ``what``: the
-    comparison's name when it is not ``a − b`` (a trend); ``test_var``: the variance of the
-    mean difference from resampling the test examples (:func:`examples_variance`; 0: the test set
-    taken as fixed), added to the seeds' ``sd² / n`` in the interval and the MDE."""
+    when no seed diverged); ``b_error``: the mean test error of ``b`` over the pairs (1 −
+    accuracy; a loss itself: the scale a paper's relative effect is applied to); ``unit``:
+    what one value measures; ``what``: the comparison's name when it is not ``a − b`` (a
+    trend); ``test_var``: the variance of the mean difference from resampling the test
+    examples (:func:`examples_variance`; 0: the test set taken as fixed), added to the seeds'
+    ``sd² / n`` in the interval and the MDE."""
 
     a: str
     b: str
@@ -82,6 +83,12 @@ class Diff:
     unit: str = "points"
     what: str = ""
     test_var: float = 0.0
+    scale: float = 100.0
+    digits: int = 1
+
+    def fmt(self, x: float, sign: bool = False) -> str:
+        """A value of this difference's metric as printed (points or nats)."""
+        return f"{self.scale * x:{'+' if sign else ''}.{self.digits}f}"
 
     @property
     def n(self) -> int:
@@ -134,9 +141,9 @@ class Diff:
         return self.what or f"{self.a} − {self.b}"
 
     def _stat(self, values: Sequence[float], test_var: float = 0.0) -> str:
-        d = Diff(self.a, self.b, tuple(values), test_var=test_var)
-        half = f" ± {_points(d.half)}" if math.isfinite(d.half) else ""
-        return f"{100 * d.mean:+.1f}{half}"
+        d = dataclasses.replace(self, values=tuple(values), test_var=test_var)
+        half = f" ± {self.fmt(d.half)}" if math.isfinite(d.half) else ""
+        return f"{self.fmt(d.mean, sign=True)}{half}"
 
     def text(self, *, itt: bool = False) -> str:
         """``a − b = +x.x ± y.y points (n seeds, beyond noise)``; with the intention-to-treat
@@ -157,7 +164,12 @@ class Diff:
         if itt and self.n and not self.dropped and self.chance is None:
             out += "; intention to treat: the same (no seed diverged)"
         elif self.itt and (itt or self.dropped):
-            chance = "" if self.chance is None else f" at chance, {100 * self.chance:.3g} %"
+            chance = (
+                ""
+                if self.chance is None
+                else f" at chance, {self.scale * self.chance:.3g} "
+                + ("%" if self.scale == 100 else self.unit)
+            )
             out += (
                 f"; intention to treat (diverged seeds{chance}): {self._stat(self.itt)} "
                 f"over {len(self.itt)} seeds"
@@ -165,11 +177,14 @@ class Diff:
         return out
 
 
-def _by_seed(rows: Sequence[Mapping[str, Any]], chance: float | None) -> dict[Any, float]:
-    """Test accuracy by seed; a diverged (or valueless) run left out, or at ``chance``."""
+def by_seed(
+    rows: Sequence[Mapping[str, Any]], chance: float | None, field: str
+) -> dict[Any, float]:
+    """``field`` (the test metric) by seed; a diverged (or valueless) run left out, or at
+    ``chance``."""
     out: dict[Any, float] = {}
     for r in rows:
-        v = r.get("final_test_accuracy")
+        v = r.get(field)
         if not r.get("diverged") and v is not None and math.isfinite(float(v)):
             out[r.get("seed")] = float(v)
         elif chance is not None:
@@ -177,23 +192,24 @@ def _by_seed(rows: Sequence[Mapping[str, Any]], chance: float | None) -> dict[An
     return out
 
 
-def _trained(rows: Sequence[Mapping[str, Any]]) -> bool:
-    return all(not r.get("diverged") and r.get("final_test_accuracy") is not None for r in rows)
+def _trained(rows: Sequence[Mapping[str, Any]], field: str) -> bool:
+    return all(not r.get("diverged") and r.get(field) is not None for r in rows)
 
 
 def _pairs(
     a_rows: Sequence[Mapping[str, Any]],
     b_rows: Sequence[Mapping[str, Any]],
     chance_of: Callable[[Sequence[Mapping[str, Any]]], float],
+    field: str,
 ) -> tuple[dict[Any, tuple[float, float]], dict[Any, tuple[float, float]], float | None]:
     """Per-protocol pairs, intention-to-treat pairs (by seed) and the chance level used (None
     when no seed diverged: it is then never looked up)."""
-    pa, pb = _by_seed(a_rows, None), _by_seed(b_rows, None)
+    pa, pb = by_seed(a_rows, None, field), by_seed(b_rows, None, field)
     pp = {k: (pa[k], pb[k]) for k in pa if k in pb}
-    if _trained(a_rows) and _trained(b_rows):
+    if _trained(a_rows, field) and _trained(b_rows, field):
         return pp, pp, None
     chance = chance_of([*a_rows, *b_rows])
-    ia, ib = _by_seed(a_rows, chance), _by_seed(b_rows, chance)
+    ia, ib = by_seed(a_rows, chance, field), by_seed(b_rows, chance, field)
     return pp, {k: (ia[k], ib[k]) for k in ia if k in ib}, chance
 
 
@@ -219,17 +235,34 @@ def examples_variance(
     return float(d.var(ddof=1) / len(d))
 
 
+def _reading(task: tasks.Task | None) -> dict[str, Any]:
+    """A :class:`Diff`'s fields for the task's metric (accuracy in points by default)."""
+    t = tasks.or_default(task)
+    unit = "points" if t.metric == "accuracy" else t.unit
+    return {"unit": unit, "scale": t.scale, "digits": t.digits}
+
+
+def _error(values: Sequence[float], task: tasks.Task | None) -> float:
+    """The mean test error of an arm: 1 − accuracy, or the loss itself."""
+    mean = float(np.mean(values))
+    return 1.0 - mean if tasks.or_default(task).higher_is_better else mean
+
+
 def paired(
     a_rows: Sequence[Mapping[str, Any]],
     b_rows: Sequence[Mapping[str, Any]],
     a: str,
     b: str,
     chance_of: Callable[[Sequence[Mapping[str, Any]]], float],
+    task: tasks.Task | None = None,
 ) -> Diff:
-    """The paired difference ``a − b`` by seed, with its intention-to-treat companion
-    (``chance_of(rows)`` is asked only when a seed diverged)."""
-    pp, itt, chance = _pairs(a_rows, b_rows, chance_of)
-    err = 1.0 - float(np.mean([y for _, y in pp.values()])) if pp else math.nan
+    """The paired difference ``a − b`` of the task's test metric by seed (accuracy without a
+    task), with its intention-to-treat companion (``chance_of(rows)`` is asked only when a
+    seed diverged). For a loss, ``a − b`` is positive when ``a`` is worse: a judge orients its
+    comparisons by the order of the arms."""
+    field = tasks.or_default(task).final("test")
+    pp, itt, chance = _pairs(a_rows, b_rows, chance_of, field)
+    err = _error([y for _, y in pp.values()], task) if pp else math.nan
     return Diff(
         a,
         b,
@@ -238,10 +271,43 @@ def paired(
         chance,
         err,
         test_var=examples_variance(a_rows, b_rows, list(pp)),
+        **_reading(task),
     )
 
 
-def _slope(points: Sequence[tuple[float, float]]) -> float | None:
+def contrast(
+    arms: Sequence[tuple[float, Sequence[Mapping[str, Any]]]],
+    a: str,
+    b: str,
+    chance_of: Callable[[Sequence[Mapping[str, Any]]], float],
+    task: tasks.Task | None = None,
+    what: str = "",
+    offset: float = 0.0,
+) -> Diff:
+    """A per-seed linear contrast of the task's test metric, ``offset + Σ_k w_k · m_k``, over
+    the seeds every arm ran: a paired difference is ``((1, a), (−1, b))``; a difference of two
+    gaps (AdamW's staleness cost minus Muon's) is ``(+1, −1, −1, +1)`` over four arms; an
+    ``offset`` turns ``b + δ − a`` into a non-inferiority test with margin ``δ``. Per protocol
+    over the seeds where every arm trained; the intention-to-treat companion scores a diverged
+    arm at the task's chance level. ``b_error`` is NaN (no reference arm to rescale by)."""
+    field = tasks.or_default(task).final("test")
+
+    def combine(per: list[dict[Any, float]]) -> tuple[float, ...]:
+        seeds = [k for k in per[0] if all(k in p for p in per[1:])]
+        return tuple(
+            offset + sum(w * p[k] for (w, _), p in zip(arms, per, strict=True)) for k in seeds
+        )
+
+    values = combine([by_seed(rows, None, field) for _, rows in arms])
+    if all(_trained(rows, field) for _, rows in arms):
+        itt, chance = values, None
+    else:
+        chance = chance_of([r for _, rows in arms for r in rows])
+        itt = combine([by_seed(rows, chance, field) for _, rows in arms])
+    return Diff(a, b, values, itt, chance, what=what, **_reading(task))
+
+
+def slope(points: Sequence[tuple[float, float]]) -> float | None:
     xs = np.array([x for x, _ in points])
     if len(set(xs.tolist())) < 2:
         return None
@@ -255,30 +321,34 @@ def trend(
     b: str,
     var: str,
     chance_of: Callable[[Sequence[Mapping[str, Any]]], float],
+    task: tasks.Task | None = None,
 ) -> Diff:
     """How the paired difference ``a − b`` changes as ``var`` grows: per seed, the least-squares
     slope of its differences against log2 ``var`` over the values of ``var`` where that seed
-    has a pair (at least two), in points per doubling; its 95 % interval over the seeds (a seed
-    fixes the initial weights and the data order at every ``var``). ``points``: ``(value of
-    var, a's rows, b's rows)``, each pair at its own selected rate; ``b_error``: ``b``'s mean
-    error over them."""
+    has a pair (at least two), in points (a loss: nats) per doubling; its 95 % interval over
+    the seeds (a seed fixes the initial weights and the data order at every ``var``).
+    ``points``: ``(value of var, a's rows, b's rows)``, each pair at its own selected rate;
+    ``b_error``: ``b``'s mean error over them."""
+    field = tasks.or_default(task).final("test")
     pp: dict[Any, list[tuple[float, float]]] = {}
     itt: dict[Any, list[tuple[float, float]]] = {}
     errors, chance = [], None
     for x, ra, rb in points:
-        p, i, c = _pairs(ra, rb, chance_of)
+        p, i, c = _pairs(ra, rb, chance_of, field)
         chance = c if c is not None else chance
         for k, (u, v) in p.items():
             pp.setdefault(k, []).append((math.log2(x), u - v))
         for k, (u, v) in i.items():
             itt.setdefault(k, []).append((math.log2(x), u - v))
         if p:
-            errors.append(1.0 - float(np.mean([v for _, v in p.values()])))
+            errors.append(_error([v for _, v in p.values()], task))
     xs = ", ".join(f"{x:g}" for x, _, _ in points)
 
     def slopes(per: dict[Any, list[tuple[float, float]]]) -> tuple[float, ...]:
-        return tuple(s for s in (_slope(v) for v in per.values()) if s is not None)
+        return tuple(s for s in (slope(v) for v in per.values()) if s is not None)
 
+    reading = _reading(task)
+    reading["unit"] = f"{reading['unit']} per doubling of {var}"
     return Diff(
         a,
         b,
@@ -286,8 +356,8 @@ def trend(
         slopes(itt),
         chance,
         float(np.mean(errors)) if errors else math.nan,
-        f"points per doubling of {var}",
-        f"slope of {a} − {b} against log2 {var} ({var} = {xs})",
+        what=f"slope of {a} − {b} against log2 {var} ({var} = {xs})",
+        **reading,
     )
 
 
@@ -338,9 +408,11 @@ def decide(primary: Diff, secondary: Mapping[str, Sequence[Diff]], expected: flo
         parts += [f"for the claim: {'; '.join(up)}"] if up else []
         parts += [f"reversed: {'; '.join(down)}"] if down else []
         return out("mixed", f"mixed ({'; '.join(parts)})")
-    got = f"MDE {_points(mde)}" if math.isfinite(mde) else f"fewer than {MIN_PAIRS} pairs"
+    got = f"MDE {primary.fmt(mde)}" if math.isfinite(mde) else f"fewer than {MIN_PAIRS} pairs"
     want = (
-        f"expected {_points(expected)} {unit}" if math.isfinite(expected) else "no expected effect"
+        f"expected {primary.fmt(expected)} {unit}"
+        if math.isfinite(expected)
+        else "no expected effect"
     )
     sizes = f"{got} vs {want}" if math.isfinite(mde) else f"{got}; {want}"
     if not math.isfinite(expected) or not mde <= expected:

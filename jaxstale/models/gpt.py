@@ -41,10 +41,11 @@ _init = _host_normal(1.0)  # N(0, 1 / fan_in)
 
 #: size presets, the zoo's ``gpt-<name>`` models (context and vocabulary come from the data:
 #: at :mod:`jaxstale.text`'s context 64 and 83 characters, the parameter counts are
-#: tiny 32,915; cpu 414,803; gpu 85,232,723)
+#: tiny 32,915; cpu 414,803; deep 814,675; gpu 85,232,723)
 PRESETS: dict[str, dict[str, int]] = {
     "tiny": {"layers": 2, "width": 32, "heads": 2},  # tests and smoke runs
     "cpu": {"layers": 8, "width": 64, "heads": 4},  # the CPU claims: up to 8 stages of 1 block
+    "deep": {"layers": 16, "width": 64, "heads": 4},  # the CPU preset twice as deep: N = 16
     "gpu": {"layers": 12, "width": 768, "heads": 12},  # GPT-2 small's blocks: for a GPU
 }
 

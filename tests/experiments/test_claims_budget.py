@@ -65,3 +65,33 @@ def test_the_snapshot_commits_them_and_the_report_says_which_converged(tmp_path)
             p.unlink()
     provenance.snapshot(tmp_path / "results", rows, ["async"], quick=False)
     assert not (rows / "async" / budget.FILE).exists() and budget.section(rows, ["async"]) == []
+
+
+def test_a_language_models_reference_is_read_in_nats_against_the_corpus(tmp_path):
+    """A text run: the rate with the lowest validation loss, its loss curve, and the line
+    compares the final loss with the corpus's unigram entropy and the uniform loss."""
+    folder = tmp_path / "lm-depth"
+    (folder / "cells").mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"config": {"dataset": "shakespeare"}}))
+    for seed in range(2):
+        for lr, end in ((0.003, 1.9), (0.01, 2.2)):
+            key = {"method": "sync", "stages": 8, "lr": lr, "seed": seed}
+            row = {**key, "final_val_loss": end, "final_test_loss": end, "diverged": False}
+            curve = [{"step": 100 * (i + 1), "val_loss": v} for i, v in
+                     enumerate([3.5, 2.6, 2.2, end + 0.01, end, end])]  # fmt: skip
+            (folder / "cells" / f"{lr}-{seed}.json").write_text(
+                json.dumps({"key": key, "row": row, "metrics": curve})
+            )
+    (fact,) = budget.facts(folder)
+    assert fact["lr"] == 0.003 and fact["metric"] == "loss"
+    assert abs(fact["unigram"] - 3.3376) < 1e-3 and abs(fact["uniform"] - 4.4188) < 1e-3
+    (line,) = [x for x in budget.section(_rows_of(tmp_path, fact), ["lm-depth"]) if "lm-" in x]
+    assert "validation loss 1.903 nats over the last third of 600 updates" in line
+    assert "below the corpus's unigram entropy 3.34 nats (uniform: 4.42)" in line
+
+
+def _rows_of(root, fact):
+    rows = root / "rows"
+    (rows / "lm-depth").mkdir(parents=True)
+    (rows / "lm-depth" / budget.FILE).write_text(json.dumps([fact]))
+    return rows
