@@ -227,6 +227,13 @@ class Config(Base):
         if self.optimizer == "sgd" or self.executor == "mesh":
             why = "a per-stage β1 needs an Adam-family optimizer or Muon and --executor emulate"
             refuse_unused(self, {"momentum_rule": why})
+        if self.executor == "mesh" and self.optimizer in optimizers.NAMES:
+            raise ConfigError(  # the mesh updates a stage's flat weight vector
+                "optimizer",
+                f"{self.optimizer} needs each stage's weights as matrices (decay on matrices "
+                "only; Muon's orthogonalised matrices), and --executor mesh updates a stage's "
+                "flat weight vector: use --executor emulate, or sgd / adam / nadam",
+            )
 
     def resolved(self) -> dict[str, Any]:
         """The run's config (decides its results; its hash names the folder)."""

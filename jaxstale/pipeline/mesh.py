@@ -138,7 +138,10 @@ class MeshPipeline:
             ``(fn(params, x) -> y, params)`` pairs.
         program: the program (its sizes and policy structure).
         tx: the per-stage optimizer, applied to each stage's flat weights on its device
-            (element-wise optimizers give the per-pytree result).
+            (element-wise optimizers give the per-pytree result; one that reads the
+            parameters' shapes does not: ``jaxstale.optimizers``' AdamW decays matrices only
+            and Muon orthogonalises them, and a flat vector has no matrices, so those run on
+            the emulator).
         micro_x: an example micro-batch input ``[mb, ...]``.
         mesh: a mesh with a ``"stage"`` axis of ``N`` devices (default: the first ``N``).
         momentum: ``μ`` of the Nesterov prediction rule.

@@ -84,8 +84,11 @@ def test_contrast_is_the_per_seed_combination_with_an_offset():
     def arm(vals):
         return [{"seed": s, "diverged": False, "final_test_loss": v} for s, v in enumerate(vals)]
 
-    a1, a0, m1, m0 = arm([2.5, 2.6, 2.4]), arm([2.0, 2.1, 2.0]), arm([1.7, 1.8, 1.7]), arm(
-        [1.65, 1.75, 1.68]
+    a1, a0, m1, m0 = (
+        arm([2.5, 2.6, 2.4]),
+        arm([2.0, 2.1, 2.0]),
+        arm([1.7, 1.8, 1.7]),
+        arm([1.65, 1.75, 1.68]),
     )
     from jaxstale import tasks
 

@@ -66,6 +66,10 @@ def test_one_policy_of_a_gpt_selects_its_rate_on_validation_loss(tmp_path):
             "an accuracy must be in (0, 1]",
         ),
         (["--standardize", "channel"], "standardize='channel' does not apply"),
+        (  # the mesh updates a stage's flat vector: no matrices to decay or orthogonalise
+            ["--executor", "mesh", "--optimizer", "adamw"],
+            "--executor mesh updates a stage's flat weight vector",
+        ),
     ],
 )
 def test_model_and_data_mismatches_are_one_line(tmp_path, capsys, argv, message):

@@ -88,7 +88,8 @@ def test_register_model_errors(registry):
         models.register_model("x", None)
     with pytest.raises(
         ValueError,
-        match=r"registered models: mlp, cnn, resnet20, cnn1d, gpt-tiny, gpt-cpu, gpt-deep, gpt-gpu, mine\.",
+        match=r"registered models: mlp, cnn, resnet20, cnn1d, gpt-tiny, gpt-cpu, gpt-deep, "
+        r"gpt-gpu, mine\.",
     ):
         models.create("yours", input_shape=(1, 1, 1), num_classes=2)
     models.register_model("not_a_module", lambda **kw: "nope")

@@ -1,0 +1,20 @@
+"""benchmarks/pipeline_emulation.py on a GPT (issue 23): token windows, the language-model
+AdamW on both sides, a row per policy with its ratio to the synchronous step, tokens per second
+and its compile time."""
+
+import pytest
+
+from benchmarks import pipeline_emulation
+
+
+@pytest.mark.slow  # ~30 s: three GPT programs compiled and timed
+def test_a_gpt_pipeline_round_is_timed_against_the_synchronous_step():
+    argv = "--model gpt-tiny --stages 2 --batch 2 --reps 1 --rounds 1 --policies sync,stash"
+    table = pipeline_emulation.main(argv.split())
+    assert "gpt-tiny (32,915 params), context 64, vocabulary 83, batch 2, adamw, N=2" in table
+    assert "| policy | ms / step | tokens / s | vs sync step |" in table
+    rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines()[4:]}
+    assert set(rows) == {"plain sync step (unsplit)", "sync", "stash"}
+    for p in ("sync", "stash"):
+        cells = rows[p].strip("|").split("|")
+        assert cells[3].strip().endswith("x") and float(cells[-1]) > 0  # ratio, compile seconds
