@@ -201,9 +201,9 @@ _ADAMW = (0.001, 0.003, 0.01)
 _MUON = (0.01, 0.02, 0.04)
 _CD = constant_delay.Config
 #: a 16-block GPT (``gpt-deep``: the CPU preset's width, twice its depth) for N = 16, one block
-#: per stage. Its N = 16 round had not compiled after 14 minutes on 2 cores (the gpt-cpu N = 8
-#: round: 27–35 s; benchmarks/results/pipeline_emulation_gpt.md), so ``lm-deep`` waits on a
-#: faster-compiling round before it is run at full size
+#: per stage. Its vanilla round compiles in 54 s on 2 cores, but 2BW's had not compiled after
+#: 12 minutes (177 s for gpt-cpu at N = 8; benchmarks/results/pipeline_emulation_gpt.md): run
+#: ``lm-deep`` after 2BW's program compiles faster, or expect that per group
 DEEP = ("gpt-deep",)
 
 LM_RUNS: dict[str, Run] = {
