@@ -12,8 +12,8 @@ from jaxstale import models
 def test_quick_rows_count_parameters_and_flops(tmp_path):
     out = gpt_throughput.main(["--quick", "--out", str(tmp_path)])
     rows = {r["preset"]: r for r in out["rows"]}
-    assert set(rows) == {"tiny", "cpu", "gpu"} and "tokens_per_s" not in rows["gpu"]
-    for p in ("tiny", "cpu"):
+    assert set(rows) == {"tiny", "cpu", "deep", "gpu"} and "tokens_per_s" not in rows["gpu"]
+    for p in ("tiny", "cpu", "deep"):
         model = models.create(f"gpt-{p}", input_shape=(64,), num_classes=83)
         assert rows[p]["params"] == models.param_count(model)
         assert rows[p]["tokens_per_s"] > 0 and rows[p]["flops_per_token"] > 6 * rows[p]["params"]
