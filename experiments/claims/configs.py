@@ -200,6 +200,10 @@ LM_QUICK: tuple[tuple[str, Any], ...] = (
 _ADAMW = (0.001, 0.003, 0.01)
 _MUON = (0.01, 0.02, 0.04)
 _CD = constant_delay.Config
+#: the pipeline LM configurations' shared fields, and their smoke version (N = 2: gpt-tiny has
+#: two blocks)
+_LM_PS: dict[str, Any] = {**LM, "model": ("gpt-cpu",), "optimizer": "adamw", "lrs": _ADAMW}
+_LM_PS_QUICK: tuple[tuple[str, Any], ...] = (*LM_QUICK, ("stages", (2,)))
 #: a 16-block GPT (``gpt-deep``: the CPU preset's width, twice its depth) for N = 16, one block
 #: per stage. Its vanilla round compiles in 54 s on 2 cores, but 2BW's had not compiled after
 #: 12 minutes (177 s for gpt-cpu at N = 8; benchmarks/results/pipeline_emulation_gpt.md): run
@@ -210,41 +214,32 @@ LM_RUNS: dict[str, Run] = {
     "lm-depth": Run(
         pipeline_staleness,
         _PS(
-            **LM,
-            model=("gpt-cpu",),
-            optimizer="adamw",
-            lrs=_ADAMW,
+            **_LM_PS,
             stages=(4, 8),
             methods=("sync", "vanilla"),
         ),
-        (*LM_QUICK, ("stages", (2,))),
+        _LM_PS_QUICK,
         what="a GPT, AdamW per stage, N = 4 and 8: the asynchronous pipeline's gap by depth",
     ),
     "lm-policies": Run(
         pipeline_staleness,
         _PS(
-            **LM,
-            model=("gpt-cpu",),
-            optimizer="adamw",
-            lrs=_ADAMW,
+            **_LM_PS,
             stages=(8,),
             methods=("stash", "2bw", "pipemare"),
         ),
-        (*LM_QUICK, ("stages", (2,))),
+        _LM_PS_QUICK,
         what="a GPT, AdamW, N = 8: stashing, 2BW and PipeMare (paired with lm-depth's seeds)",
     ),
     "lm-asyncpp": Run(
         pipeline_staleness,
         _PS(
-            **LM,
-            model=("gpt-cpu",),
-            optimizer="nadamw",
-            lrs=_ADAMW,
+            **{**_LM_PS, "optimizer": "nadamw"},
             stages=(8,),
             momentum_rule="asyncpp",
             methods=("sync", "vanilla", "asyncpp"),
         ),
-        (*LM_QUICK, ("stages", (2,))),
+        _LM_PS_QUICK,
         what="a GPT, N = 8, NAdamW with AsyncPP's per-stage β1 (0.9 → 0.99): AsyncPP = "
         "stashing + that optimizer",
     ),
@@ -263,14 +258,11 @@ LM_RUNS: dict[str, Run] = {
     "lm-deep": Run(
         pipeline_staleness,
         _PS(
-            **LM,
-            model=DEEP,
-            optimizer="adamw",
-            lrs=_ADAMW,
+            **{**_LM_PS, "model": DEEP},
             stages=(16,),
             methods=("sync", "vanilla", "2bw", "pipemare"),
         ),
-        (*LM_QUICK, ("stages", (2,))),
+        _LM_PS_QUICK,
         what="the moonshot: a 16-block GPT at N = 16 (one block per stage), AdamW",
     ),
 }
