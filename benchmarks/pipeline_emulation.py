@@ -15,7 +15,9 @@ A GPT preset (``--model gpt-cpu``, issue 23) runs on token windows of the embedd
 context (64) and vocabulary (83) with the language-model AdamW (``jaxstale.optimizers.adamw``)
 on both sides (``--optimizer adamw``; SGD momentum otherwise); the table then gives tokens per
 second, and every policy's compile time (``lower().compile()`` of its round, the target for an
-``N = 16`` program being ≤ 60 s on 2 cores).
+``N = 16`` program being ≤ 60 s on 2 cores). A round whose ticks repeat a shorter pattern (2BW:
+``2N`` ticks, ``N`` micro-batches per stage) runs as a loop over its chunks; ``--unrolled`` also
+times it unrolled (its compile time grows like ``N²``).
 
 Run: ``python benchmarks/pipeline_emulation.py [--model cnn] [--stages 4] [--batch 128]``;
 ``python benchmarks/pipeline_emulation.py --model gpt-deep --stages 16 --batch 16``.
@@ -67,6 +69,8 @@ def main(argv: list[str] | None = None) -> str:
     ap.add_argument("--policies", default=",".join(pipeline.POLICIES))
     ap.add_argument("--backward", choices=("both", "saved"), default="both",
                     help="saved: skip the backward=recompute variants")  # fmt: skip
+    ap.add_argument("--unrolled", action="store_true",
+                    help="also time looping rounds unrolled")  # fmt: skip
     ap.add_argument("--optimizer", choices=("sgd", "adamw"), default=None,
                     help="both sides' optimizer (default: adamw for a GPT, else sgd)")  # fmt: skip
     args = ap.parse_args(argv)
@@ -125,21 +129,25 @@ def main(argv: list[str] | None = None) -> str:
     ems: dict = {}
     compile_s: dict[str, float] = {}
     for policy in args.policies.split(","):
-        for backward in ("saved", "recompute"):
+        for backward, loop_ticks in (("saved", None), ("saved", False), ("recompute", None)):
             pol = pipeline.get_policy(policy)
             if backward == "recompute" and (pol.stash or pol.flush or args.backward == "saved"):
                 continue  # the same computation either way (or not asked for)
             prog = pipeline.compile(sched, policy, backward=backward)
-            em = emulator.PipelineEmulator(stages, prog, tx, momentum=0.9)
+            em = emulator.PipelineEmulator(stages, prog, tx, momentum=0.9, loop_ticks=loop_ticks)
+            if loop_ticks is False and (not args.unrolled or em.sub_period == prog.period):
+                continue  # unrolled already (or not asked for)
             carry = em.init(xb[0])
             tables = {k: jnp.asarray(v) for k, v in prog.tables.items()}
             t0 = time.perf_counter()
             compiled = em.step.lower(carry, jnp.int32(0), tables, xb, yb).compile()
-            compile_s[policy if backward == "saved" else f"{policy} (backward=recompute)"] = (
-                time.perf_counter() - t0
-            )
-            mem = compiled.memory_analysis()  # em.memory_analysis's, without a second compile
             label = policy if backward == "saved" else f"{policy} (backward=recompute)"
+            if em.looped:
+                label += f" (looped: {prog.period // em.sub_period} chunks)"
+            elif loop_ticks is False:
+                label += " (unrolled)"
+            compile_s[label] = time.perf_counter() - t0
+            mem = compiled.memory_analysis()  # em.memory_analysis's, without a second compile
             ems[label] = [compiled, carry, mem, tables, prog.num_rounds]
     # steady-state rounds: after warm-up, before cool-down
     first = {p: ems[p][4] // 2 - args.rounds // 2 for p in ems}

@@ -2,8 +2,11 @@
 
 A model split into ``N`` stages (:func:`jaxstale.models.functional_stages`) is trained on one
 device exactly as a pipeline would train it: the :class:`~jaxstale.pipeline.program.Program`'s
-rounds run in order, each a jitted function with donated buffers and its ticks unrolled (no
-``lax.scan`` over conv layers — ``benchmarks/loop_strategies.py``), called from a host loop. A
+rounds run in order, each a jitted function with donated buffers called from a host loop. A
+round's ticks are unrolled (no ``lax.scan`` over conv layers — ``benchmarks/loop_strategies.py``)
+unless its (stage, kind) pattern repeats within the round: a 2BW round (``2N`` ticks, ``N``
+micro-batches per stage) is a ``lax.fori_loop`` over ``N`` chunks of 2 unrolled ticks, so its
+compile time grows like ``N``, not ``N²`` (``benchmarks/results/pipeline_emulation_gpt.md``). A
 pass's weights are the stage's current ones, a stashed version or a prediction
 (:func:`~jaxstale.pipeline.kernel.pass_weights`); gradients are vector-Jacobian products per stage,
 ``(W̄_k, x̄_k) = vjp((W, x) ↦ s_k(W, x))|_(W^B_k, x_k)(ȳ_k)``, with ``x_k`` the stage input kept
@@ -63,8 +66,35 @@ from jaxstale.versions import VersionBuffer
 __all__ = ["PipelineEmulator", "executor", "for_program", "set_hyperparams"]
 
 
-def _slot(b: jax.Array, m: int, nm: int, cap: int) -> jax.Array:
+def _slot(b: jax.Array, m: Any, nm: int, cap: int) -> jax.Array:
     return (b * nm + m) % cap
+
+
+def _tick_ops(program: Program) -> dict[str, np.ndarray]:
+    """The round template per tick and stage, ``[period, N]`` int32 arrays: the column ``col``
+    of the op in the program's tables, its ``micro``-batch, ``update`` and ``first`` flags."""
+    n = program.schedule.num_stages
+    out = {f: np.zeros((program.period, n), np.int32) for f in ("col", "micro", "update", "first")}
+    j = 0
+    for ti, row in enumerate(program.ticks):
+        for o in row:
+            out["col"][ti, o.stage] = j
+            out["micro"][ti, o.stage] = o.micro
+            out["update"][ti, o.stage] = int(o.update)
+            out["first"][ti, o.stage] = int(o.first_micro)
+            j += 1
+    return out
+
+
+def _sub_period(program: Program) -> int:
+    """The shortest ``p`` dividing the round's period such that tick ``t`` and tick ``t + p``
+    run the same (stage, kind) ops: 2 for 1F1B-like rounds, the period for a flush's."""
+    sig = [tuple((o.stage, o.kind) for o in row) for row in program.ticks]
+    period = len(sig)
+    for p in range(1, period + 1):
+        if period % p == 0 and all(sig[t] == sig[t % p] for t in range(period)):
+            return p
+    return period  # pragma: no cover - p = period always matches
 
 
 class PipelineEmulator:
@@ -80,6 +110,9 @@ class PipelineEmulator:
             policies that does not change its updates).
         momentum: ``μ`` of the Nesterov prediction rule.
         loss_fn: ``loss_fn(logits, labels) -> scalar``.
+        loop_ticks: run the round as a loop over the chunks its (stage, kind) pattern repeats
+            in (``True``; ``ValueError`` where it repeats in none) or unrolled (``False``);
+            ``None`` (default): loop where it repeats. The two agree to float rounding.
     """
 
     def __init__(
@@ -90,6 +123,7 @@ class PipelineEmulator:
         *,
         momentum: float = 0.0,
         loss_fn: Callable[[jax.Array, jax.Array], jax.Array] = cross_entropy,
+        loop_ticks: bool | None = None,
     ) -> None:
         if len(stages) != program.schedule.num_stages:
             raise ValueError(
@@ -99,6 +133,14 @@ class PipelineEmulator:
         self.stash, self.predict = program.stashes, program.policy.predict is not None
         self.tx = stage_optimizer(tx, program)
         self.momentum, self.loss_fn = float(momentum), loss_fn
+        self._tick_ops = _tick_ops(program)
+        self.sub_period = _sub_period(program)
+        fits = self.sub_period < program.period
+        self.looped = fits if loop_ticks is None else bool(loop_ticks)
+        if self.looped and not fits:
+            raise ValueError(
+                f"loop_ticks: the {program.schedule.name!r} round's ticks repeat no shorter pattern"
+            )
         self.step = jit(self._round, donate_argnums=(0,))
         self.lane_fns: tuple[Callable[..., Any], Callable[..., Any]] | None = None  # lanes
 
@@ -153,9 +195,111 @@ class PipelineEmulator:
         w = carry["weights"][k]
         return w.get(0) if self.stash else w
 
+    def _weights_for(self, carry: dict[str, Any], k: int, tau: Any, h: Any, rule: Any) -> Any:
+        """The weights a pass of stage ``k`` reads: the version ``tau`` pushes back (stashing)
+        or the current one, then its prediction ``h`` updates ahead by ``rule``."""
+        w = carry["weights"][k].get(tau) if self.stash else self.current(carry, k)
+        if self.predict:
+            w = pass_weights(w, carry["opt"][k], h, rule, self.momentum)
+        return w
+
+    def _micro(self, a: jax.Array, b: Any, m: Any) -> jax.Array:
+        """Micro-batch ``m`` of mini-batch ``b`` of ``a`` (``[nb, B, ...]``)."""
+        nm = self.prog.schedule.num_micro
+        xa = jax.lax.dynamic_index_in_dim(a, jnp.clip(b, 0, a.shape[0] - 1), 0, keepdims=False)
+        if nm == 1:
+            return xa
+        parts = xa.reshape(nm, xa.shape[0] // nm, *xa.shape[1:])
+        return parts[m] if isinstance(m, int) else jax.lax.dynamic_index_in_dim(parts, m, 0, False)
+
+    def _stage_input(self, carry: dict[str, Any], k: int, b: Any, m: Any, xb: Any) -> Any:
+        if k == 0:
+            return self._micro(xb, b, m)
+        nm, cap = self.prog.schedule.num_micro, self.prog.in_cap[k]
+        return jax.lax.dynamic_index_in_dim(carry["inp"][k], _slot(b, m, nm, cap), 0, False)
+
+    def _forward(
+        self, carry: dict[str, Any], k: int, w: Any, x_in: Any, b: Any, m: Any, valid: Any
+    ) -> Any:
+        """Stage ``k``'s forward (not the loss stage's): its residuals, statistics and output
+        filed; returns its VJP (for a same-round backward at the same weights)."""
+        nm, prog = self.prog.schedule.num_micro, self.prog
+        y, vjp_fn, new_bn = self._vjp(k, w, carry["bn"][k], x_in)
+        if prog.saves_residuals:
+            rslot = _slot(b, m, nm, prog.res_cap[k])
+            carry["res"][k] = [
+                jax.lax.dynamic_update_index_in_dim(buf, r, rslot, 0)
+                for buf, r in zip(carry["res"][k], split_residuals(vjp_fn, w, x_in)[2], strict=True)
+            ]
+        carry["bn"][k] = _tree_where(valid, new_bn, carry["bn"][k])
+        nxt = carry["inp"][k + 1]
+        slot = _slot(b, m, nm, prog.in_cap[k + 1])
+        carry["inp"][k + 1] = jax.lax.dynamic_update_index_in_dim(nxt, y.astype(nxt.dtype), slot, 0)
+        return vjp_fn
+
+    def _backward(self, carry, k, w, x_in, b, m, valid, yb, cached=None):
+        """Stage ``k``'s backward (the loss stage's fused with its forward): the weight gradient
+        (in the current weights' structure) and ``(loss, count)``; the input cotangent filed.
+        ``cached``: the same round's forward VJP at these very weights, if any."""
+        n, nm, prog, st = self.num_stages, self.prog.schedule.num_micro, self.prog, self.stages[k]
+        bn = carry["bn"][k]
+        loss, cnt = jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32)
+        if k == n - 1:
+            labels = self._micro(yb, b, m)
+
+            def lossf(p, xx):
+                out, nbn = st.apply(p, bn, xx, True)
+                return self.loss_fn(out, labels), nbn
+
+            # one stage (k = 0): no input gradient (a GPT's inputs are token ids)
+            (lv, new_bn), grads = jax.value_and_grad(lossf, argnums=(0, 1)[: 1 + k], has_aux=True)(
+                w, x_in
+            )
+            gw, gx = grads if k else (grads[0], None)
+            carry["bn"][k] = _tree_where(valid, new_bn, carry["bn"][k])
+            loss, cnt = jnp.where(valid, lv, 0.0), valid.astype(jnp.float32)
+        else:
+            cslot = _slot(b, m, nm, prog.ct_cap[k])
+            ct = jax.lax.dynamic_index_in_dim(carry["ct"][k], cslot, 0, False)
+            if cached is not None:
+                vjp = cached  # same weights, same input: no recompute needed
+            elif prog.saves_residuals:
+                rslot = _slot(b, m, nm, prog.res_cap[k])
+                saved = [jax.lax.dynamic_index_in_dim(a, rslot, 0, False) for a in carry["res"][k]]
+                vjp = rebuild(self._vjp(k, w, bn, x_in)[1], w, x_in, iter(saved))
+            else:
+                _, vjp = jax.vjp(lambda p, xx: st.apply(p, bn, xx, True)[0], w, x_in)
+            gw, gx = vjp(ct)
+        if k > 0 and gx is not None:  # no input gradient at the first stage
+            prev = carry["ct"][k - 1]
+            slot = _slot(b, m, nm, prog.ct_cap[k - 1])
+            carry["ct"][k - 1] = jax.lax.dynamic_update_index_in_dim(
+                prev, gx.astype(prev.dtype), slot, 0
+            )
+        cur = self.current(carry, k)
+        return jax.tree.unflatten(jax.tree.structure(cur), jax.tree.leaves(gw)), (loss, cnt)
+
+    def _updated(self, k: int, weights: Any, opt: Any, gw: Any, valid: Any, scale: Any) -> Any:
+        """Stage ``k``'s ``(weights, optimizer state)`` after its update with gradient ``gw``
+        (masked where ``valid`` is false: then the unchanged weights are pushed, as the
+        program's look-backs count)."""
+        cur = weights.get(0) if self.stash else weights
+        upd, new_opt = self.tx.update(gw, opt, cur, lr_scale=scale)
+        new_w = _tree_where(valid, optax.apply_updates(cur, upd), cur)
+        return (weights.push(new_w) if self.stash else new_w), _tree_where(valid, new_opt, opt)
+
+    def _apply(self, carry: dict[str, Any], k: int, gw: Any, valid: Any, scale: Any) -> None:
+        """Stage ``k``'s update in ``carry`` (see :meth:`_updated`)."""
+        carry["weights"][k], carry["opt"][k] = self._updated(
+            k, carry["weights"][k], carry["opt"][k], gw, valid, scale
+        )
+
     def _round(self, carry, r_idx, tables, xb, yb):
-        """One round: the template's ticks in order; ops of absent mini-batches masked."""
-        n, nm, prog = self.num_stages, self.prog.schedule.num_micro, self.prog
+        """One round: the template's ticks in order, unrolled; ops of absent mini-batches
+        masked; the updates land at the end of their tick."""
+        if self.looped:
+            return self._looped_round(carry, r_idx, tables, xb, yb)
+        nm, prog = self.prog.schedule.num_micro, self.prog
         carry = {key: list(v) for key, v in carry.items()}
         loss_sum = jnp.zeros((), jnp.float32)
         loss_cnt = jnp.zeros((), jnp.float32)
@@ -169,85 +313,19 @@ class PipelineEmulator:
                 h, tau, rule = (tables[f][r_idx, j] for f in ("horizon", "tau", "rule"))
                 scale = tables["lr_scale"][r_idx, j]
                 j += 1
-                bc = jnp.clip(b, 0, xb.shape[0] - 1)
-                st = self.stages[k]
-                cur = self.current(carry, k)
-                # the version the pass reads (stashed tau back), then its prediction
-                w = carry["weights"][k].get(tau) if self.stash else cur
-                if self.predict:
-                    w = pass_weights(w, carry["opt"][k], h, rule, self.momentum)
-
-                def micro(a, bc=bc, m=m):
-                    xa = jax.lax.dynamic_index_in_dim(a, bc, 0, keepdims=False)
-                    return xa if nm == 1 else xa.reshape(nm, xa.shape[0] // nm, *xa.shape[1:])[m]
-
-                inp = carry["inp"][k]
-                x_in = micro(xb) if k == 0 else jax.lax.dynamic_index_in_dim(
-                    inp, _slot(b, m, nm, prog.in_cap[k]), 0, False
-                )  # fmt: skip
+                if o.kind == S.FORWARD and k == self.num_stages - 1:
+                    continue  # fused into the loss stage's backward
+                w = self._weights_for(carry, k, tau, h, rule)
+                x_in = self._stage_input(carry, k, b, m, xb)
                 if o.kind == S.FORWARD:
-                    if k == n - 1:
-                        continue  # fused into the loss stage's backward
-                    y, vjp_fn, new_bn = self._vjp(k, w, carry["bn"][k], x_in)
                     # the same round's backward reuses this linearisation when it runs at the
                     # very same weights (flush schedules); otherwise XLA drops the residuals
-                    fwd_cache[(k, o.d, m)] = (w, vjp_fn)
-                    if prog.saves_residuals:
-                        rslot = _slot(b, m, nm, prog.res_cap[k])
-                        carry["res"][k] = [
-                            jax.lax.dynamic_update_index_in_dim(buf, r, rslot, 0)
-                            for buf, r in zip(
-                                carry["res"][k], split_residuals(vjp_fn, w, x_in)[2], strict=True
-                            )
-                        ]
-                    carry["bn"][k] = _tree_where(valid, new_bn, carry["bn"][k])
-                    nxt = carry["inp"][k + 1]
-                    slot = _slot(b, m, nm, prog.in_cap[k + 1])
-                    carry["inp"][k + 1] = jax.lax.dynamic_update_index_in_dim(
-                        nxt, y.astype(nxt.dtype), slot, 0
-                    )
+                    fwd_cache[(k, o.d, m)] = (w, self._forward(carry, k, w, x_in, b, m, valid))
                     continue
-                bn = carry["bn"][k]  # backward
-                if k == n - 1:
-                    labels = micro(yb)
-
-                    def lossf(p, xx, bn=bn, st=st, labels=labels):
-                        out, nbn = st.apply(p, bn, xx, True)
-                        return self.loss_fn(out, labels), nbn
-
-                    # one stage (k = 0): no input gradient (a GPT's inputs are token ids)
-                    (loss, new_bn), grads = jax.value_and_grad(
-                        lossf, argnums=(0, 1)[: 1 + k], has_aux=True
-                    )(w, x_in)
-                    gw, gx = grads if k else (grads[0], None)
-                    carry["bn"][k] = _tree_where(valid, new_bn, carry["bn"][k])
-                    loss_sum = loss_sum + jnp.where(valid, loss, 0.0)
-                    loss_cnt = loss_cnt + valid.astype(jnp.float32)
-                else:
-                    cslot = _slot(b, m, nm, prog.ct_cap[k])
-                    ct = jax.lax.dynamic_index_in_dim(carry["ct"][k], cslot, 0, False)
-                    cached = fwd_cache.get((k, o.d, m))
-                    if cached is not None and cached[0] is w:
-                        vjp = cached[1]  # same weights, same input: no recompute needed
-                    elif prog.saves_residuals:
-                        rslot = _slot(b, m, nm, prog.res_cap[k])
-                        saved = [
-                            jax.lax.dynamic_index_in_dim(buf, rslot, 0, False)
-                            for buf in carry["res"][k]
-                        ]
-                        vjp = rebuild(self._vjp(k, w, bn, x_in)[1], w, x_in, iter(saved))
-                    else:
-                        _, vjp = jax.vjp(
-                            lambda p, xx, bn=bn, st=st: st.apply(p, bn, xx, True)[0], w, x_in
-                        )
-                    gw, gx = vjp(ct)
-                if k > 0 and gx is not None:  # no input gradient at the first stage
-                    prev = carry["ct"][k - 1]
-                    slot = _slot(b, m, nm, prog.ct_cap[k - 1])
-                    carry["ct"][k - 1] = jax.lax.dynamic_update_index_in_dim(
-                        prev, gx.astype(prev.dtype), slot, 0
-                    )
-                gw = jax.tree.unflatten(jax.tree.structure(cur), jax.tree.leaves(gw))
+                cached = fwd_cache.get((k, o.d, m))
+                vjp = cached[1] if cached is not None and cached[0] is w else None
+                gw, (ls, lc) = self._backward(carry, k, w, x_in, b, m, valid, yb, vjp)
+                loss_sum, loss_cnt = loss_sum + ls, loss_cnt + lc
                 if nm > 1:
                     acc = gw if o.first_micro else jax.tree.map(jnp.add, carry["acc"][k], gw)
                     if not o.update:
@@ -257,11 +335,78 @@ class PipelineEmulator:
                 if o.update:
                     pending.append((k, valid, gw, scale))
             for k, valid, gw, scale in pending:  # updates land at the end of the tick
-                cur = self.current(carry, k)
-                upd, new_opt = self.tx.update(gw, carry["opt"][k], cur, lr_scale=scale)
-                new_w = _tree_where(valid, optax.apply_updates(cur, upd), cur)
-                carry["opt"][k] = _tree_where(valid, new_opt, carry["opt"][k])
-                carry["weights"][k] = carry["weights"][k].push(new_w) if self.stash else new_w
+                self._apply(carry, k, gw, valid, scale)
+        return carry, (loss_sum, loss_cnt)
+
+    def _looped_round(self, carry, r_idx, tables, xb, yb):
+        """One round as a loop (``lax.fori_loop``) over its ``period / p`` chunks of ``p`` ticks,
+        ``p`` the sub-period of the template's (stage, kind) pattern (2 for 2BW's round of
+        ``2N`` ticks): a chunk's ticks are unrolled with the ops' kinds fixed and their
+        mini-batch, micro-batch, slots and flags read per chunk; an update where only some
+        chunks update is a ``lax.cond`` over the stage's weights and optimizer state. Each
+        stage's passes compile ``p / 2`` times instead of ``period / 2``."""
+        n, nm, ops, p = (
+            self.num_stages,
+            self.prog.schedule.num_micro,
+            self._tick_ops,
+            self.sub_period,
+        )
+        const = {f: jnp.asarray(v) for f, v in ops.items()}
+
+        def flag(name: str, ti: int, k: int, t: jax.Array) -> Any:
+            col = ops[name][ti::p, k]  # this op's flag in every chunk
+            return bool(col[0]) if (col == col[0]).all() else const[name][t, k].astype(bool)
+
+        def chunk(c_i: jax.Array, state: tuple) -> tuple:
+            carry, loss_sum, loss_cnt = state
+            carry = {key: list(v) for key, v in carry.items()}
+            for ti, row in enumerate(self.prog.ticks[:p]):
+                t = c_i * p + ti
+                pending = []
+                for o in row:
+                    k = o.stage
+                    if o.kind == S.FORWARD and k == n - 1:
+                        continue  # fused into the loss stage's backward
+                    j = const["col"][t, k]
+                    valid, b, h, tau, rule, scale = (
+                        tables[f][r_idx, j]
+                        for f in ("valid", "batch", "horizon", "tau", "rule", "lr_scale")
+                    )
+                    m = const["micro"][t, k]
+                    w = self._weights_for(carry, k, tau, h, rule)
+                    x_in = self._stage_input(carry, k, b, m, xb)
+                    if o.kind == S.FORWARD:
+                        self._forward(carry, k, w, x_in, b, m, valid)
+                        continue
+                    gw, (ls, lc) = self._backward(carry, k, w, x_in, b, m, valid, yb)
+                    loss_sum, loss_cnt = loss_sum + ls, loss_cnt + lc
+                    if nm > 1:
+                        first = flag("first", ti, k, t)
+                        summed = jax.tree.map(jnp.add, carry["acc"][k], gw)
+                        acc = _tree_where(first, gw, summed) if not isinstance(first, bool) else (
+                            gw if first else summed
+                        )  # fmt: skip
+                        carry["acc"][k] = _tree_where(valid, acc, carry["acc"][k])
+                        gw = jax.tree.map(lambda a: a / nm, acc)
+                    pending.append((k, valid, gw, scale, flag("update", ti, k, t)))
+                for k, valid, gw, scale, upd in pending:  # updates land at the end of the tick
+                    if isinstance(upd, bool):
+                        if upd:
+                            self._apply(carry, k, gw, valid, scale)
+                        continue
+                    done = lambda wo, k=k, gw=gw, valid=valid, scale=scale: self._updated(
+                        k, wo[0], wo[1], gw, valid, scale
+                    )
+                    pair = (carry["weights"][k], carry["opt"][k])
+                    carry["weights"][k], carry["opt"][k] = jax.lax.cond(
+                        upd, done, lambda wo: wo, pair
+                    )
+            return carry, loss_sum, loss_cnt
+
+        zero = jnp.zeros((), jnp.float32)
+        carry, loss_sum, loss_cnt = jax.lax.fori_loop(
+            0, self.prog.period // p, chunk, (carry, zero, zero)
+        )
         return carry, (loss_sum, loss_cnt)
 
     def memory_analysis(self, carry: dict[str, Any], xb: Any, yb: Any) -> Any:
@@ -284,6 +429,7 @@ def for_program(
     *,
     momentum: float = 0.0,
     loss_fn: Callable[[jax.Array, jax.Array], jax.Array] = cross_entropy,
+    loop_ticks: bool | None = None,
 ) -> PipelineEmulator:
     """The :class:`PipelineEmulator` of ``program``'s structure, cached by that structure and
     the identities of the stages' applies, ``tx`` and ``loss_fn``: pass the same objects for
@@ -294,9 +440,12 @@ def for_program(
         float(momentum),
         id(loss_fn),
         program.structure,
+        loop_ticks,
     )
     if key not in _CORES:
-        core = PipelineEmulator(stages, program, tx, momentum=momentum, loss_fn=loss_fn)
+        core = PipelineEmulator(
+            stages, program, tx, momentum=momentum, loss_fn=loss_fn, loop_ticks=loop_ticks
+        )
         _CORES[key] = (core, (stages, tx, loss_fn))  # keep the keyed objects alive
     return _CORES[key][0]
 
@@ -327,6 +476,7 @@ def executor(
     loss_fn: Callable[[jax.Array, jax.Array], jax.Array] = cross_entropy,
     lanes: int | None = None,
     hyperparams: Mapping[str, Sequence[float]] | None = None,
+    loop_ticks: bool | None = None,
 ) -> Executor:
     """An :class:`~jaxstale.loop.Executor` of ``program`` on ``(xb [nb, B, ...], yb [nb, B])``.
 
@@ -339,7 +489,8 @@ def executor(
     stacked over lanes, and ``hyperparams`` (``{name: [L] values}``) sets hyper-parameters of
     a ``tx`` built with ``optax.inject_hyperparams`` per lane (e.g. ``{"learning_rate": ...}``),
     so one compiled round serves a learning-rate grid; a lane's value may also be a sequence
-    of one value per stage (e.g. AsyncPP's per-stage β1).
+    of one value per stage (e.g. AsyncPP's per-stage β1). ``loop_ticks``: see
+    :class:`PipelineEmulator`.
     """
     s = program.schedule
     if program.policy.predict == "nesterov" and momentum is None:
@@ -364,7 +515,9 @@ def executor(
         raise ValueError(
             f"xb has {np.shape(xb)[len(lead)]} mini-batches, the schedule {s.num_batches}"
         )
-    core = for_program(stages, program, tx, momentum=momentum or 0.0, loss_fn=loss_fn)
+    core = for_program(
+        stages, program, tx, momentum=momentum or 0.0, loss_fn=loss_fn, loop_ticks=loop_ticks
+    )
     tables = {k: jnp.asarray(v) for k, v in program.tables.items()}
     x0, nm = np.asarray(xb[(0,) * (len(lead) + 1)]), s.num_micro
     xb, yb = jnp.asarray(xb), jnp.asarray(yb)

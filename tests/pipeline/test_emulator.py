@@ -11,7 +11,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxstale import loop, models, optimizers, pipeline, schedules
+from jaxstale import loop, models, pipeline, schedules
 from jaxstale.losses import cross_entropy
 from jaxstale.pipeline import POLICIES, emulator
 
@@ -531,93 +531,3 @@ def test_errors():
         pipeline.make("emulate", stages, sched, "nesterov", _TX, xb, yb)
     with pytest.raises(ValueError, match="unknown executor"):
         pipeline.make("gpu", stages, sched, "vanilla", _TX, xb, yb)
-
-
-@pytest.mark.parametrize(
-    "policy",  # vanilla in make test; the other two (~7 s each) in make test-slow
-    [
-        "vanilla",
-        pytest.param("stash", marks=pytest.mark.slow),
-        pytest.param("nesterov", marks=pytest.mark.slow),
-    ],
-)
-def test_lanes_equal_separate_runs_with_per_lane_learning_rates(policy):
-    """lanes=L: L runs (seeds x learning rates) in one vmapped round equal L separate runs."""
-    stages = _stages(3, 3)
-    sched = schedules.one_f_one_b(3, 6)
-    prog = pipeline.compile(sched, policy)
-    tx = optax.inject_hyperparams(optax.sgd)(learning_rate=LR, momentum=MOM)
-    lrs, seeds = [0.05, 0.2, 0.2], [0, 0, 1]
-    inits = [models.functional_stages(_model(seed=s, blocks=3), 3) for s in seeds]
-    data = [_data(6, seed=s) for s in seeds]
-    stack = lambda trees: jax.tree.map(lambda *a: np.stack(a), *trees)
-    ex = pipeline.make(
-        "emulate",
-        stages,
-        prog,
-        None,
-        tx,
-        np.stack([d[0] for d in data]),
-        np.stack([d[1] for d in data]),
-        momentum=MOM,
-        lanes=3,
-        hyperparams={"learning_rate": lrs},
-    )
-    params = [stack([f[k].params for f in inits]) for k in range(3)]
-    states = [stack([f[k].state for f in inits]) for k in range(3)]
-    lanes = loop.run(ex, params, states)
-    for j, (lr, f, (xb, yb)) in enumerate(zip(lrs, inits, data, strict=True)):
-        one = emulator.executor(stages, prog, optax.sgd(lr, MOM), xb, yb, momentum=MOM)
-        (ref,) = loop.run(one, [s.params for s in f], [s.state for s in f])
-        assert _maxdiff(lanes[j].params, ref.params) <= 1e-6, (policy, j)
-        np.testing.assert_allclose(lanes[j].losses, ref.losses, rtol=1e-5)
-    assert _maxdiff(lanes[1].params, lanes[2].params) > 0  # the seeds differ
-    assert _maxdiff(lanes[0].params, lanes[1].params) > 0  # the learning rates differ
-
-
-def test_lanes_bad_input():
-    stages = _stages(2, 2)
-    prog = pipeline.compile(schedules.one_f_one_b(2, 4), "vanilla")
-    xb, yb = _data(4)
-    with pytest.raises(ValueError, match="leading lane axis"):
-        emulator.executor(stages, prog, _TX, xb, yb, lanes=2)
-    with pytest.raises(ValueError, match="pass lanes"):
-        emulator.executor(stages, prog, _TX, xb, yb, hyperparams={"learning_rate": [0.1]})
-    with pytest.raises(ValueError, match="2 values for 3 lanes"):
-        emulator.executor(
-            stages, prog, _TX, np.stack([xb] * 3), np.stack([yb] * 3), lanes=3,
-            hyperparams={"learning_rate": [0.1, 0.2]},
-        )  # fmt: skip
-    ex = emulator.executor(
-        stages, prog, _TX, np.stack([xb] * 2), np.stack([yb] * 2), lanes=2,
-        hyperparams={"learning_rate": [0.1, 0.2]},
-    )  # fmt: skip
-    stack = lambda t: jax.tree.map(lambda a: np.stack([a, a]), t)
-    with pytest.raises(ValueError, match="inject_hyperparams"):
-        ex.init([stack(s.params) for s in stages], [stack(s.state) for s in stages])
-    with pytest.raises(ValueError, match="emulator-only"):
-        pipeline.make("mesh", stages, prog, None, _TX, xb, yb, lanes=2)
-
-
-def test_a_lane_may_set_a_hyperparameter_per_stage():
-    """hyperparams: a lane's value may be one per stage (AsyncPP's β1); each stage's optimizer
-    state then holds its own, and a wrong count is one line."""
-    stages = _stages(3, 3)
-    prog = pipeline.compile(schedules.one_f_one_b(3, 4), "stash")
-    tx = optax.inject_hyperparams(optax.nadam)(learning_rate=0.01, b1=0.9)
-    xb, yb = _data(4)
-    f = models.functional_stages(_model(blocks=3), 3)
-    b1 = optimizers.asyncpp_b1(0.9, 3)
-    hp = {"learning_rate": [0.01, 0.02], "b1": [b1, 0.95]}
-    ex = pipeline.make("emulate", stages, prog, None, tx, np.stack([xb, xb]), np.stack([yb, yb]),
-                       lanes=2, hyperparams=hp)  # fmt: skip
-    stack = lambda t: jax.tree.map(lambda a: np.stack([a, a]), t)
-    state = ex.init([stack(s.params) for s in f], [stack(s.state) for s in f])
-    got = [np.asarray(o.hyperparams["b1"]) for o in state["opt"]]
-    np.testing.assert_allclose(np.stack(got), np.array([b1, [0.95] * 3]).T, rtol=1e-7)
-    assert [float(o.hyperparams["learning_rate"][1]) for o in state["opt"]] == [
-        np.float32(0.02)
-    ] * 3
-    with pytest.raises(ValueError, match="per-stage values must be 3"):
-        pipeline.make("emulate", stages, prog, None, tx, np.stack([xb, xb]), np.stack([yb, yb]),
-                      lanes=2, hyperparams={"b1": [[0.9, 0.9], 0.9]})  # fmt: skip
