@@ -136,15 +136,30 @@ def outcome(res: Any, target: float, task: tasks.Task | None = None) -> dict[str
 
 def _loss_outcome(res: Any, target: float, task: tasks.Task) -> dict[str, Any]:
     fin = dict(res.final_loss)
-    val, test = fin.get("val"), fin.get("test")
-    unlearned = not res.diverged and val is not None and not task.learned(val)
+    return loss_fields(
+        fin.get("val"), fin.get("test"), res.diverged, res.diverged_step, res.curve, target, task
+    )
+
+
+def loss_fields(
+    val: float | None,
+    test: float | None,
+    diverged: bool,
+    diverged_step: int | None,
+    curve: list[dict[str, Any]],
+    target: float,
+    task: tasks.Task,
+) -> dict[str, Any]:
+    """A language model's result fields (:func:`outcome`'s) from its final validation and test
+    losses, divergence and curve: not below ``log V`` on validation counts as diverged."""
+    unlearned = not diverged and val is not None and not task.learned(val)
     row = {
         "final_val_loss": None if unlearned else val,
         "final_test_loss": None if unlearned else test,
-        "diverged": bool(res.diverged) or unlearned,
-        "diverged_step": res.diverged_step,
-        "final_train_loss": None if res.diverged or not res.curve else res.curve[-1]["train_loss"],
-        "updates_to_target": runs.time_to_accuracy(res.curve, target, key="val_loss"),
+        "diverged": bool(diverged) or unlearned,
+        "diverged_step": diverged_step,
+        "final_train_loss": None if diverged or not curve else curve[-1]["train_loss"],
+        "updates_to_target": runs.time_to_accuracy(curve, target, key="val_loss"),
     }
     if unlearned:
         row |= {"unlearned_val_loss": val, "unlearned_test_loss": test}
@@ -422,6 +437,7 @@ def fit_grid(
     extend_edges: int = 0,
     chance: float = 0.0,
     confirm_seeds: int | None = None,
+    task: tasks.Task | None = None,
     **fit_kwargs: Any,
 ) -> list[dict[str, Any]]:
     """Runs :func:`jaxstale.train.fit` over a ``model x lr x seed`` grid into a ``RunFolder``.
@@ -446,6 +462,9 @@ def fit_grid(
       confirm_seeds: a two-stage sweep (:func:`experiments.grids.confirm_selected`): ``seeds``
         are the grid's (tuning) seeds, and each model's selected rate then runs seeds
         ``0 … confirm_seeds−1``; None: the grid only.
+      task: the dataset's task; a language model's rows carry losses (:func:`loss_fields`:
+        ``final_val_loss``, ``final_test_loss``; not below ``log V`` counts as diverged) and
+        ``target`` is a validation loss. None: classification.
 
     Returns:
       One row per cell, in grid order: ``method, model, lr, seed, final_val_accuracy,
@@ -480,7 +499,14 @@ def fit_grid(
         out = []
         for r in results:
             row = {k: v for k, v in r.items() if k not in drop}
-            if target is not None:
+            if task is not None and task.metric == "loss":
+                row |= loss_fields(
+                    r["final_val_loss"], r["final_test_loss"], r["diverged"],
+                    r["diverged_step"], r["curve"], 0.0 if target is None else target, task,
+                )  # fmt: skip
+                if target is None:
+                    del row["updates_to_target"]
+            elif target is not None:
                 row["updates_to_target"] = runs.time_to_accuracy(r["curve"], target)
             out.append((row, r["curve"]))
         return out
@@ -488,10 +514,11 @@ def fit_grid(
     rows = run.run_grouped(keys, cells, vary=("seed",), desc=f"{run.experiment} {method}")
     fields = ("method", "model", "lr", "seed")
     rows = extend_grid(
-        run, rows, cells, key=fields, by=fields[:2], grid=lrs, limit=extend_edges, chance=chance
-    )
+        run, rows, cells, key=fields, by=fields[:2], grid=lrs, limit=extend_edges, chance=chance,
+        task=task,
+    )  # fmt: skip
     if confirm_seeds is None:
         return rows
     return confirm_selected(
-        run, rows, cells, key=fields, by=fields[:2], seeds=confirm_seeds, chance=chance
+        run, rows, cells, key=fields, by=fields[:2], seeds=confirm_seeds, chance=chance, task=task
     )

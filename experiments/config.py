@@ -451,13 +451,28 @@ def run_config(cfg: Base) -> dict[str, Any]:
 
 
 def check_model(
-    field: str, name: str, ds: data.Dataset, model_kw: dict[str, Any] | None = None
+    field: str,
+    name: str,
+    ds: data.Dataset,
+    model_kw: dict[str, Any] | None = None,
+    optimizer: str | None = None,
 ) -> int:
     """Raises :class:`ConfigError` (on ``field``) unless model ``name`` builds for ``ds`` and
     maps one batch of its inputs to logits ``[B, num_classes]`` (``[B, T, V]`` for a language
-    model; :func:`jaxstale.models.check_logits`: traced abstractly, no compute); returns its
-    number of parameters."""
-    return int(models.param_count(_built(field, name, ds, model_kw or {})))
+    model; :func:`jaxstale.models.check_logits`: traced abstractly, no compute), and has 2-D
+    weights where ``optimizer`` is ``"muon"``; returns its number of parameters."""
+    model = _built(field, name, ds, model_kw or {})
+    _check_muon(model, name, optimizer)
+    return int(models.param_count(model))
+
+
+def _check_muon(model: Any, name: str, optimizer: str | None) -> None:
+    if optimizer == "muon" and not optimizers.muon_weights(nnx.state(model, nnx.Param)):
+        raise ConfigError(
+            "optimizer",
+            f"muon orthogonalises 2-D weights and {name!r} has none outside "
+            f"{', '.join(optimizers.EXCLUDE)} (it would be AdamW on every parameter)",
+        )
 
 
 def _built(field: str, name: str, ds: data.Dataset, model_kw: dict[str, Any]) -> Any:
@@ -501,12 +516,7 @@ def check_staged_model(
             stages_field,
             f"{name!r} has {len(model.blocks)} blocks, fewer than N={min(cfg['stages'])} stages",
         )
-    if cfg.get("optimizer") == "muon" and not optimizers.muon_weights(nnx.state(model, nnx.Param)):
-        raise ConfigError(
-            "optimizer",
-            f"muon orthogonalises 2-D weights and {name!r} has none outside "
-            f"{', '.join(optimizers.EXCLUDE)} (it would be AdamW on every parameter)",
-        )
+    _check_muon(model, name, cfg.get("optimizer"))
     return int(models.param_count(model))
 
 

@@ -44,7 +44,16 @@ sentences; test accuracy and convergence at the selected rate; the validation gr
 (validation accuracy and training loss per rate, one row per model). Re-running the same
 configuration skips finished cells.
 
-Run: ``python -m experiments.sync_baseline [--quick] [--out DIR] [--model mlp,cnn] [--lrs ...]``.
+**Language models** (issue 23): ``--dataset shakespeare`` trains the ``gpt-cpu`` GPT (8 blocks
+× 64; ``--quick``: ``gpt-tiny``) with the language-model AdamW (β2 0.95, decay 0.1, warm-up +
+cosine; ``--optimizer`` any of :data:`OPTIMIZERS`), batch 16, 1,000 updates (the LM claims'
+budget), rates {0.001, 0.003, 0.01}; every number is then a mean next-token loss in nats
+(lower is better, selected on the lowest validation loss, a run not below ``log V`` counted as
+diverged), ``--flat-tol`` is in nats, and the sentence says the corpus's unigram entropy, the
+loss of a model that learned only character frequencies.
+
+Run: ``python -m experiments.sync_baseline [--quick] [--out DIR] [--model mlp,cnn] [--lrs ...]``;
+``python -m experiments.sync_baseline --dataset shakespeare [--quick]``.
 """
 
 from __future__ import annotations
@@ -55,7 +64,7 @@ from typing import Any
 
 import optax
 
-from jaxstale import data, models, runs
+from jaxstale import data, models, optimizers, runs, tasks, text
 
 from .common import (
     chance,
@@ -63,6 +72,7 @@ from .common import (
     fit_grid,
     load_checked,
     opened,
+    task_of,
     title,
 )
 from .config import Base, check_memory, check_model, cli, opt
@@ -70,10 +80,15 @@ from .grids import EXTEND_HELP, TUNE_HELP, edge_limit, grid_seeds, tune_seeds
 from .reports import edge_notes, tuned_tables, tuning_note
 
 EXPERIMENT = "sync_baseline"
-METHOD = "sgd"
 MODELS = ["mlp", "cnn"]
 LRS = [0.001, 0.003, 0.01, 0.03, 0.1]  # async_workers' grid at momentum 0.9
 QUICK_LRS = [0.01, 0.03]
+#: the optimizers (:func:`jaxstale.optimizers.per_stage`; ``sgd`` is ``optax.sgd``)
+OPTIMIZERS = ("sgd", "adam", "nadam", *optimizers.NAMES)
+#: a language model's peak-rate grid per optimizer (the LM claims' pilots' centres)
+LM_LRS = {
+    o: [0.01, 0.03, 0.1] if o in ("sgd", "muon") else [0.001, 0.003, 0.01] for o in OPTIMIZERS
+}
 KEY = ("method", "model", "lr", "seed")
 
 
@@ -83,24 +98,32 @@ class Config(Base):
     ``None`` fields take the defaults of :meth:`resolved` (which depend on ``quick``)."""
 
     model: tuple[str, ...] | None = opt(
-        None, "model name(s) (default mlp,cnn)", choices=models.model_names, kind="model"
+        None, "model name(s) (default mlp,cnn; a text: gpt-cpu, --quick gpt-tiny)",
+        choices=models.model_names, kind="model",
+    )  # fmt: skip
+    optimizer: str | None = opt(
+        None, "the optimizer (default sgd; a text: adamw)", choices=OPTIMIZERS, kind="optimizer"
     )
-    steps: int | None = opt(None, "training steps per run (default 1500; --quick 200)", low=1)
+    batch_size: int | None = opt(None, "mini-batch size (default 32; a text: 16)", low=1)
+    steps: int | None = opt(
+        None, "training steps per run (default 1500, a text 1000; --quick 200, 120)", low=1
+    )
     lrs: tuple[float, ...] | None = opt(
         None,
-        "learning-rate grid; each model uses the rate with the best validation accuracy "
-        "(default 0.001,0.003,0.01,0.03,0.1; --quick 0.01,0.03)",
+        "learning-rate grid; each model uses the rate with the best validation metric "
+        "(default 0.001,0.003,0.01,0.03,0.1; --quick 0.01,0.03; a text: 0.001,0.003,0.01 "
+        "for Adam-family optimizers)",
         low=0,
         low_open=True,
     )
     extend_edges: int | None = opt(None, EXTEND_HELP, low=0)
     tune_seeds: int | None = opt(None, TUNE_HELP, low=1)
-    momentum: float = opt(0.9, "SGD momentum", low=0, high=1, high_open=True)
+    momentum: float = opt(0.9, "SGD momentum, Adam's β1 or Muon's β", low=0, high=1, high_open=True)
     eval_every: int | None = opt(None, "steps between evaluations (default 50; --quick 20)", low=1)
     flat_tol: float = opt(
         0.01,
-        "'flat since step Z': the mean validation accuracy stays within this of its last-third "
-        "plateau from Z on",
+        "'flat since step Z': the mean validation metric stays within this of its last-third "
+        "plateau from Z on (accuracy as a fraction; a text's loss in nats)",
         low=0,
         high=1,
         low_open=True,
@@ -108,21 +131,24 @@ class Config(Base):
 
     def resolved(self) -> dict[str, Any]:
         """The run's config (everything that decides its results; its hash names the folder),
-        the defaults filled in."""
-        quick = self.quick
-        lrs, seeds = (
-            list(self.lrs or (QUICK_LRS if quick else LRS)),
-            self.seeds or (2 if quick else 5),
-        )
+        the defaults filled in (a text's: a GPT, AdamW, batch 16, 1,000 updates)."""
+        quick, lm = self.quick, self.text
+        name = self.optimizer or ("adamw" if lm else "sgd")
+        grid = LM_LRS[name] if lm or name != "sgd" else LRS
+        grid = (grid[:2] if lm or name != "sgd" else QUICK_LRS) if quick else grid
+        lrs, seeds = list(self.lrs or grid), self.seeds or (2 if quick else 5)
+        steps = self.steps or ((120 if quick else 1000) if lm else (200 if quick else 1500))
+        models_ = (["gpt-tiny"] if quick else ["gpt-cpu"]) if lm else MODELS
         return {
             "quick": quick,
             "dataset": self.dataset,
             "standardize": self.standardize,
-            "models": list(self.model or MODELS),
+            "models": list(self.model or models_),
+            "optimizer": name,
             "lrs": lrs,
             "seeds": seeds,
-            "steps": self.steps or (200 if quick else 1500),
-            "batch_size": self.batch_size,
+            "steps": steps,
+            "batch_size": self.batch_size or (16 if lm else 32),
             "eval_every": self.eval_every or (20 if quick else 50),
             "momentum": self.momentum,
             "target": self.resolved_target,
@@ -141,58 +167,92 @@ def _curves(run: runs.RunFolder, rows: list[dict], model: str, lr: float) -> lis
 
 
 def reference(
-    rows: list[dict], selected: dict, curves_of: Any, cfg: dict[str, Any]
+    rows: list[dict],
+    selected: dict,
+    curves_of: Any,
+    cfg: dict[str, Any],
+    task: tasks.Task = tasks.DEFAULT,
 ) -> dict[str, dict[str, Any]]:
-    """Per model, at the rate selected on validation: the test accuracy (mean, CI, seeds,
+    """Per model, at the rate selected on validation: the test metric (mean, CI, seeds,
     diverged), the convergence evidence (:func:`experiments.common.convergence` on the
     validation curves) and the updates to the target."""
     out = {}
+    fmt = {"scale": task.scale, "digits": task.digits}
     for model in cfg["models"]:
         if (model,) not in selected:
             continue
         lr = selected[(model,)]
         pick = [r for r in rows if r["model"] == model and r["lr"] == lr]
-        trained = [r["final_test_accuracy"] for r in pick if not r["diverged"]]
+        div = [r["diverged"] for r in pick]
+        trained = [r[task.final("test")] for r in pick if not r["diverged"]]
         out[model] = {
             "lr": lr,
             "test": runs.mean_ci(trained),
-            "test_text": runs.format_ci(
-                [r["final_test_accuracy"] for r in pick], diverged=[r["diverged"] for r in pick]
-            ),
-            "val_text": runs.format_ci(
-                [r["final_val_accuracy"] for r in pick], diverged=[r["diverged"] for r in pick]
-            ),
+            "test_text": runs.format_ci([r[task.final("test")] for r in pick], diverged=div, **fmt),
+            "val_text": runs.format_ci([r[task.final("val")] for r in pick], diverged=div, **fmt),
             "steps_text": runs.format_steps([r.get("updates_to_target") for r in pick]),
-            "convergence": convergence(curves_of(model, lr), tol=cfg["flat_tol"]),
+            "convergence": convergence(
+                curves_of(model, lr), key=task.key("val"), tol=cfg["flat_tol"]
+            ),
         }
     return out
 
 
 def summarise(
-    rows: list[dict], cfg: dict[str, Any], curves_of: Any, chance_acc: float
+    rows: list[dict],
+    cfg: dict[str, Any],
+    curves_of: Any,
+    chance_acc: float,
+    task: tasks.Task = tasks.DEFAULT,
+    unigram: float | None = None,
 ) -> tuple[str, dict, dict[str, dict[str, Any]]]:
     """Selection on validation and the tables: ``(table, selected, reference)``.
 
     ``curves_of(model, lr)`` gives the seeds' metric records at that rate; ``selected`` maps
-    ``(model,)`` to the rate with the best mean final validation accuracy (diverged seeds at
-    ``chance_acc``); ``reference`` is :func:`reference`'s."""
-    _, _, grid, selected = tuned_tables(rows, index=("model",), columns=None, chance_acc=chance_acc)
-    ref = reference(rows, selected, curves_of, cfg)
+    ``(model,)`` to the rate with the best mean final validation metric (diverged seeds at
+    ``chance_acc``); ``reference`` is :func:`reference`'s; ``unigram``: a text's unigram
+    entropy, quoted beside its loss."""
+    _, _, grid, selected = tuned_tables(
+        rows, index=("model",), columns=None, chance_acc=chance_acc, task=task
+    )
+    ref = reference(rows, selected, curves_of, cfg, task)
     lim = cfg.get("extend_edges", 0)
-    notes = edge_notes(rows, by=("model",), grid=cfg["lrs"], limit=lim, chance_acc=chance_acc)
+    notes = edge_notes(
+        rows, by=("model",), grid=cfg["lrs"], limit=lim, chance_acc=chance_acc, task=task
+    )
     notes = "\n\n".join(n for n in (notes, tuning_note(cfg)) if n)
-    return make_table(rows, cfg, ref, grid + ("\n\n" + notes if notes else "")), selected, ref
+    grid += "\n\n" + notes if notes else ""
+    return make_table(rows, cfg, ref, grid, task, unigram), selected, ref
 
 
-def make_table(rows: list[dict], cfg: dict[str, Any], ref: dict, grid: str) -> str:
+def _optimizer_text(cfg: dict[str, Any]) -> str:
+    name = cfg.get("optimizer", "sgd")
+    return f"SGD-momentum {cfg['momentum']}" if name == "sgd" else optimizers.LABELS[name]
+
+
+def make_table(
+    rows: list[dict],
+    cfg: dict[str, Any],
+    ref: dict,
+    grid: str,
+    task: tasks.Task = tasks.DEFAULT,
+    unigram: float | None = None,
+) -> str:
     """The reference sentences, the table at the selected rates and the validation grid."""
+    acc = task.metric == "accuracy"
+    opt_text = _optimizer_text(cfg)
+    data_text = "standardised" if acc else "next character"
     setting = (
-        f"SGD-momentum {cfg['momentum']}, {cfg['dataset']} (standardised; validation split for "
+        f"{opt_text}, {cfg['dataset']} ({data_text}; validation split for "
         f"selection), batch {cfg['batch_size']}, {cfg['steps']} steps, {cfg['seeds']} seeds"
     )
     sentences, body = [], []
-    tol = 100 * cfg["flat_tol"]
-    points = f"{tol:g} point" + ("" if tol == 1 else "s")
+    tol = task.scale * cfg["flat_tol"]
+    if acc:
+        points = f"{tol:g} point" + ("" if tol == 1 else "s")
+        unit, cell, test_unit = "points", 2, "% test"
+    else:
+        points, unit, cell, test_unit = f"{tol:g} nats", "nats", 3, "nats test"
     for model, r in ref.items():
         conv = r["convergence"]
         flat = (
@@ -201,11 +261,16 @@ def make_table(rows: list[dict], cfg: dict[str, Any], ref: dict, grid: str) -> s
             else "**not flat at the end**"
         )
         m, h, n = conv["delta_last_third"]
-        delta = "–" if not n else f"{100 * m + 0.0:+.2f}" + (f" ± {100 * h:.2f}" if n > 1 else "")
+        sc = task.scale
+        delta = "–" if not n else f"{sc * m + 0.0:+.{cell}f}"
+        delta += f" ± {sc * h:.{cell}f}" if n > 1 else ""
+        refs = ""
+        if not acc and unigram is not None:
+            refs = f" (unigram entropy {unigram:.3f}, uniform {task.chance:.3f} nats)"
         sentences.append(
-            f"- sync {model.upper()} reaches **{r['test_text']} % test** at lr {r['lr']:g} "
-            f"(selected on validation), {flat} (validation within {points} of its "
-            f"last-third plateau; change over the last third {delta} points)."
+            f"- sync {model.upper()} reaches **{r['test_text']} {test_unit}**{refs} at lr "
+            f"{r['lr']:g} (selected on validation), {flat} (validation within {points} of its "
+            f"last-third plateau; change over the last third {delta} {unit})."
         )
         body.append(
             [
@@ -218,27 +283,30 @@ def make_table(rows: list[dict], cfg: dict[str, Any], ref: dict, grid: str) -> s
                 "not flat" if conv["flat_since"] is None else str(conv["flat_since"]),
             ]
         )
+    word = "accuracy" if acc else "loss"
+    short = "acc. %" if acc else "loss (nats)"
+    target = f"{100 * cfg['target']:g} % val." if acc else f"val. loss {cfg['target']:g}"
     heads = [
         "model",
         "lr (selected on val.)",
-        "test acc. %",
-        "val. acc. %",
-        f"updates to {100 * cfg['target']:g} % val.",
-        "Δ val. over last third (points)",
-        f"flat since step (±{tol:g} pt)",
+        f"test {short}",
+        f"val. {short}",
+        f"updates to {target}",
+        f"Δ val. over last third ({unit})",
+        f"flat since step (±{tol:g} {'pt' if acc else 'nats'})",
     ]
     return (
         "\n\n".join(
             [
                 title(cfg, f"**Synchronous reference: {setting}**"),
                 "\n".join(sentences),
-                "**At the learning rate selected on validation: test accuracy % (mean ± 95 % CI "
-                "over seeds that trained; [diverged/seeds]), validation accuracy %, updates until "
-                "the validation accuracy first reaches the target (median; [reached/seeds]), "
-                "change of validation accuracy over the last third of training (mean ± 95 % CI "
+                f"**At the learning rate selected on validation: test {task.label} (mean ± 95 % "
+                f"CI over seeds that trained; [diverged/seeds]), validation {task.label}, updates "
+                f"until the validation {word} first reaches the target (median; [reached/seeds]), "
+                f"change of validation {word} over the last third of training (mean ± 95 % CI "
                 "over seeds), first step of the flat stretch**",
                 runs.markdown_table(heads, body),
-                "**Validation accuracy % per learning rate (mean over seeds, diverged seeds at "
+                f"**Validation {task.label} per learning rate (mean over seeds, diverged seeds at "
                 "chance; bold: selected)**",
                 grid,
             ]
@@ -251,12 +319,14 @@ def _prepare(config: Config) -> tuple[dict[str, Any], data.Dataset]:
     """The resolved config and its dataset, checked against each other (model fits the data,
     batch fits the training set, the sweep fits in memory)."""
     cfg = config.resolved()
-    ds = load_checked(cfg, config)
-    params = max(check_model("model", m, ds) for m in cfg["models"])
+    ds = load_checked(cfg, config, tasks.KINDS)
+    name = cfg["optimizer"]
+    params = max(check_model("model", m, ds, optimizer=name) for m in cfg["models"])
     lanes = cfg["seeds"] * len(cfg["lrs"])
+    state = 4 if name == "sgd" else 5  # weights, gradient, update + momentum (+ Adam's ν)
     check_memory(
         {
-            "model": 4.0 * params * 4 * lanes,  # weights, gradient, momentum, update
+            "model": 4.0 * params * state * lanes,
             "steps": 8.0 * cfg["steps"] * (cfg["batch_size"] + 2) * lanes,
         },
     )
@@ -275,12 +345,12 @@ def run(config: Config) -> list[dict[str, Any]]:
       jaxstale.runs.RunFolderError: ``out`` holds another config or results of other code.
     """
     cfg, ds, folder = _open(config, fresh=True)
-    mu = cfg["momentum"]
+    mu, name = cfg["momentum"], cfg["optimizer"]
     return fit_grid(
         folder,
-        lambda lr: optax.sgd(lr, momentum=mu),
+        tx_factory(name, mu, cfg["steps"]),
         ds,
-        method=METHOD,
+        method=name,
         models=cfg["models"],
         lrs=cfg["lrs"],
         seeds=grid_seeds(cfg),
@@ -291,7 +361,17 @@ def run(config: Config) -> list[dict[str, Any]]:
         extend_edges=cfg["extend_edges"],
         chance=chance(ds),
         confirm_seeds=cfg["seeds"],
+        task=task_of(ds),
     )
+
+
+def tx_factory(name: str, momentum: float, steps: int) -> Any:
+    """``lr -> optimizer``: ``optax.sgd(lr, momentum)`` for ``sgd``, else
+    :func:`jaxstale.optimizers.per_stage` (a language model's AdamW: warm-up + cosine over
+    ``steps``)."""
+    if name == "sgd":
+        return lambda lr: optax.sgd(lr, momentum=momentum)
+    return lambda lr: optimizers.per_stage(name, lr, momentum, steps)
 
 
 def report(
@@ -300,8 +380,12 @@ def report(
     """Writes the table, the figure and the summary into the run folder; returns ``{"rows",
     "paths", "table", "selected", "reference", "run"}``."""
     cfg, ds, folder = _open(config)
+    task = task_of(ds)
     curves_of = lambda m, lr: _curves(folder, rows, m, lr)
-    table, selected, ref = summarise(rows, cfg, curves_of, chance(ds))
+    unigram = (
+        None if task.metric == "accuracy" else text.unigram_entropy(ds.y_train, ds.num_classes)
+    )
+    table, selected, ref = summarise(rows, cfg, curves_of, chance(ds), task, unigram)
     series = {
         model: {
             f"lr {lr:g}" + (" (selected)" if ref.get(model, {}).get("lr") == lr else ""): _curves(
@@ -311,11 +395,11 @@ def report(
         }
         for model in cfg["models"]
     }
+    opt_text = _optimizer_text(cfg)
     fig = runs.curves_figure(
         series,
-        ys=("train_loss", "val_accuracy"),
-        title=f"Synchronous SGD-momentum {cfg['momentum']} on {cfg['dataset']}: validation "
-        "curves per rate",
+        ys=("train_loss", task.key("val")),
+        title=f"Synchronous {opt_text} on {cfg['dataset']}: validation curves per rate",
     )
     paths = folder.report(table, {"plot": fig}, num_runs=len(rows), started=started)
     return {

@@ -244,8 +244,9 @@ def register_dataset(
 def check_dataset(ds: Any, where: str = "dataset") -> Any:
     """``ds`` if it is well formed, else one ``ValueError`` line starting with ``where``:
     inputs ``[N, ...]`` with finite values, integer labels ``[N]`` in ``[0, num_classes)``, the
-    same example shape in every split. A bad label or a NaN feature otherwise shows up much
-    later as a "diverged" run.
+    same example shape in every split (a language model's: token ids ``[N, T]`` in
+    ``[0, V)`` for inputs and next-token targets alike). A bad label or a NaN feature otherwise
+    shows up much later as a "diverged" run.
 
     Example:
       >>> import numpy as np
@@ -255,7 +256,7 @@ def check_dataset(ds: Any, where: str = "dataset") -> Any:
       ValueError: fit: dataset 'toy': y_train must be in [0, 2), got [0, 2]
     """
     what = f"{where}: dataset {getattr(ds, 'name', '?')!r}:"
-    k = ds.num_classes
+    k, lm = ds.num_classes, getattr(ds, "task", "classification") == "language_model"
     if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
         raise ValueError(f"{what} num_classes must be a positive int, got {k!r}")
     shape = None
@@ -264,7 +265,14 @@ def check_dataset(ds: Any, where: str = "dataset") -> Any:
         if x is None and y is None and part == "val":
             continue
         x, y = np.asarray(x), np.asarray(y)
-        if x.ndim < 2 or y.ndim != 1 or len(x) != len(y):
+        if lm and (x.ndim != 2 or y.shape != x.shape or not np.issubdtype(x.dtype, np.integer)):
+            raise ValueError(
+                f"{what} a language model's x_{part} and y_{part} must be token ids [N, T] of "
+                f"one shape, got {x.shape} ({x.dtype}) and {y.shape}"
+            )
+        if lm and len(x) and not (0 <= x.min() and x.max() < k):
+            raise ValueError(f"{what} x_{part} must be in [0, {k}), got [{x.min()}, {x.max()}]")
+        if not lm and (x.ndim < 2 or y.ndim != 1 or len(x) != len(y)):
             raise ValueError(
                 f"{what} x_{part} must be [N, ...] and y_{part} [N] with the same N, got shapes "
                 f"{x.shape} and {y.shape}"

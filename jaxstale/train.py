@@ -47,6 +47,7 @@ import optax
 from flax import nnx
 
 from jaxstale import models
+from jaxstale._strategy import AUTO_STRATEGY, LOOPS, SEED_MODES, default_strategy
 from jaxstale.data import check_dataset, load
 from jaxstale.loop import Executor, Stats, accuracy
 from jaxstale.loop import jit as loop_jit
@@ -65,47 +66,8 @@ __all__ = [
     "update_executor",
 ]
 
-LOOPS: tuple[str, ...] = ("host", "scan", "unrolled")
-SEED_MODES: tuple[str, ...] = ("vmap", "sequential")
-
-# Defaults for loop="auto" / seed_mode="auto", (backend, model) -> (loop, seed_mode), measured by
-# benchmarks/loop_strategies.py on the 2-core XLA:CPU box (its table is in the README): MLPs gain
-# from scans (no per-step dispatch) and vmap is break-even -> scan + vmap; convolutions lose 4x in
-# a rolled scan and 3x under vmap at 28x28 (grouped convolutions) -> host + sequential, the
-# choice that is never badly wrong; ResNet-20 likewise. No GPU was measured: on accelerators the
-# default is scan + vmap (DESIGN: "vmap over seeds pays on GPUs"). Pass loop= / seed_mode=.
-AUTO_STRATEGY: dict[tuple[str, str], tuple[str, str]] = {
-    ("cpu", "mlp"): ("scan", "vmap"),
-    ("cpu", "cnn"): ("host", "sequential"),
-    ("cpu", "resnet20"): ("host", "sequential"),
-}
-_FALLBACK = {"cpu": ("host", "sequential")}  # unknown models on the CPU: the safe choice
-_ACCELERATOR_DEFAULT = ("scan", "vmap")
-
 Params = Any
 Carry = tuple[Any, Any, Any, jax.Array]  # (params, opt_state, state, alive)
-
-
-def default_strategy(model: str, backend: str | None = None) -> tuple[str, str]:
-    """The measured ``(loop, seed_mode)`` default for a model on a backend.
-
-    Args:
-      model: a model name from ``jaxstale.models.MODELS`` (others get the safe default).
-      backend: ``"cpu"``, ``"gpu"``, ``"tpu"``; default ``jax.default_backend()``.
-
-    Returns:
-      ``(loop, seed_mode)``, e.g. ``("host", "sequential")`` for a CNN on the CPU.
-
-    Example:
-      >>> default_strategy("cnn", "cpu")
-      ('host', 'sequential')
-      >>> default_strategy("cnn", "gpu")
-      ('scan', 'vmap')
-    """
-    backend = backend or jax.default_backend()
-    if (backend, model) in AUTO_STRATEGY:
-        return AUTO_STRATEGY[(backend, model)]
-    return _FALLBACK.get(backend, _ACCELERATOR_DEFAULT)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -447,6 +409,7 @@ def fit(
     eval_batch_size: int = 512,
     model_kwargs: Mapping[str, Any] | None = None,
     return_params: bool = False,
+    metric: str | None = None,
 ) -> list[dict[str, Any]]:
     r"""Trains ``model`` with synchronous SGD-style updates from ``tx``, one run per seed.
 
@@ -454,7 +417,8 @@ def fit(
     order (``data.batches(..., seed=s)``), so a seed is reproducible bit for bit on the CPU, and
     the same seed gives the same run under any ``loop`` / ``seed_mode`` up to float rounding.
     Every ``eval_every`` steps (and at the end) the mean training loss of the interval and the
-    validation and test accuracies are recorded.
+    validation and test accuracies are recorded (a language model's dataset: their mean
+    next-token losses in nats, ``metric="loss"``).
 
     Args:
       model: a name in ``jaxstale.models.MODELS`` or a function ``seed -> nnx.Module``.
@@ -474,12 +438,16 @@ def fit(
       eval_batch_size: batch size of :func:`evaluate`.
       model_kwargs: extra keyword arguments for ``models.create``.
       return_params: also return each seed's final ``params`` and ``state``.
+      metric: ``"accuracy"`` or ``"loss"`` (:func:`jaxstale.loop.run`'s); default: the
+        dataset task's (``"loss"`` for a language model).
 
     Returns:
       One dict per seed, in the order of ``seeds``: ``seed``, ``curve`` (list of ``{"step",
       "train_loss", "val_accuracy", "test_accuracy"}``; ``val_accuracy`` on the dataset's
       validation split, only when it has one), ``final_val_accuracy`` and
-      ``final_test_accuracy`` (floats, None if diverged), ``final_train_loss``, ``diverged``
+      ``final_test_accuracy`` (floats, None if diverged; with ``metric="loss"``:
+      ``val_loss``/``test_loss`` and ``final_val_loss``/``final_test_loss``),
+      ``final_train_loss``, ``diverged``
       (bool), ``diverged_step`` (1-based step whose loss was first non-finite, or None),
       ``steps``, ``batch_size``, ``loop``, ``seed_mode``, ``wall_s`` (the whole call), and
       ``params``/``state`` if requested.
@@ -512,6 +480,10 @@ def fit(
         raise ValueError(f"seed_mode must be one of {SEED_MODES} or 'auto', got {seed_mode!r}")
 
     ds = check_dataset(_resolve_dataset(dataset), "fit")
+    task = getattr(ds, "task", "classification")
+    metric = ("loss" if task == "language_model" else "accuracy") if metric is None else metric
+    if metric not in ("accuracy", "loss"):
+        raise ValueError(f"metric must be 'accuracy' or 'loss', got {metric!r}")
     tx = tx if isinstance(tx, optax.GradientTransformation) else tx()
     x_train, y_train = np.asarray(ds.x_train), np.asarray(ds.y_train)
     if len(x_train) < batch_size:
@@ -525,11 +497,16 @@ def fit(
                 input_shape=tuple(x_train.shape[1:]),
                 num_classes=int(ds.num_classes),
                 seed=seed,
+                task=task,
                 **(model_kwargs or {}),
             )
         else:
             module = models.check_logits(
-                model(seed), tuple(x_train.shape[1:]), int(ds.num_classes), "fit: model(seed)"
+                model(seed),
+                tuple(x_train.shape[1:]),
+                int(ds.num_classes),
+                "fit: model(seed)",
+                task=task,
             )
         return models.functional(module)
 
@@ -571,17 +548,19 @@ def fit(
             eval_every=eval_every,
             eval_data=splits,
             eval_batch_size=eval_batch_size,
+            metric=metric,
         )
         for i, r in zip(group, out, strict=True):
             results[i] = r
     wall = time.perf_counter() - start
     rows = []
     for seed, r in zip(seeds, results, strict=True):
+        fin = r.final_loss if metric == "loss" else r.final_accuracy
         row: dict[str, Any] = {
             "seed": seed,
             "curve": r.curve,
-            "final_val_accuracy": r.final_accuracy.get("val"),
-            "final_test_accuracy": r.final_test_accuracy,
+            f"final_val_{metric}": fin.get("val"),
+            f"final_test_{metric}": fin.get("test"),
             "final_train_loss": None if r.diverged or not r.curve else r.curve[-1]["train_loss"],
             "diverged": r.diverged,
             "diverged_step": r.diverged_step,

@@ -223,3 +223,20 @@ def test_fit_refuses_a_model_with_the_wrong_number_of_logits():
 
     with pytest.raises(ValueError, match=r"fit: model\(seed\): .* logits of shape \(2, 11\)"):
         train.fit(wide, optax.sgd(0.1), "digits", steps=2, batch_size=8)
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (lambda d: d._replace(x_train=d.x_train.astype(np.float32)), "token ids [N, T]"),
+        (lambda d: d._replace(y_test=d.y_test[:, :8]), "token ids [N, T] of one shape"),
+        (lambda d: d._replace(x_val=d.x_val + 83), "x_val must be in [0, 83)"),
+    ],
+    ids=["float inputs", "targets of another length", "ids beyond the vocabulary"],
+)
+def test_fit_refuses_a_malformed_text_dataset_in_one_line(change, words):
+    """A language model's splits are token ids [N, T] for inputs and targets alike."""
+    ds = change(data.load("shakespeare"))
+    with pytest.raises(ValueError) as e:
+        train.fit("gpt-tiny", optax.adam(1e-3), ds, steps=2, batch_size=8)
+    assert str(e.value).startswith("fit: dataset 'shakespeare':") and words in str(e.value)

@@ -31,7 +31,7 @@ Config = sync_baseline.Config
         ({"standardize": "zca"}, "standardize", "unknown standardisation 'zca'"),
         ({"quick": 1}, "quick", "True or False"),
         ({"out": "  "}, "out", "empty string"),
-        ({"batch_size": None}, "batch_size", "required"),
+        ({"momentum": None}, "momentum", "required"),
     ],
 )
 def test_a_bad_value_raises_a_value_error_naming_the_field(kwargs, field, words):
@@ -69,7 +69,7 @@ def test_help_lists_every_flag_with_its_default_and_choices():
     text = " ".join(parser(Config, "demo").format_help().split())
     for f in dataclasses.fields(Config):
         assert "--" + f.name.replace("_", "-") in text, f.name
-    assert "(default 32)" in text and "any of: mlp, cnn, resnet20" in text
+    assert "(default 0.9)" in text and "any of: mlp, cnn, resnet20" in text
     assert "any of: feature, channel, none" in text
 
 

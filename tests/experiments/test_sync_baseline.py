@@ -144,6 +144,8 @@ def test_convergence_flat_rising_and_diverged():
         (["--flat-tol", "0"], "--flat-tol"),
         (["--target", "1.5"], "--target"),
         (["--dataset", "nope"], "nope"),
+        (["--dataset", "shakespeare", "--model", "mlp"], "--model"),
+        (["--optimizer", "lion"], "--optimizer"),
     ],
 )
 def test_bad_input_is_a_usage_error_before_anything_is_written(tmp_path, capsys, bad, message):
@@ -153,3 +155,52 @@ def test_bad_input_is_a_usage_error_before_anything_is_written(tmp_path, capsys,
     err = capsys.readouterr().err
     assert e.value.code == 2 and message in err and "Traceback" not in err
     assert not out.exists()
+
+
+def test_language_model_end_to_end(tmp_path):
+    """--dataset shakespeare: a GPT with the language-model AdamW, rows and curves in nats, the
+    sentence beside the corpus's unigram entropy and the uniform loss."""
+    out = tmp_path / "lm"
+    res = sync_baseline.main(
+        ["--dataset", "shakespeare", "--quick", "--steps", "6", "--eval-every", "3",
+         "--seeds", "1", "--lrs", "0.003", "--out", str(out)]
+    )  # fmt: skip
+    cfg = json.loads((out / "config.json").read_text())["config"]
+    assert (cfg["models"], cfg["optimizer"], cfg["batch_size"]) == (["gpt-tiny"], "adamw", 16)
+    (row,) = res["rows"]
+    assert row["method"] == "adamw" and "final_val_accuracy" not in row
+    assert 0 < row["final_val_loss"] < 4.42 and row["final_test_loss"] > 0  # below log 83
+    assert "nats test** (unigram entropy 3.338, uniform 4.419 nats)" in res["table"]
+    assert "| test loss (nats) | val. loss (nats) | updates to val. loss 2 |" in res["table"]
+    curve = res["run"].metrics({k: row[k] for k in sync_baseline.KEY})
+    assert [set(c) >= {"val_loss", "test_loss"} for c in curve] == [True, True]
+
+
+def test_language_model_selection_and_unlearned_runs():
+    """Lower is better: the rate with the lowest validation loss is chosen; a run not below
+    log V is diverged (fit_grid's rows, common.loss_fields)."""
+    from jaxstale import tasks
+
+    task = tasks.language_model(83)
+    cfg = {
+        **{"models": ["gpt-cpu"], "lrs": [0.001, 0.003], "seeds": 2, "steps": 60},
+        **{"batch_size": 16, "eval_every": 10, "momentum": 0.9, "target": 2.0},
+        **{"flat_tol": 0.01, "optimizer": "adamw", "dataset": "shakespeare", "quick": False},
+    }
+    rows = [
+        {"method": "adamw", "model": "gpt-cpu", "lr": lr, "seed": seed, "diverged": False,
+         "final_val_loss": v, "final_test_loss": v + 0.01}
+        for lr, v in ((0.001, 2.1), (0.003, 1.9))
+        for seed in (0, 1)
+    ]  # fmt: skip
+    curve = [
+        {"step": 10 * (i + 1), "val_loss": v, "train_loss": v}
+        for i, v in enumerate([3, 2.2, 2.0, 2.0])
+    ]
+    table, selected, _ = sync_baseline.summarise(
+        rows, cfg, lambda m, lr: [curve, curve], task.chance, task, 3.34
+    )
+    assert selected == {("gpt-cpu",): 0.003}
+    assert "sync GPT-CPU reaches **1.910 ± 0.000 nats test** (unigram entropy 3.340" in table
+    got = common.loss_fields(4.5, 4.6, False, None, curve, 2.0, task)
+    assert got["diverged"] and got["final_val_loss"] is None and got["unlearned_val_loss"] == 4.5
