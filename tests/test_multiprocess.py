@@ -299,3 +299,12 @@ def test_async_workers_under_the_launcher(tmp_path):
     flags = ["--workers", "1,4", "--seeds", "1", "--steps", "40", "--lrs", "0.01,0.03"]
     flags += ["--methods", "asgd,ssgd", "--extend-edges", "0"]
     _end_to_end(tmp_path, "async_workers", flags)
+
+
+def test_pipeline_staleness_on_a_language_model_under_the_launcher(tmp_path):
+    """Issue 23: a GPT's stages on two processes' devices (optax's elementwise Adam: the mesh
+    executor updates flat weight vectors), the same losses as the emulator in one process."""
+    flags = ["--dataset", "shakespeare", "--model", "gpt-tiny", "--optimizer", "adam"]
+    flags += ["--stages", "2", "--seeds", "1", "--steps", "12", "--lrs", "0.003"]
+    flags += ["--methods", "vanilla,stash", "--extend-edges", "0", "--eval-every", "6"]
+    _end_to_end(tmp_path, "pipeline_staleness", flags)
