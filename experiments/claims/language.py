@@ -34,6 +34,7 @@ from .core import (
     selected,
     trend,
 )
+from .pipeline import pipe_cell, pipe_table
 from .verdicts import by_seed, slope
 
 #: the non-inferiority margin of the "matches" claims (LM2, LM3, LM6), nats per character: a
@@ -58,7 +59,7 @@ def closed_fraction(tau: int) -> float:
 
 
 def _pipe(rows: Sequence[dict], method: str, n: int) -> list[dict[str, Any]]:
-    return selected(rows, knob=("lr",), method=method, stages=n)
+    return pipe_cell(rows, method, n, model=None)
 
 
 def _delay(rows: Sequence[dict], method: str, tau: int) -> list[dict[str, Any]]:
@@ -66,8 +67,7 @@ def _delay(rows: Sequence[dict], method: str, tau: int) -> list[dict[str, Any]]:
 
 
 def _table(rows: Sequence[dict], methods: Sequence[str], stages: Sequence[int]) -> str:
-    body = [[m, *(cell(_pipe(rows, m, n)) for n in stages)] for m in methods]
-    return runs.markdown_table(["policy", *(f"N={n}" for n in stages)], body)
+    return pipe_table(rows, methods, stages, model=None)
 
 
 def _delay_table(rows: Sequence[dict], taus: Sequence[int]) -> str:

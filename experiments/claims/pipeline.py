@@ -27,12 +27,23 @@ from .core import (
 )
 
 
-def _pipe_cell(rows: Sequence[dict], method: str, n: int) -> list[dict[str, Any]]:
-    return selected(rows, knob=("lr",), method=method, stages=n, model="mlp")
+def pipe_cell(
+    rows: Sequence[dict], method: str, n: int, model: str | None = "mlp"
+) -> list[dict[str, Any]]:
+    """The rows of ``method`` at ``N = n`` at its rate selected on validation (``model``: the
+    rows' model, None: any — a language-model run has one)."""
+    where = {} if model is None else {"model": model}
+    return selected(rows, knob=("lr",), method=method, stages=n, **where)
 
 
-def _pipe_table(rows: Sequence[dict], methods: Sequence[str], stages: Sequence[int]) -> str:
-    body = [[m, *(cell(_pipe_cell(rows, m, n)) for n in stages)] for m in methods]
+def pipe_table(
+    rows: Sequence[dict],
+    methods: Sequence[str],
+    stages: Sequence[int],
+    model: str | None = "mlp",
+) -> str:
+    """One cell per policy and depth (:func:`pipe_cell`)."""
+    body = [[m, *(cell(pipe_cell(rows, m, n, model)) for n in stages)] for m in methods]
     return runs.markdown_table(["policy", *(f"N={n}" for n in stages)], body)
 
 
@@ -60,7 +71,7 @@ def _pairs_at(rows: Sequence[dict], pairs: Sequence[tuple[str, str]], ns: Sequen
     out = []
     for n in ns:
         for a, b in pairs:
-            ra, rb = _pipe_cell(rows, a, n), _pipe_cell(rows, b, n)
+            ra, rb = pipe_cell(rows, a, n), pipe_cell(rows, b, n)
             if ra and rb:
                 out.append(diff(ra, rb, f"{a} (N={n})", f"{b} (N={n})"))
     return out
@@ -75,7 +86,7 @@ def _pipeline_evidence(ctx: Context, name: str) -> Evidence:
     methods = _methods_of(ctx, name, rows)
     deep = [n for n in ns if n >= 4] or ns
     top = max(deep)
-    pts = [(n, _pipe_cell(rows, "spectrain-v1", n), _pipe_cell(rows, "vanilla", n)) for n in ns]
+    pts = [(n, pipe_cell(rows, "spectrain-v1", n), pipe_cell(rows, "vanilla", n)) for n in ns]
     pts = [(n, a, b) for n, a, b in pts if a and b]
     sec: dict[str, list[Diff] | None] = {
         "NAG prediction − vanilla": _pairs_at(rows, [("nesterov", "vanilla")], deep),
@@ -88,7 +99,7 @@ def _pipeline_evidence(ctx: Context, name: str) -> Evidence:
         else [],
     }
     # the same comparisons at one rate for every policy: sync's rate (selected on validation)
-    sync_pick = _pipe_cell(rows, "sync", ns[0])
+    sync_pick = pipe_cell(rows, "sync", ns[0])
     if sync_pick:
         lr = sync_pick[0]["lr"]
         at = [r for r in rows if r["lr"] == lr]
@@ -104,7 +115,7 @@ def _pipeline_evidence(ctx: Context, name: str) -> Evidence:
     for n in deep:
         ttt = []
         for m in methods:
-            pick = _pipe_cell(rows, m, n)
+            pick = pipe_cell(rows, m, n)
             if pick and "updates_to_target" in pick[0]:
                 ttt.append(f"{m} {runs.format_steps([r.get('updates_to_target') for r in pick])}")
         if ttt:
@@ -119,7 +130,7 @@ def _pipeline_evidence(ctx: Context, name: str) -> Evidence:
         primary[0] if primary else None,
         _secondary(sec),
         notes,
-        [_pipe_table(rows, methods, ns)],
+        [pipe_table(rows, methods, ns)],
         [(name, "accuracy_vs_stages"), (name, "plot")],
     )
 
@@ -168,27 +179,27 @@ def judge_moonshot_pipeline(ctx: Context) -> Verdict:
         rows += [r for r in ctx.rows("pipeline") if r["stages"] == 8 and r["method"] != "sync"]
     methods = _methods_of(ctx, "pipeline-n8", rows)
     light = [m for m in methods if m in MEMORY_LIGHT]
-    ref = _pipe_cell(rows, "sync", 8)
+    ref = pipe_cell(rows, "sync", 8)
     best = _best(rows, light, stages=8, model="mlp")
     if not best or not ref:
         return Verdict("not run", "no N = 8 rows")
     ok, lines, names = _target(best, ref, "N=8", "sync (N=8)", 0.5)
     ev = [f"- memory-light policies: {line}" for line in lines]
     for m in methods:
-        pick = _pipe_cell(rows, m, 8)
+        pick = pipe_cell(rows, m, 8)
         if pick and m != "sync" and m not in names:
             tag = "" if m in MEMORY_LIGHT else " (N − k weight versions: not memory-light)"
             ev.append(f"  - {diff(ref, pick, 'sync', m).text()}{tag}")
-    tables = [_pipe_table(rows, methods, [8])]
+    tables = [pipe_table(rows, methods, [8])]
     if ctx.has("pipeline-nadam"):
         nrows = ctx.rows("pipeline-nadam")
         nm = _methods_of(ctx, "pipeline-nadam", nrows)
         tables.append(
-            "With NAdam per stage (AsyncPP's optimizer):\n\n" + _pipe_table(nrows, nm, [8])
+            "With NAdam per stage (AsyncPP's optimizer):\n\n" + pipe_table(nrows, nm, [8])
         )
-        nref = _pipe_cell(nrows, "sync", 8)
+        nref = pipe_cell(nrows, "sync", 8)
         for m in nm:
-            pick = _pipe_cell(nrows, m, 8)
+            pick = pipe_cell(nrows, m, 8)
             if pick and nref and m != "sync":
                 ev.append(f"- NAdam: {diff(nref, pick, 'sync', m).text()}")
     v = "reached" if ok else "not reached"
