@@ -1,0 +1,217 @@
+"""Pipeline memory per stage of a GPT: the emulator's carried state against the formula, and
+the GPU preset projected (issue 23).
+
+An ``N``-stage asynchronous 1F1B pipeline (PipeDream) of a :mod:`jaxstale.models.gpt` preset —
+``L`` pre-norm blocks of width ``D`` with ``H`` heads, the embedding in the first stage and the
+head in the last — trained with the language-model AdamW, mini-batches of ``mb`` windows of
+``T`` tokens, under ``vanilla`` (one weight copy per stage) and ``stash`` (PipeDream's ``N − k``
+versions at stage ``k``), ``backward="saved"`` (the forward's residuals kept until its
+backward, the emulator's default) and ``"recompute"``.
+
+**Formula** per stage ``k`` with ``P_k`` parameters and ``L_k`` blocks (bytes, float32):
+
+* weights ``V_k·4P_k`` (``V_k = N − k`` with stash, plus its 8-byte ring pointers; else 1);
+* optimizer ``8P_k + 8``: AdamW's two moments and its two step counts;
+* inputs (``k > 0``): ``(N − k + 1)·4·mb·T·D`` — the activations in flight, one slot more
+  than PipeDream's ``N − k`` for the arriving one; cotangent (``k < N − 1``): ``4·mb·T·D``;
+* residuals (``k < N − 1``, ``saved`` and every stash — its backward reads the forward's
+  linearisation; the loss stage fuses its forward and backward):
+  ``(N − k)·R_k`` with ``R_k = L_k·R + 4·mb·T·[k = 0]`` (stage 0 also keeps the token ids),
+
+  ``R = mb·T·(144·D + 13·H·T + 8·H + 32) + 8·D + 12``
+
+  per block: what ``jax.vjp`` of the block keeps — twelve ``[mb, T, D]`` float32 arrays
+  (``48·mb·T·D``), six ``[mb, T, 4D]`` of the GELU MLP (``96·mb·T·D``), three ``[mb, H, T, T]``
+  attention arrays and the causal mask as bool (``13·mb·H·T²``), the softmax's and the two
+  norms' per-row statistics (``8·mb·H·T + 32·mb·T``), the norms' scales and three scalars.
+
+The attention term ``13·mb·H·T²`` is what grows with the context: at the GPU preset's
+``T = 1024`` it is half of a block's residuals, and the residual slots dominate a stage's
+memory; ``backward="recompute"`` keeps only the inputs.
+
+Measured without allocating anything: the per-stage pytrees of the emulator's carry
+(``jax.eval_shape`` of :meth:`~jaxstale.pipeline.emulator.PipelineEmulator.init`), equal to the
+formula to the byte for every preset here (``tests/benchmarks/test_pipeline_memory_gpt.py``
+checks it); with ``--xla``, ``compiled.memory_analysis()`` of the emulator's round (all stages
+on one device: its arguments are the carry plus the data and tables, its temporaries one
+round's working set).
+
+Run: ``python benchmarks/pipeline_memory_gpt.py [--xla]``; results in
+``benchmarks/results/pipeline_memory_gpt.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from typing import Any
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxstale import models, optimizers, pipeline, schedules
+from jaxstale.models.gpt import PRESETS
+from jaxstale.pipeline import emulator
+
+VOCAB = 83
+#: (preset, N, mini-batch, context) measured; the GPU preset at the data's context
+CASES = [("gpt-cpu", 8, 16, 64), ("gpt-cpu", 4, 16, 64), ("gpt-deep", 16, 16, 64)]
+CASES += [("gpt-gpu", 12, 16, 64)]
+#: the GPU preset at a GPU's context, by the formula only
+PROJECTION = ("gpt-gpu", 12, 8, 1024)
+MIB = 2**20
+
+
+def nbytes(tree: Any) -> int:
+    """Bytes of the arrays (or ``ShapeDtypeStruct``) of a pytree."""
+    return int(sum(math.prod(a.shape) * np.dtype(a.dtype).itemsize for a in jax.tree.leaves(tree)))
+
+
+def block_residuals(mb: int, t: int, d: int, h: int) -> int:
+    """``R``: the bytes a saved backward keeps per block and micro-batch."""
+    return mb * t * (144 * d + 13 * h * t + 8 * h + 32) + 8 * d + 12
+
+
+def formula(
+    preset: str, n: int, mb: int, t: int, *, stash: bool, saved: bool = True
+) -> list[dict[str, int]]:
+    """Per stage, the formula's bytes: ``weights``, ``optimizer``, ``inputs``, ``residuals``
+    (cotangent included), ``total``."""
+    cfg = PRESETS[preset.removeprefix("gpt-")]
+    layers, d, h = cfg["layers"], cfg["width"], cfg["heads"]
+    per = _split_blocks(layers, n)
+    rows = []
+    for k in range(n):
+        p = per[k] * (12 * d * d + 13 * d)
+        p += (VOCAB + t) * d if k == 0 else 0
+        p += d * VOCAB + VOCAB + 2 * d if k == n - 1 else 0
+        v = n - k if stash else 1
+        act = 4 * mb * t * d
+        inputs = (n - k + 1) * act if k > 0 else 0
+        res = 0
+        if k < n - 1:
+            r = per[k] * block_residuals(mb, t, d, h) + (4 * mb * t if k == 0 else 0)
+            res = act + ((n - k) * r if saved or stash else 0)
+        row = {"params": p, "versions": v, "weights": v * 4 * p + (8 if stash else 0)}
+        row |= {"optimizer": 8 * p + 8, "inputs": inputs, "residuals": res}
+        row["total"] = row["weights"] + row["optimizer"] + inputs + res
+        rows.append(row)
+    return rows
+
+
+def _split_blocks(layers: int, n: int) -> list[int]:
+    return [layers // n + (1 if k < layers % n else 0) for k in range(n)]
+
+
+def measure(preset: str, n: int, mb: int, t: int, policy: str, xla: bool = False) -> dict:
+    """The emulator's carried state per stage (abstract shapes) and, with ``xla``, XLA's
+    memory analysis of its round."""
+    model = models.create(preset, input_shape=(t,), num_classes=VOCAB, seed=0)
+    stages = models.functional_stages(model, n)
+    if [len(s.blocks) for s in models.split(model, n)] != _split_blocks(len(model.blocks), n):
+        raise AssertionError("models.split cuts the blocks differently from the formula")
+    nb = 2 * n + 2
+    prog = pipeline.compile(schedules.one_f_one_b(n, nb), policy)
+    tx = optimizers.adamw(1e-3, 1000, warmup_steps=10)
+    em = emulator.PipelineEmulator(stages, prog, tx)
+    carry = jax.eval_shape(em.init, jax.ShapeDtypeStruct((mb, t), jnp.int32))
+    rows = []
+    for k in range(n):
+        w, o = nbytes(carry["weights"][k]), nbytes(carry["opt"][k])
+        inp = nbytes(carry["inp"][k])
+        res = nbytes(carry["res"][k]) + nbytes(carry["ct"][k])
+        rows.append({"weights": w, "optimizer": o, "inputs": inp, "residuals": res})
+        rows[-1]["total"] = w + o + inp + res + nbytes((carry["acc"][k], carry["bn"][k]))
+    out: dict[str, Any] = {"carried": rows}
+    if xla:
+        data = jax.ShapeDtypeStruct((nb, mb, t), jnp.int32)
+        mem = em.memory_analysis(carry, data, data)
+        out["xla"] = {
+            "arguments": mem.argument_size_in_bytes,
+            "temp": mem.temp_size_in_bytes,
+            "data": 2 * nbytes(data) + nbytes(prog.tables),
+        }
+    return out
+
+
+def _mib(b: float) -> str:
+    return f"{b / MIB:,.2f}"
+
+
+def tables(xla: bool = False) -> str:
+    """The measured cases against the formula, then the projection."""
+    parts = []
+    for preset, n, mb, t in CASES:
+        cfg = PRESETS[preset.removeprefix("gpt-")]
+        head = (
+            f"**{preset}** ({cfg['layers']} blocks × {cfg['width']}, {cfg['heads']} heads), "
+            f"N = {n}, mini-batch {mb} × {t} tokens, AdamW, backward saved (MiB; carried = the "
+            "emulator's per-stage pytrees, formula = the module docstring's)"
+        )
+        cols = "| policy | stage | weights | optimizer | inputs | residuals + cotangent "
+        lines = [head, "", cols + "| carried total | formula total | equal |", "|---" * 9 + "|"]
+        notes = []
+        for policy in ("vanilla", "stash"):
+            got = measure(preset, n, mb, t, policy, xla=xla and preset != "gpt-gpu")
+            want = formula(preset, n, mb, t, stash=policy == "stash")
+            shown = sorted({0, 1, n // 2, n - 2, n - 1})
+            for k in shown:
+                g, f = got["carried"][k], want[k]
+                lines.append(
+                    f"| {policy} | {k} | {_mib(g['weights'])} | {_mib(g['optimizer'])} | "
+                    f"{_mib(g['inputs'])} | {_mib(g['residuals'])} | {_mib(g['total'])} | "
+                    f"{_mib(f['total'])} | {'yes' if g['total'] == f['total'] else 'NO'} |"
+                )
+            total = sum(r["total"] for r in got["carried"])
+            same = all(g["total"] == f["total"] for g, f in zip(got["carried"], want, strict=True))
+            note = f"| {policy} | all {n} | | | | | {_mib(total)} | "
+            note += f"{_mib(sum(r['total'] for r in want))} | {'yes' if same else 'NO'} |"
+            lines.append(note)
+            if "xla" in got:
+                x = got["xla"]
+                notes.append(
+                    f"{preset} N = {n} {policy}: XLA's analysis of the round: arguments "
+                    f"{_mib(x['arguments'])} MiB (carry {_mib(total)} + data and tables "
+                    f"{_mib(x['data'])}), temporaries {_mib(x['temp'])} MiB"
+                )
+        parts += ["\n".join(lines), *notes]
+    preset, n, mb, t = PROJECTION
+    lines = [
+        f"**Projection (formula only): {preset} (12 blocks × 768, 12 heads, 85 M parameters), "
+        f"N = {n}, micro-batch {mb} × {t} tokens, AdamW (MiB per stage)**",
+        "",
+        "| policy | backward | stage 0 | stage 1 | stage 6 | stage 10 | stage 11 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for policy, saved in (("vanilla", True), ("vanilla", False), ("stash", True)):
+        rows = formula(preset, n, mb, t, stash=policy == "stash", saved=saved)
+        cells = " | ".join(_mib(rows[k]["total"]) for k in (0, 1, 6, 10, 11))
+        lines.append(f"| {policy} | {'saved' if saved else 'recompute'} | {cells} |")
+    cfg = PRESETS["gpu"]
+    r = block_residuals(mb, t, cfg["width"], cfg["heads"])
+    lines += [
+        "",
+        f"A block's residuals per micro-batch: {_mib(r)} MiB, of which the attention's "
+        f"`13·mb·H·T²` is {_mib(13 * mb * cfg['heads'] * t * t)} MiB; stage 0 keeps "
+        f"{n} micro-batches' worth for its one block.",
+    ]
+    parts.append("\n".join(lines))
+    return "\n\n".join(parts) + "\n"
+
+
+def main(argv: list[str] | None = None) -> str:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--xla", action="store_true", help="also compile the rounds (minutes)")
+    args = ap.parse_args(argv)
+    text = tables(xla=args.xla)
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    main()
