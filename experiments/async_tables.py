@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxstale import runs
+from jaxstale import runs, tasks
 
 from .common import title
 from .presets import paper_table
@@ -24,8 +24,14 @@ def _fmt_knob(v: Any) -> str:
     return f"{lr:g}" if lam is None else f"{lr:g} (λ {lam:+g})"
 
 
-def make_table(rows: list[dict], cfg: dict[str, Any], ds_chance: float) -> tuple[str, dict]:
-    """Test accuracy at the rate selected on validation, time to target, the validation grid."""
+def make_table(
+    rows: list[dict], cfg: dict[str, Any], ds_chance: float, task: tasks.Task | None = None
+) -> tuple[str, dict]:
+    """The test metric at the rate selected on validation, time to target, the validation grid
+    (``task``: a language model's, in nats)."""
+    t = tasks.or_default(task)
+    m_name, label = t.label.split()[0], t.label
+    target = f"≥ {100 * cfg['target']:g} %" if t.higher_is_better else f"≤ {cfg['target']:g}"
     parts, selected = [], {}
     budget = f"{cfg['updates']} mini-batches ({cfg['updates'] * cfg['batch_size']} samples)"
     for mu in cfg["momentum"]:
@@ -38,32 +44,35 @@ def make_table(rows: list[dict], cfg: dict[str, Any], ds_chance: float) -> tuple
             knob=KNOB,
             col_label=lambda m: f"M={m}",
             fmt_knob=_fmt_knob,
+            task=task,
         )
         selected.update({(*k, mu): v for k, v in sel.items()})
         head = (
             f"momentum {mu}, {cfg['delay']} delays, {cfg['model']} on {cfg['dataset']} "
-            f"(standardize={cfg['standardize']}; validation split for selection), equal samples: "
+            f"({_inputs(cfg, t)}; validation split for selection), equal samples: "
             f"{budget}; "
             f"{cfg['seeds']} seeds"
         )
         parts += [
             title(
                 cfg,
-                f"**Test accuracy % at each method's learning rate selected on validation "
+                f"**Test {label} at each method's learning rate selected on validation "
                 f"(mean ± 95 % CI over seeds that trained; [diverged/seeds]; @ selected lr), "
                 f"{head}**",
             ),
             acc,
-            f"**Updates until validation accuracy ≥ {100 * cfg['target']:g} % at the selected "
+            f"**Updates until validation {m_name} {target} at the selected "
             f"rate (median over seeds; [reached/seeds]; SSGD: its own updates, M mini-batches "
             f"each), momentum {mu}**",
             ttime,
-            f"**Validation accuracy % per learning rate (mean over seeds, diverged seeds at "
+            f"**Validation {label} per learning rate (mean over seeds, diverged seeds at "
             f"chance; bold: selected), momentum {mu}**",
             grid,
         ]
         lim, lrs = cfg.get("extend_edges", 0), cfg["lrs"][str(mu)]
-        edges = edge_notes(sub, by=EDGE_BY, grid=lrs, limit=lim, chance_acc=ds_chance, knob=KNOB)
+        edges = edge_notes(
+            sub, by=EDGE_BY, grid=lrs, limit=lim, chance_acc=ds_chance, knob=KNOB, task=task
+        )
         parts += [edges] if edges else []
     parts += [note] if (note := tuning_note(cfg)) else []
     if cfg.get("preset"):
@@ -86,10 +95,15 @@ def _selected_rows(rows: list[dict], selected: dict, method: str, m: int, mu: fl
 
 
 def make_figures(
-    rows: list[dict], selected: dict, metrics_of: Callable[[dict], list], cfg: dict
+    rows: list[dict],
+    selected: dict,
+    metrics_of: Callable[[dict], list],
+    cfg: dict,
+    task: tasks.Task | None = None,
 ) -> dict:
     from matplotlib.figure import Figure
 
+    t = tasks.or_default(task)
     figs: dict[str, Any] = {}
     mu_main = max(cfg["momentum"])
     # one row of panels per M, each method at its own selected rate (sgd: the M = 1 reference,
@@ -108,11 +122,11 @@ def make_figures(
     figs["plot"] = runs.curves_figure(
         grid,
         x="epoch",
-        ys=("train_loss", "val_accuracy"),
+        ys=("train_loss", t.key("val")),
         methods=cfg["methods"],
         title=f"Curves at each method's rate selected on validation, momentum {mu_main}, "
         f"{cfg['delay']} delays",
-        footer=_footer(cfg),
+        footer=_footer(cfg, t),
     )
 
     fig = Figure(figsize=(5.5 * len(cfg["momentum"]), 4), layout="constrained")
@@ -121,21 +135,23 @@ def make_figures(
         for method in cfg["methods"]:
             if method in ONE_WORKER:  # one worker: a horizontal line, not a point
                 pick = _selected_rows(rows, selected, method, 1, mu)
-                accs = [r["final_test_accuracy"] for r in pick if not r["diverged"]]
+                accs = [r[t.final("test")] for r in pick if not r["diverged"]]
                 mean, _, n = runs.mean_ci(accs)
                 if n:
-                    ax.axhline(100 * mean, color="k", ls="--", lw=1, label=f"{method} (1 worker)")
+                    ax.axhline(
+                        t.scale * mean, color="k", ls="--", lw=1, label=f"{method} (1 worker)"
+                    )
                 continue
             points = [(m, _selected_rows(rows, selected, method, m, mu)) for m in cfg["workers"]]
-            accuracy_vs(ax, points, method, runs.method_style(method, cfg["methods"]))
+            accuracy_vs(ax, points, method, runs.method_style(method, cfg["methods"]), task)
         ax.set_xscale("log", base=2)
         ax.set_xticks(cfg["workers"], [str(m) for m in cfg["workers"]])
         ax.set_xlabel("workers M")
-        ax.set_ylabel("test accuracy % at the selected lr (x: all diverged)")
+        ax.set_ylabel(f"test {t.label} at the selected lr (x: all diverged)")
         ax.set_title(f"momentum {mu}")
         ax.grid(alpha=0.3)
     axes[-1].legend(fontsize="small")
-    runs.add_footer(fig, _footer(cfg))  # below the axis labels, never over them
+    runs.add_footer(fig, _footer(cfg, t))  # below the axis labels, never over them
     figs["accuracy_vs_workers"] = fig
 
     fig = Figure(figsize=(6, 4), layout="constrained")
@@ -152,9 +168,14 @@ def make_figures(
     return figs
 
 
-def _footer(cfg: dict[str, Any]) -> str:
+def _inputs(cfg: dict[str, Any], t: tasks.Task) -> str:
+    """What the inputs are: standardised images, or a text's next-character windows."""
+    return f"standardize={cfg['standardize']}" if t.higher_is_better else "next character"
+
+
+def _footer(cfg: dict[str, Any], t: tasks.Task) -> str:
     return (
-        f"{cfg['model']} on {cfg['dataset']} (standardize={cfg['standardize']}), batch "
+        f"{cfg['model']} on {cfg['dataset']} ({_inputs(cfg, t)}), batch "
         f"{cfg['batch_size']}, {cfg['updates']} mini-batches, {cfg['seeds']} seeds, lr grid "
         f"{cfg['lrs']}, {cfg['delay']} delays" + (" — SMOKE RUN (--quick)" if cfg["quick"] else "")
     )

@@ -34,6 +34,12 @@ seed (traced hyper-parameters, a fixed snapshot capacity): lanes run vmapped (ML
 sequentially (conv models on the CPU); SSGD compiles once per M. Default: ~1,100 runs of 1,500
 updates in about 10 minutes on 2 cores; ``--quick`` is a smoke run (one minute).
 
+**Language models** (issue 23): ``--dataset shakespeare`` trains a GPT (default ``gpt-cpu``;
+``--quick``: ``gpt-tiny``, sgd / asgd / dana, 100 updates, about 1.5 minutes) with the same
+server methods; every number is then a next-token loss in nats (selected on the lowest
+validation loss, a run not below ``log V`` counted as diverged, the tables and figures in
+nats).
+
 Outputs (run folder): summary.json rows (method, workers, momentum, lr, lam, seed,
 final_val_accuracy, final_test_accuracy, diverged, diverged_step, updates_to_target,
 mean_staleness, staleness_counts, ...), table.md (test accuracy at the selected rate; updates
@@ -51,7 +57,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from jaxstale import asyncdp, data, delays, models, runs
+from jaxstale import asyncdp, data, delays, models, runs, tasks
 
 from .async_tables import (
     EDGE_BY,
@@ -70,6 +76,7 @@ from .common import (
     run_row,
     seed_mode,
     splits,
+    task_of,
 )
 from .config import (
     EVAL_HELP,
@@ -107,6 +114,8 @@ DEFAULT_METHODS = (
     "dana-dc",
     "lc-asgd",
 )
+#: a text's smoke run (--quick): the reference, plain ASGD and one mitigation
+QUICK_TEXT = ("sgd", "asgd", "dana")
 LAMBDA_METHODS = ("lc-asgd", "lc-asgd-async-bn")  # λ tuned with the rate
 DC_METHODS = {"dc-asgd-c": False, "dc-asgd-a": True}  # λ0 tuned with the rate: adaptive?
 KEY = ("method", "workers", "momentum", "lr", "lam", "seed")  # the fields of a cell key
@@ -199,17 +208,22 @@ class Config(Base):
         if self.delay != "gamma":
             why = f"applies to --delay gamma only, not {self.delay}"
             unused.update(straggler_fraction=why, straggler_slowdown=why)
-        methods = self.methods or (PRESETS[self.preset]["config"] if self.preset else {}).get(
-            "methods", DEFAULT_METHODS
-        )
+        methods = self.methods or self._default_methods()
         for field, names in (("lc_lambdas", LAMBDA_METHODS), ("dc_lambda_scales", DC_METHODS)):
             if not set(names) & set(methods):
                 unused[field] = f"applies to {' / '.join(names)} only, not in --methods"
         refuse_unused(self, unused)
 
+    def _default_methods(self) -> tuple[str, ...]:
+        pre = PRESETS[self.preset]["config"] if self.preset else {}
+        return tuple(
+            pre.get("methods") or (QUICK_TEXT if self.quick and self.text else DEFAULT_METHODS)
+        )
+
     def resolved(self) -> dict[str, Any]:
-        """The run's config (decides its results; its hash names the folder)."""
-        quick = self.quick
+        """The run's config (decides its results; its hash names the folder); a text's
+        defaults: gpt-cpu (``--quick``: gpt-tiny, three methods, 100 updates)."""
+        quick, lm = self.quick, self.text
         pre = PRESETS[self.preset]["config"] if self.preset else {}
         momenta = list(self.momentum or pre.get("momentum") or [0.9])
         grid = self.lrs or pre.get("lrs")
@@ -221,7 +235,9 @@ class Config(Base):
         }
         lams = list(self.lc_lambdas or ([0.1] if quick else [-0.1, 0.1]))
         seeds = self.seeds or pre.get("seeds") or (2 if quick else 5)
-        methods = list(self.methods or pre.get("methods") or DEFAULT_METHODS)
+        methods = list(self.methods or self._default_methods())
+        model = pre.get("model") or (("gpt-tiny" if quick else "gpt-cpu") if lm else "mlp")
+        updates = self.steps or ((100 if lm else 300) if quick else pre.get("updates", 1500))
         scales = list(self.dc_lambda_scales or [])
         tuned = [*lrs.values(), *([lams] if set(LAMBDA_METHODS) & set(methods) else [])]
         tuned += [scales] if set(DC_METHODS) & set(methods) else []
@@ -233,7 +249,7 @@ class Config(Base):
             "standardize": pre.get("standardize", "feature")
             if self.standardize == "feature"
             else self.standardize,
-            "model": (self.model or [pre.get("model", "mlp")])[0],
+            "model": (self.model or [model])[0],
             "model_kw": {},
             "methods": methods,
             "workers": list(
@@ -245,10 +261,8 @@ class Config(Base):
             **({"dc_lambda_scales": scales} if scales else {}),  # without: run ids as before
             "seeds": seeds,
             "batch_size": self.batch_size or pre.get("batch_size") or 32,
-            "updates": self.steps or (300 if quick else pre.get("updates", 1500)),
-            "eval_every": eval_every(
-                self.eval_every, self.steps or (300 if quick else pre.get("updates", 1500))
-            ),
+            "updates": updates,
+            "eval_every": eval_every(self.eval_every, updates),
             "target": self.resolved_target,
             "delay": self.delay,
             "straggler_fraction": self.straggler_fraction,
@@ -301,6 +315,7 @@ def _builder(method: str, lam: float | None) -> asyncdp.Method:
 def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[tuple[dict, list]]:
     """All pending cells of one (method, momentum, λ): one asyncdp.run (per M for SSGD)."""
     method, mu, lam = keys[0]["method"], keys[0]["momentum"], keys[0]["lam"]
+    task = task_of(ds)
     b = cfg["batch_size"]
     spe = len(ds.x_train) // b
     updates = cfg["updates"]
@@ -347,6 +362,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
             eval_every=cfg["eval_every"],
             vmap=seed_mode(cfg["model"], cfg["seed_mode"]),
             executor=cfg["executor"],
+            metric=task.metric,
         )
         wall = (time.perf_counter() - t0) / len(part)
         for k, r in zip(part, res, strict=True):
@@ -359,7 +375,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
                 "warmup_epochs": cfg["warmup_epochs"],
                 "wall_s": wall,
             }
-            out[id(k)] = run_row(r, spe, extra, cfg["target"])
+            out[id(k)] = run_row(r, spe, extra, cfg["target"], task)
     return [out[id(k)] for k in keys]
 
 
@@ -370,7 +386,7 @@ def _prepare(config: Config) -> tuple[dict[str, Any], data.Dataset]:
     """The resolved config and its dataset, checked against each other (the model fits the
     data, the batch the training set, the sweep the memory)."""
     cfg = config.resolved()
-    ds = load_checked(cfg, config)
+    ds = load_checked(cfg, config, tasks.KINDS)
     params = check_model("model", cfg["model"], ds, cfg["model_kw"])
     lams = max(len(cfg["lc_lambdas"]), len(cfg.get("dc_lambda_scales", [])))
     lanes = cfg["seeds"] * max(len(v) for v in cfg["lrs"].values()) * lams
@@ -398,7 +414,7 @@ def run(config: Config) -> list[dict[str, Any]]:
     compute = lambda ks: _run_group(cfg, ds, ks)
     rows = folder.run_grouped(_cells(cfg), compute, vary=("seed", "workers", "lr"), desc=EXPERIMENT)
     lrs = lambda g: cfg["lrs"][str(g[2])]
-    kw = {"key": KEY, "by": EDGE_BY, "knob": KNOB, "chance": chance(ds)}
+    kw = {"key": KEY, "by": EDGE_BY, "knob": KNOB, "chance": chance(ds), "task": task_of(ds)}
     rows = extend_grid(folder, rows, compute, grid=lrs, limit=cfg["extend_edges"], **kw)
     return confirm_selected(folder, rows, compute, seeds=cfg["seeds"], **kw)
 
@@ -409,8 +425,10 @@ def report(
     """Tables, figures and the staleness histogram into the run folder; returns ``{"rows",
     "paths", "table", "selected"}``."""
     cfg, ds, folder = opened(EXPERIMENT, config, sys.modules[__name__], _prepare)
-    table, selected = make_table(rows, cfg, chance(ds))
-    figs = make_figures(rows, selected, lambda r: folder.metrics({k: r[k] for k in KEY}), cfg)
+    task = task_of(ds)
+    table, selected = make_table(rows, cfg, chance(ds), task)
+    metrics_of = lambda r: folder.metrics({k: r[k] for k in KEY})
+    figs = make_figures(rows, selected, metrics_of, cfg, task)
     counts = {
         str(m): c.tolist() for m in cfg["workers"] if (c := staleness_counts(rows, m)) is not None
     }

@@ -391,14 +391,18 @@ def lanes_for(
 
 
 def run_row(
-    res: Any, epoch_batches: int, extra: dict[str, Any], target: float = 0.95
+    res: Any,
+    epoch_batches: int,
+    extra: dict[str, Any],
+    target: float = 0.95,
+    task: tasks.Task | None = None,
 ) -> tuple[dict, list[dict]]:
     """A summary row (:func:`outcome`, staleness statistics, ``extra``) and the metric records
-    of one asynchronous run's result."""
+    of one asynchronous run's result (``task``: a language model's, for a loss)."""
     tau = np.asarray(res.staleness)
     row = {
         **extra,
-        **outcome(res, target),
+        **outcome(res, target, task),
         "updates": len(res.losses),
         "mean_staleness": float(tau.mean()),
         "max_staleness": int(tau.max()),

@@ -231,14 +231,16 @@ def run(
     y_test: np.ndarray | None = None,
     eval_data: Mapping[str, tuple[Any, Any]] | None = None,
     eval_every: int | None = None,
+    metric: str = "accuracy",
     **kwargs: Any,
 ) -> EmulationResult | list[EmulationResult]:
     """Train one run, or several at once (lists, as for :func:`make`), with asynchronous workers
     (or SSGD / DANA): :func:`make` with ``**kwargs``, then :func:`jaxstale.loop.run` from
     ``(params, model_state)`` (lists for several runs), evaluating every ``eval_every``
     mini-batches (default: once, at the end) on ``eval_data`` (``{split: (x, y)}``, e.g.
-    ``{"val": ..., "test": ...}``) or on ``(x_test, y_test)`` (the ``"test"`` split). Returns
-    one :class:`EmulationResult` per run (a single one for a single run).
+    ``{"val": ..., "test": ...}``) or on ``(x_test, y_test)`` (the ``"test"`` split), measuring
+    ``metric`` (:func:`jaxstale.loop.run`'s: ``"accuracy"``, or a language model's ``"loss"``).
+    Returns one :class:`EmulationResult` per run (a single one for a single run).
 
     Raises:
         ValueError, TypeError: bad arguments, before anything runs (see :func:`make`).
@@ -258,7 +260,7 @@ def run(
         every = max(1, (eval_every or scheds[0].num_updates) // per)
         p0 = stack([ps[i] for i in group]) if ex.vmapped else ps[group[0]]
         s0 = stack([mss[i] for i in group]) if ex.vmapped else mss[group[0]]
-        out = _loop.run(ex, p0, s0, eval_every=every, eval_data=splits or None)
+        out = _loop.run(ex, p0, s0, eval_every=every, eval_data=splits or None, metric=metric)
         for i, r in zip(group, out, strict=True):
             stale = np.zeros(ex.num_updates, np.int32) if per > 1 else scheds[i].staleness
             results[i] = EmulationResult(*r, staleness=stale)

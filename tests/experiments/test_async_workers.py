@@ -196,3 +196,37 @@ def test_dc_asgd_at_scale_one_is_the_fixed_lambda0_cell(tmp_path):
         {k: v for k, v in r.items() if k not in drop} for r in plain["rows"]
     ]
     assert {r["lam"] for r in tuned["rows"]} == {2.0, 20.0}
+
+
+@pytest.mark.slow  # 25 s of GPT compiles; `make test-slow`
+def test_language_model_end_to_end(tmp_path):
+    """A text: asynchronous workers train a GPT (the default on a text); rows, selection and
+    tables in nats; a run whose loss stays at log V counts as diverged."""
+    out = tmp_path / "lm"
+    res = async_workers.main(
+        ["--dataset", "shakespeare", "--quick", "--methods", "sgd,asgd", "--workers", "4",
+         "--steps", "12", "--eval-every", "6", "--seeds", "1", "--lrs", "0.03,30",
+         "--out", str(out)]
+    )  # fmt: skip
+    cfg = json.loads((out / "config.json").read_text())["config"]
+    assert cfg["model"] == "gpt-tiny" and cfg["updates"] == 12
+    rows = {(r["method"], r["lr"]): r for r in res["rows"]}
+    ok = rows[("asgd", 0.03)]
+    assert not ok["diverged"] and 0 < ok["final_val_loss"] < 4.42 and ok["max_staleness"] >= 1
+    assert rows[("asgd", 30.0)]["diverged"]  # NaN, or a loss not below log 83
+    assert res["selected"][("asgd", 4, 0.9)] == (0.03, None)
+    assert "**Test loss (nats/token) at each method's learning rate" in res["table"]
+    assert "next character; validation split" in res["table"]
+    assert "Updates until validation loss ≤ 2 at the selected rate" in res["table"]
+
+
+def test_a_text_quick_run_defaults_to_a_gpt_and_three_methods():
+    cfg = async_workers.Config(dataset="shakespeare", quick=True).resolved()
+    assert (cfg["model"], cfg["methods"], cfg["updates"]) == (
+        "gpt-tiny",
+        ["sgd", "asgd", "dana"],
+        100,
+    )
+    assert async_workers.Config(quick=True).resolved()["methods"] == list(
+        async_workers.DEFAULT_METHODS
+    )
