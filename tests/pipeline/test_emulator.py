@@ -14,30 +14,12 @@ import pytest
 from jaxstale import loop, models, pipeline, schedules
 from jaxstale.losses import cross_entropy
 from jaxstale.pipeline import POLICIES, emulator
+from tests.pipeline import mlp_helpers
 
-LR, MOM = 0.2, 0.9
-
-
-def _model(seed=0, blocks=4):
-    return models.create(
-        "mlp", input_shape=(4, 4, 1), num_classes=3, hidden=(8,) * (blocks - 1), seed=seed
-    )
+LR, MOM = mlp_helpers.LR, mlp_helpers.MOM
 
 
-def _data(nb, bs=8, seed=0):
-    rng = np.random.default_rng(seed)
-    xb = rng.normal(size=(nb, bs, 4, 4, 1)).astype(np.float32)
-    yb = rng.integers(0, 3, size=(nb, bs)).astype(np.int32)
-    return xb, yb
-
-
-_STAGES: dict = {}
-
-
-def _stages(blocks, n):
-    if (blocks, n) not in _STAGES:
-        _STAGES[(blocks, n)] = models.functional_stages(_model(blocks=blocks), n)
-    return _STAGES[(blocks, n)]
+_model, _data, _stages = mlp_helpers.model, mlp_helpers.data, mlp_helpers.stages
 
 
 def _leaves(trees):
