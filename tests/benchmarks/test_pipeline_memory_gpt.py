@@ -13,7 +13,11 @@ def test_block_residuals_by_hand():
 
 @pytest.mark.parametrize(
     ("preset", "n", "policy"),
-    [("gpt-tiny", 2, "vanilla"), ("gpt-tiny", 2, "stash"), ("gpt-cpu", 4, "stash")],
+    [
+        ("gpt-tiny", 2, "vanilla"),
+        ("gpt-tiny", 2, "stash"),
+        pytest.param("gpt-cpu", 4, "stash", marks=pytest.mark.slow),
+    ],
 )
 def test_carried_state_is_the_formula(preset, n, policy):
     got = pm.measure(preset, n, 8, 64, policy)["carried"]

@@ -157,6 +157,7 @@ def test_bad_input_is_a_usage_error_before_anything_is_written(tmp_path, capsys,
     assert not out.exists()
 
 
+@pytest.mark.slow  # 10 s of GPT compiles; the text's tables stay in make test (hand-built rows)
 def test_language_model_end_to_end(tmp_path):
     """--dataset shakespeare: a GPT with the language-model AdamW, rows and curves in nats, the
     sentence beside the corpus's unigram entropy and the uniform loss."""
