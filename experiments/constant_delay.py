@@ -64,10 +64,10 @@ from .config import (
 )
 
 EXPERIMENT = "constant_delay"
-OPTIMIZERS = ("sgd", "adam", "nadam", *optimizers.NAMES)
+OPTIMIZERS = optimizers.PER_STAGE
 METHODS = ("stale", "predicted")
-#: peak-rate grids per optimizer (half-decade steps, centred by the pipeline pilots)
-LRS = {o: [0.01, 0.03, 0.1] if o in ("sgd", "muon") else [0.001, 0.003, 0.01] for o in OPTIMIZERS}
+#: peak-rate grids per optimizer (grids.PEAK_LRS)
+LRS = grids.PEAK_LRS
 KEY = ("model", "method", "delay", "lr", "seed")
 EDGE_BY = ("model", "method", "delay")
 

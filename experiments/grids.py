@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from jaxstale import runs, tasks
+from jaxstale import optimizers, runs, tasks
 
 from .config import ConfigError
 
@@ -28,6 +28,13 @@ __all__ = [
     "tune_seeds",
 ]
 
+
+#: peak-rate grids per stage optimizer (half-decade steps, centred by the pipeline pilots):
+#: constant_delay's, and sync_baseline's on a text
+PEAK_LRS: dict[str, list[float]] = {
+    o: [0.01, 0.03, 0.1] if o in ("sgd", "muon") else [0.001, 0.003, 0.01]
+    for o in optimizers.PER_STAGE
+}
 
 #: the help of every experiment's ``extend_edges`` field
 EXTEND_HELP = (

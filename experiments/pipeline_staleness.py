@@ -118,7 +118,7 @@ from .reports import (
 
 EXPERIMENT = "pipeline_staleness"
 DEFAULT_METHODS = ("sync", "vanilla", "stash", "spectrain-v1", "spectrain-v2", "nesterov")
-OPTIMIZERS = ("sgd", "adam", "nadam", *optimizers.NAMES)
+OPTIMIZERS = optimizers.PER_STAGE
 #: the learning-rate grids per optimizer (half-decade steps); adamw, nadamw, muon: the peak
 _ADAM, _MUON = [0.0001, 0.0003, 0.001, 0.003, 0.01], [0.003, 0.01, 0.03, 0.1]
 LRS = {"sgd": [0.001, 0.003, 0.01, 0.03], "muon": _MUON} | dict.fromkeys(OPTIMIZERS[1:5], _ADAM)

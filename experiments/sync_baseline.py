@@ -76,7 +76,7 @@ from .common import (
     title,
 )
 from .config import Base, check_memory, check_model, cli, opt
-from .grids import EXTEND_HELP, TUNE_HELP, edge_limit, grid_seeds, tune_seeds
+from .grids import EXTEND_HELP, PEAK_LRS, TUNE_HELP, edge_limit, grid_seeds, tune_seeds
 from .reports import edge_notes, tuned_tables, tuning_note
 
 EXPERIMENT = "sync_baseline"
@@ -84,11 +84,7 @@ MODELS = ["mlp", "cnn"]
 LRS = [0.001, 0.003, 0.01, 0.03, 0.1]  # async_workers' grid at momentum 0.9
 QUICK_LRS = [0.01, 0.03]
 #: the optimizers (:func:`jaxstale.optimizers.per_stage`; ``sgd`` is ``optax.sgd``)
-OPTIMIZERS = ("sgd", "adam", "nadam", *optimizers.NAMES)
-#: a language model's peak-rate grid per optimizer (the LM claims' pilots' centres)
-LM_LRS = {
-    o: [0.01, 0.03, 0.1] if o in ("sgd", "muon") else [0.001, 0.003, 0.01] for o in OPTIMIZERS
-}
+OPTIMIZERS = optimizers.PER_STAGE
 KEY = ("method", "model", "lr", "seed")
 
 
@@ -134,8 +130,10 @@ class Config(Base):
         the defaults filled in (a text's: a GPT, AdamW, batch 16, 1,000 updates)."""
         quick, lm = self.quick, self.text
         name = self.optimizer or ("adamw" if lm else "sgd")
-        grid = LM_LRS[name] if lm or name != "sgd" else LRS
-        grid = (grid[:2] if lm or name != "sgd" else QUICK_LRS) if quick else grid
+        if name == "sgd" and not lm:  # the image experiments' SGD-momentum grid
+            grid = QUICK_LRS if quick else LRS
+        else:
+            grid = PEAK_LRS[name][:2] if quick else PEAK_LRS[name]
         lrs, seeds = list(self.lrs or grid), self.seeds or (2 if quick else 5)
         steps = self.steps or ((120 if quick else 1000) if lm else (200 if quick else 1500))
         models_ = (["gpt-tiny"] if quick else ["gpt-cpu"]) if lm else MODELS

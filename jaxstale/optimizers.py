@@ -243,6 +243,10 @@ LABELS = {
 }
 
 
+#: the names :func:`per_stage` takes (the experiments' ``--optimizer`` choices)
+PER_STAGE: tuple[str, ...] = ("sgd", "adam", "nadam", *NAMES)
+
+
 def per_stage(
     name: str, learning_rate: float, momentum: float, steps: int
 ) -> optax.GradientTransformation:
