@@ -147,11 +147,12 @@ def loss_fields(
     diverged: bool,
     diverged_step: int | None,
     curve: list[dict[str, Any]],
-    target: float,
+    target: float | None,
     task: tasks.Task,
 ) -> dict[str, Any]:
     """A language model's result fields (:func:`outcome`'s) from its final validation and test
-    losses, divergence and curve: not below ``log V`` on validation counts as diverged."""
+    losses, divergence and curve: not below ``log V`` on validation counts as diverged;
+    ``updates_to_target`` where a ``target`` loss is given."""
     unlearned = not diverged and val is not None and not task.learned(val)
     row = {
         "final_val_loss": None if unlearned else val,
@@ -159,8 +160,9 @@ def loss_fields(
         "diverged": bool(diverged) or unlearned,
         "diverged_step": diverged_step,
         "final_train_loss": None if diverged or not curve else curve[-1]["train_loss"],
-        "updates_to_target": runs.time_to_accuracy(curve, target, key="val_loss"),
     }
+    if target is not None:
+        row["updates_to_target"] = runs.time_to_accuracy(curve, target, key="val_loss")
     if unlearned:
         row |= {"unlearned_val_loss": val, "unlearned_test_loss": test}
     return row
@@ -506,10 +508,8 @@ def fit_grid(
             if task is not None and task.metric == "loss":
                 row |= loss_fields(
                     r["final_val_loss"], r["final_test_loss"], r["diverged"],
-                    r["diverged_step"], r["curve"], 0.0 if target is None else target, task,
+                    r["diverged_step"], r["curve"], target, task,
                 )  # fmt: skip
-                if target is None:
-                    del row["updates_to_target"]
             elif target is not None:
                 row["updates_to_target"] = runs.time_to_accuracy(r["curve"], target)
             out.append((row, r["curve"]))
