@@ -4,7 +4,8 @@
 rounds, asynchronous arrivals, dynamic local updates, stragglers: configurations of one
 schedule); :mod:`~jaxstale.localsgd.emulator` runs them on one device with any Optax inner
 optimizer and any outer optimizer over pseudo-gradients (:mod:`jaxstale.transforms.outer`).
-Streaming DiLoCo's fragments, low-precision exchange and the mesh executor are not built yet.
+:mod:`~jaxstale.localsgd.streaming` is Streaming DiLoCo (fragments, overlap, α merge);
+:mod:`~jaxstale.localsgd.quantize` the fp8 exchange. The mesh executor is not built yet.
 """
 
 from jaxstale.localsgd.emulator import executor as executor

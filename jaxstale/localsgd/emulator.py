@@ -39,6 +39,7 @@ import optax
 
 from jaxstale.localsgd.quantize import fp8_mean, fp8_rowwise
 from jaxstale.localsgd.schedule import LocalSchedule
+from jaxstale.localsgd.streaming import fragment_ids, init_outer, round_fn
 from jaxstale.loop import Executor, Stats, jit
 from jaxstale.losses import cross_entropy
 from jaxstale.optimizers import set_hyperparams
@@ -110,6 +111,38 @@ def _lane_values(
     return out
 
 
+def _check_streaming(
+    s0: LocalSchedule, fragments: int | Sequence[int] | None, overlap: int, alpha: float
+) -> int:
+    """The number of fragments ``P`` of a Streaming DiLoCo run, 0 when not streaming."""
+    if fragments is None and overlap == 0 and alpha == 0.0:
+        return 0
+    if not s0.synchronous:
+        raise ValueError(
+            "fragments, overlap and alpha are Streaming DiLoCo's (synchronous schedules); "
+            f"the {s0.name} schedule would ignore them"
+        )
+    if fragments is None:
+        p = 1
+    elif isinstance(fragments, bool):
+        raise ValueError(f"fragments must be an int or one id per weight tensor, got {fragments}")
+    elif isinstance(fragments, int):
+        p = fragments
+    else:
+        p = max((int(i) for i in fragments), default=0) + 1
+    if p < 1 or s0.inner_steps % p:
+        raise ValueError(f"inner_steps {s0.inner_steps} must be a multiple of fragments {p}")
+    if isinstance(overlap, bool) or not isinstance(overlap, int):
+        raise ValueError(f"overlap must be an int, got {overlap!r}")
+    if not 0 <= overlap < s0.inner_steps // p:
+        raise ValueError(
+            f"overlap must be in 0..{s0.inner_steps // p - 1} (H/P − 1), got {overlap}"
+        )
+    if not 0.0 <= float(alpha) <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    return p
+
+
 def executor(
     apply: Callable[..., tuple[jax.Array, Any]],
     inner_tx: optax.GradientTransformation,
@@ -122,6 +155,9 @@ def executor(
     exchange: str = "fp32",
     lanes: int | None = None,
     hyperparams: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
+    fragments: int | Sequence[int] | None = None,
+    overlap: int = 0,
+    alpha: float = 0.0,
 ) -> Executor:
     """An :class:`~jaxstale.loop.Executor` of local SGD on the mini-batch stream ``(xb [NB, B,
     ...], yb [NB, B, ...])`` following ``schedule``.
@@ -147,10 +183,20 @@ def executor(
             ``{"outer": {"learning_rate": [one per lane]}, "inner": {...}}``, for an
             ``optax.inject_hyperparams`` outer or inner optimizer (every worker of a lane gets
             the lane's inner values), so that one compiled step serves a rate grid.
+        fragments: Streaming DiLoCo (synchronous schedules only,
+            :mod:`~jaxstale.localsgd.streaming`): ``P`` fragments of whole layers (an int) or a
+            fragment id per weight tensor; one executor step is then one fragment's sync, every
+            ``H/P`` inner steps (``H`` divisible by ``P``), and the run has ``rounds·P`` of them.
+        overlap: Streaming DiLoCo's ``τ``: inner steps between a fragment's snapshot (and outer
+            step) and its merge into the replicas, ``0 ≤ τ < H/P``.
+        alpha: Streaming DiLoCo's merge ``x ← α·x + (1 − α)·g``, ``0 ≤ α ≤ 1`` (0: the
+            replicas take the global weights, DiLoCo).
 
     Raises:
         ValueError: fewer mini-batches than the schedule consumes, an unknown ``exchange``,
-            lanes that do not match.
+            lanes that do not match, streaming settings out of range or given to an
+            asynchronous schedule; at ``init``, a model with non-parameter state (batch
+            norm: each worker's running statistics would be dropped).
     """
     if exchange not in EXCHANGES:
         raise ValueError(f"unknown exchange {exchange!r}; choose from {', '.join(EXCHANGES)}")
@@ -169,13 +215,17 @@ def executor(
     s0 = schedules[0]
     m, sync = s0.num_workers, s0.synchronous
     h = max(s.inner_steps for s in schedules)
+    streaming = _check_streaming(s0, fragments, overlap, alpha)
     uniform = all(bool(np.all(s.steps == h)) for s in schedules)  # nothing to mask
     tables = _tables(schedules)
     xs, ys = jnp.asarray(xb), jnp.asarray(yb)
     if lanes is None:
         tables = {k: v[0] for k, v in tables.items()}
 
-    def job(p0: Any, s0: Any, first: jax.Array, steps: jax.Array, ms: Any, data: tuple) -> tuple:
+    def job(
+        p0: Any, s0: Any, first: jax.Array, steps: jax.Array, ms: Any, data: tuple, length: int
+    ) -> tuple:
+        """``length`` inner steps (the first ``steps`` of them applied): ``(p, s, loss sum)``."""
         xs, ys = data
 
         def body(carry: tuple, i: jax.Array) -> tuple:
@@ -193,8 +243,8 @@ def executor(
                 total + jnp.where(on, loss, 0.0),
             ), None
 
-        (p, s, total), _ = jax.lax.scan(body, (p0, s0, jnp.float32(0.0)), jnp.arange(h))
-        return p, s, total / steps.astype(jnp.float32)
+        (p, s, total), _ = jax.lax.scan(body, (p0, s0, jnp.float32(0.0)), jnp.arange(length))
+        return p, s, total
 
     def outer_step(st: dict[str, Any], delta: Any, tau: jax.Array) -> tuple[Any, Any]:
         u, o = outer.update(delta, st["outer"], st["theta"], staleness=tau)
@@ -202,8 +252,11 @@ def executor(
 
     def round_sync(st: dict[str, Any], r: jax.Array, tabs: dict, data: tuple) -> tuple:
         first, steps = tabs["first_batch"][r], tabs["steps"][r]
-        run = jax.vmap(job, in_axes=(None, 0, 0, 0, None, None))
-        p_end, inner, losses = run(st["theta"], st["inner"], first, steps, st["model_state"], data)
+        run = jax.vmap(job, in_axes=(None, 0, 0, 0, None, None, None))
+        p_end, inner, totals = run(
+            st["theta"], st["inner"], first, steps, st["model_state"], data, h
+        )
+        losses = totals / steps.astype(jnp.float32)
         deltas = jax.tree.map(lambda t, p: t[None] - p, st["theta"], p_end)
         delta = fp8_mean(deltas) if fp8 else jax.tree.map(lambda d: jnp.mean(d, axis=0), deltas)
         theta, o = outer_step(st, delta, jnp.int32(0))
@@ -215,7 +268,8 @@ def executor(
         p0 = jax.tree.map(lambda a: a[w], st["dispatch"])
         s0 = jax.tree.map(lambda a: a[w], st["inner"])
         first, steps = tabs["first_batch"][t], tabs["steps"][t]
-        p_end, s_new, loss = job(p0, s0, first, steps, st["model_state"], data)
+        p_end, s_new, total = job(p0, s0, first, steps, st["model_state"], data, h)
+        loss = total / steps.astype(jnp.float32)
         delta = jax.tree.map(jnp.subtract, p0, p_end)
         if fp8:  # one replica: Q(Q(Δ)) = Q(Δ)
             delta = jax.tree.map(fp8_rowwise, delta)
@@ -232,12 +286,20 @@ def executor(
         return new, loss
 
     fn = round_sync if sync else arrival
+    if streaming:
+        fn = round_fn(
+            job, outer, fragments or 1, inner_steps=h, overlap=overlap, alpha=alpha, fp8=fp8
+        )
     if lanes is not None:
         fn = jax.vmap(fn, in_axes=(0, None, 0, 0))
     compiled = jit(fn, donate_argnums=(0,))
 
     def init_one(params: Any, model_state: Any, values: dict) -> dict[str, Any]:
-        o, i = outer.init(params), inner_tx.init(params)
+        i = inner_tx.init(params)
+        if streaming:
+            o = init_outer(outer, params, fragment_ids(params, fragments or 1))
+        else:
+            o = outer.init(params)
         o = set_hyperparams(o, values["outer"]) if values["outer"] else o
         i = set_hyperparams(i, values["inner"]) if values["inner"] else i
         state = {
@@ -249,9 +311,16 @@ def executor(
         }
         if not sync:
             state["dispatch"] = _stack(params, m)
+        if streaming:
+            state["replicas"] = _stack(params, m)
         return state
 
     def init(params: Any, model_state: Any) -> dict[str, Any]:
+        if jax.tree.leaves(model_state):
+            raise ValueError(
+                "the local-SGD executor takes models without non-parameter state (batch norm): "
+                "each worker's running statistics would be dropped"
+            )
         params = jax.tree.map(jnp.asarray, params)
         state = (init_one if lanes is None else jax.vmap(init_one))(params, model_state, hp)
         # every leaf its own buffer: the step donates the state (optimizer states may share
@@ -270,8 +339,8 @@ def executor(
         step=step,
         params=lambda state: (state["theta"], state["model_state"]),
         apply=apply,
-        num_rounds=s0.num_updates,
-        num_updates=s0.num_updates,
+        num_rounds=s0.num_updates * (streaming or 1),
+        num_updates=s0.num_updates * (streaming or 1),
         lanes=n,
         vmapped=lanes is not None,
     )
