@@ -91,11 +91,33 @@ class LocalSchedule(NamedTuple):
         return float(self.finish_time.max()) if len(self.finish_time) else 0.0
 
 
-def synchronous(num_workers: int, num_rounds: int, inner_steps: int) -> LocalSchedule:
+def _slowdowns(m: int, fraction: float, slowdown: float, where: str) -> np.ndarray:
+    """``[M]``: each worker's mean time per inner step (the first ``round(f·M)`` stragglers)."""
+    frac = _check_real(where, "straggler_fraction", fraction, 0, 1)
+    slowdown = _check_real(where, "straggler_slowdown", slowdown, 1)
+    slow = np.ones(m)
+    slow[: round(frac * m)] = slowdown
+    return slow
+
+
+def synchronous(
+    num_workers: int,
+    num_rounds: int,
+    inner_steps: int,
+    *,
+    seed: int | None = None,
+    shape: float = 100.0,
+    straggler_fraction: float = 0.0,
+    straggler_slowdown: float = 1.0,
+) -> LocalSchedule:
     """DiLoCo's synchronous rounds: ``M`` workers × ``H`` steps per outer update.
 
     Round ``r``'s worker ``m`` runs on batches ``(r·M + m)·H … + H − 1`` (every worker sees its
-    own data), all from version ``r``; a round takes ``H`` time units (every worker at speed 1).
+    own data), all from version ``r``. Times: without ``seed`` a round takes ``H`` time units
+    (every worker at speed 1); with it, worker ``i``'s ``H`` steps take ``Gamma(k·H, s_i/k)``
+    as in :func:`asynchronous` and a round lasts until its slowest worker is done (the
+    barrier), so the wall clock of synchronous and asynchronous runs compares. The times never
+    change which batches or versions a job uses.
 
     Example:
         >>> s = synchronous(2, 3, 4)
@@ -107,13 +129,22 @@ def synchronous(num_workers: int, num_rounds: int, inner_steps: int) -> LocalSch
     h = _check_int("synchronous", "inner_steps", inner_steps, 1)
     jobs = np.arange(rounds * m)
     r = jobs // m
+    if seed is None:
+        ends = np.arange(1, rounds + 1, dtype=np.float64) * h
+    else:
+        seed = _check_int("synchronous", "seed", seed, 0)
+        shape = _check_real("synchronous", "shape", shape, 0, low_open=True)
+        slow = _slowdowns(m, straggler_fraction, straggler_slowdown, "synchronous")
+        draws = np.random.default_rng(seed).gamma(shape * h, slow / shape, size=(rounds, m))
+        ends = np.cumsum(draws.max(axis=1))
+    starts = np.concatenate([[0.0], ends[:-1]])
     return LocalSchedule(
         worker=(jobs % m).astype(np.int32),
         pulled=r.astype(np.int32),
         first_batch=(jobs * h).astype(np.int32),
         steps=np.full(rounds * m, h, np.int32),
-        start_time=(r * h).astype(np.float64),
-        finish_time=((r + 1) * h).astype(np.float64),
+        start_time=starts[r],
+        finish_time=ends[r],
         num_workers=m,
         inner_steps=h,
         synchronous=True,
@@ -159,11 +190,8 @@ def asynchronous(
     h = _check_int(where, "inner_steps", inner_steps, 1)
     seed = _check_int(where, "seed", seed, 0)
     shape = _check_real(where, "shape", shape, 0, low_open=True)
-    frac = _check_real(where, "straggler_fraction", straggler_fraction, 0, 1)
-    slowdown = _check_real(where, "straggler_slowdown", straggler_slowdown, 1)
+    slow = _slowdowns(m, straggler_fraction, straggler_slowdown, where)
     rng = np.random.default_rng(seed)
-    slow = np.ones(m)
-    slow[: round(frac * m)] = slowdown
     speed = 1.0 / slow
     hw = (
         np.maximum(1, np.ceil(h * speed / speed.max() - 1e-9)).astype(np.int64)

@@ -58,3 +58,16 @@ def test_stragglers_arrive_less_often_and_dylu_shortens_their_jobs():
 def test_bad_input_is_one_clear_error(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_a_synchronous_round_waits_for_its_slowest_worker():
+    plain = synchronous(4, 5, 10)
+    timed = synchronous(4, 5, 10, seed=0, straggler_fraction=0.25, straggler_slowdown=3.0)
+    for k in ("worker", "pulled", "first_batch", "steps"):  # the times change nothing else
+        assert np.array_equal(getattr(plain, k), getattr(timed, k))
+    assert plain.wall_time == 50.0
+    assert 5 * 10 * 3 * 0.9 < timed.wall_time < 5 * 10 * 3 * 1.1  # the straggler's pace
+    rounds = timed.finish_time.reshape(5, 4)
+    assert np.all(rounds == rounds[:, :1]) and np.all(np.diff(rounds[:, 0]) > 0)
+    with pytest.raises(ValueError, match="straggler_slowdown"):
+        synchronous(4, 5, 10, seed=0, straggler_slowdown=0.5)
