@@ -145,7 +145,7 @@ def delayed_nesterov(
     n = static_int(buffer_size, "buffer_size", name, 1)
     check_range(beta, "beta", name, 0.0, 1.0)
     check_range(c, "c", name, 0.0, 1.0, high_open=False)
-    if 1.0 - c * n + c < 0:
+    if not isinstance(c, jax.core.Tracer) and 1.0 - c * n + c < 0:  # injected c: traced
         raise ValueError(f"{name}: c must keep 1 - c*N + c >= 0, got c={c} with N={n}")
     if not callable(learning_rate):
         check_range(learning_rate, "learning_rate", name, 0.0)

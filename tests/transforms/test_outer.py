@@ -149,3 +149,17 @@ def test_bad_weights_are_one_clear_error(kw, message):
     d = jnp.ones(1)
     with pytest.raises(ValueError, match="staleness must be in"):
         tx.update(d, tx.init(d), staleness=-1)
+
+
+def test_delayed_nesterov_takes_injected_hyperparameters_in_a_jitted_step():
+    tx = optax.inject_hyperparams(delayed_nesterov, static_args=("buffer_size",))(
+        learning_rate=0.5, beta=0.9, buffer_size=2
+    )
+    plain = delayed_nesterov(0.5, 0.9, 2)
+    x = jnp.ones(3)
+    s, p = tx.init(x), plain.init(x)
+    step = jax.jit(lambda d, s: tx.update(d, s, x, staleness=1))
+    for k in range(4):
+        d = jnp.full(3, float(k + 1))
+        (u, s), (v, p) = step(d, s), plain.update(d, p, x)
+        np.testing.assert_allclose(u, v, rtol=1e-6)

@@ -1,0 +1,435 @@
+"""Local SGD and the DiLoCo family: data parallelism against synchronous, streaming and
+asynchronous DiLoCo at equal tokens, every outer optimizer at its own outer rate.
+
+Question (issue 24's D1–D5): ``M`` workers run ``H`` inner steps of one optimizer between
+exchanges of their pseudo-gradients ``Δ = θ − θ_local`` (:mod:`jaxstale.localsgd`). Does
+synchronous DiLoCo (outer Nesterov) match data parallelism that sees the same tokens with ``H``
+times more exchanges? What do asynchronous arrivals cost naive outer Nesterov, and how much of
+it do Delayed Nesterov with dynamic local updates and a polynomial staleness weight give back,
+per update and in emulated wall clock? What do Streaming DiLoCo's fragments, overlap ``τ`` and
+fp8 exchange cost?
+
+Methods (``--methods``):
+
+- ``dp``: data parallelism — the inner optimizer on the mean gradient of ``M`` mini-batches
+  (one batch of ``M·B``) for ``steps`` updates: the same tokens as ``M`` workers × ``steps``
+  inner steps, an exchange every step. No outer rate (its grid is ``1``).
+- ``diloco``: synchronous DiLoCo, outer ``optax.sgd(lr, 0.9, nesterov=True)`` on the mean ``Δ``
+  every ``H`` steps (``steps / H`` rounds).
+- ``streaming τ=k`` (one per ``--overlaps`` value) and ``streaming-fp8 τ=k``: Streaming DiLoCo
+  with ``--fragments P`` fragments, overlap ``τ``, merge ``--alpha``; Δ in fp32 or fp8.
+- ``async-nesterov``: asynchronous local SGD (each arrival one outer update, ``M·steps/H`` of
+  them), outer Nesterov as if nothing were stale.
+- ``async-delayed``: Delayed Nesterov (buffer ``N = M``) with dynamic local updates (DyLU).
+- ``async-poly``: the polynomial staleness weight ``(1 + τ)^{-1/2}`` before outer Nesterov.
+
+Workers' speeds: an inner step takes ``Gamma(k, s/k)`` time units (``--shape k``), a fraction
+``--straggler-fraction`` of the workers ``--straggler-slowdown`` times slower; a synchronous
+round ends with its slowest worker. ``wall_time`` (emulated, in inner steps of a speed-1
+worker) is recorded beside the updates.
+
+Protocol (the experiments' common one): the inner optimizer and its rate are fixed
+(``--optimizer``, ``--inner-lr``); every (method, M, H) runs the outer-rate grid ``--lrs``
+over the seeds and the rate is **selected on the final validation metric**; a grid whose winner
+sits at an edge is extended (``--extend-edges``). A seed fixes the initial weights, the data
+order and the workers' timing. Tables: test metric at the selected rate (mean ± 95 % CI,
+diverged fraction), paired differences against ``diloco`` at each setting, and the emulated
+wall clock and exchanges.
+
+Setting: by default the embedded MNIST-1D with the MLP, AdamW inner at 0.003, batch 32, 2,000
+inner steps per worker, ``M = 4``, ``H ∈ {10, 50}``, outer rates 0.3, 0.5, 0.7, 1.0, 5 seeds;
+the language model by flag (``--dataset shakespeare --model gpt-cpu``). ``--quick`` is a smoke
+run (digits, 40 steps, two seeds), marked so. Models with batch norm are refused (the executor
+would drop each worker's running statistics).
+
+Outputs (run folder): summary.json rows (model, method, workers, inner_steps, lr, seed,
+final_val/test metric, diverged, wall_time, exchanges, tokens, ...), table.md, plot.png.
+Run: ``python -m experiments.local_sgd --help``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+import optax
+
+from jaxstale import data, localsgd, loop, models, optimizers, runs, tasks
+from jaxstale.transforms.outer import delayed_nesterov, staleness_weight
+
+from . import grids, reports
+from .common import chance, load_checked, opened, outcome, splits, task_of, title
+from .config import Base, ConfigError, check_memory, check_model, cli, flag, opt, refuse_unused
+
+EXPERIMENT = "local_sgd"
+METHODS = (
+    "dp",
+    "diloco",
+    "streaming",
+    "streaming-fp8",
+    "async-nesterov",
+    "async-delayed",
+    "async-poly",
+)
+KEY = ("model", "method", "workers", "inner_steps", "lr", "seed")
+EDGE_BY = ("model", "method", "workers", "inner_steps")
+OUTER_LRS = (0.3, 0.5, 0.7, 1.0)
+
+
+@dataclass(frozen=True)
+class Config(Base):
+    """local_sgd's configuration (``None``: the default of :meth:`resolved`)."""
+
+    dataset: str = opt("mnist1d", "dataset name", choices=data.dataset_names, kind="dataset")
+    model: tuple[str, ...] | None = opt(
+        None, "model name(s) (default mlp)", choices=models.model_names, kind="model"
+    )
+    optimizer: str = opt(
+        "adamw", "the inner optimizer (jaxstale.optimizers.per_stage)",
+        choices=optimizers.PER_STAGE, kind="optimizer",
+    )  # fmt: skip
+    momentum: float = opt(0.9, "inner SGD momentum or Adam's β1", low=0, high=1, high_open=True)
+    inner_lr: float | None = opt(
+        None, "the inner rate (default: the middle of the optimizer's peak grid)", low=0,
+        low_open=True,
+    )  # fmt: skip
+    methods: tuple[str, ...] | None = opt(
+        None, "methods (default all)", choices=METHODS, kind="method"
+    )
+    workers: tuple[int, ...] | None = opt(None, "worker counts M (default 4; --quick 2)", low=1)
+    inner_steps: tuple[int, ...] | None = opt(
+        None, "inner steps H between exchanges (default 10,50; --quick 4)", low=1
+    )
+    steps: int | None = opt(
+        None, "inner steps per worker, a multiple of every H (default 2000; --quick 40)", low=1
+    )
+    lrs: tuple[float, ...] | None = opt(
+        None, "outer-rate grid (default 0.3,0.5,0.7,1.0)", low=0, low_open=True
+    )
+    fragments: int = opt(2, "Streaming DiLoCo's fragments P (H a multiple of P)", low=1)
+    overlaps: tuple[int, ...] | None = opt(
+        None,
+        "Streaming DiLoCo's overlaps τ, each < H/P (default those of 0,1,2 below every H/P)",
+        low=0,
+    )
+    alpha: float = opt(0.5, "Streaming DiLoCo's merge α", low=0, high=1)
+    shape: float = opt(100.0, "gamma shape k of an inner step's time", low=0, low_open=True)
+    straggler_fraction: float = opt(0.25, "fraction of slow workers", low=0, high=1)
+    straggler_slowdown: float = opt(2.0, "their slowdown", low=1)
+    extend_edges: int | None = opt(None, grids.EXTEND_HELP, low=0)
+    tune_seeds: int | None = opt(None, grids.TUNE_HELP, low=1)
+
+    def resolved(self) -> dict[str, Any]:
+        """The run's config (decides its results; its hash names the folder)."""
+        quick = self.quick
+        hs = list(self.inner_steps or ((4,) if quick else (10, 50)))
+        steps = self.steps or (40 if quick else 2000)
+        for h in hs:
+            if steps % h:
+                raise ConfigError("steps", f"{steps} is not a multiple of H = {h}")
+        lrs = list(self.lrs or OUTER_LRS)
+        seeds = self.seeds or (2 if quick else 5)
+        methods = list(self.methods or METHODS)
+        streaming = [m for m in methods if m.startswith("streaming")]
+        if not streaming:
+            why = "is Streaming DiLoCo's; no streaming method runs (--methods)"
+            refuse_unused(self, {f: f"{flag(f)} {why}" for f in ("fragments", "overlaps", "alpha")})
+        # the default overlaps are those every H's sync interval fits
+        room = min(h // self.fragments for h in hs)
+        overlaps = list(self.overlaps or [o for o in (0, 1, 2) if o < room])
+        if streaming:
+            for h in hs:
+                if h % self.fragments:
+                    raise ConfigError("fragments", f"H = {h} is not a multiple of {self.fragments}")
+                if max(overlaps) >= h // self.fragments:
+                    raise ConfigError(
+                        "overlaps", f"τ must be below H/P = {h // self.fragments} (H = {h})"
+                    )
+        grid = grids.PEAK_LRS[self.optimizer]
+        return {
+            "quick": quick,
+            "dataset": "digits" if quick and self.dataset == "mnist1d" else self.dataset,
+            "standardize": self.standardize,
+            "models": list(self.model or ["mlp"]),
+            "optimizer": self.optimizer,
+            "momentum": self.momentum,
+            "inner_lr": self.inner_lr or grid[len(grid) // 2],
+            "methods": [
+                f"{m} τ={o}" if m in streaming else m
+                for m in methods
+                for o in (overlaps if m in streaming else (0,))
+            ],
+            "workers": list(self.workers or ((2,) if quick else (4,))),
+            "inner_steps": hs,
+            "steps": steps,
+            "lrs": lrs,
+            "seeds": seeds,
+            "batch_size": self.batch_size,
+            "fragments": self.fragments,
+            "alpha": self.alpha,
+            "timing": [self.shape, self.straggler_fraction, self.straggler_slowdown],
+            "target": self.resolved_target,
+            "extend_edges": grids.edge_limit(self),
+            **grids.tune_seeds(self, seeds, [lrs]),
+        }
+
+
+def grid_of(cfg: dict[str, Any]) -> Any:
+    """The outer-rate grid of a (model, method, M, H) group: ``[1.0]`` for ``dp``."""
+    return lambda g: [1.0] if g[1] == "dp" else cfg["lrs"]
+
+
+def _cells(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {"model": model, "method": method, "workers": m, "inner_steps": h, "lr": lr, "seed": s}
+        for model in cfg["models"]
+        for m in cfg["workers"]
+        for h in cfg["inner_steps"]
+        for method in cfg["methods"]
+        if not (method == "dp" and h != cfg["inner_steps"][0])  # dp has no H: one column
+        for lr in grid_of(cfg)((model, method))
+        for s in grids.grid_seeds(cfg)
+    ]
+
+
+def outer_tx(method: str, workers: int) -> Any:
+    """The outer optimizer of a method at rate 1 (lanes set their own ``learning_rate``)."""
+    nesterov = optax.inject_hyperparams(optax.sgd)(learning_rate=1.0, momentum=0.9, nesterov=True)
+    if method == "dp":
+        return optax.inject_hyperparams(optax.sgd)(learning_rate=1.0)
+    if method == "async-delayed":
+        dn = optax.inject_hyperparams(delayed_nesterov, static_args=("buffer_size",))
+        return dn(learning_rate=1.0, beta=0.9, buffer_size=workers)
+    if method == "async-poly":
+        return optax.chain(staleness_weight("polynomial"), nesterov)
+    return nesterov
+
+
+def schedule(cfg: dict[str, Any], method: str, m: int, h: int, seed: int) -> Any:
+    """The jobs of one run (its timing drawn from ``seed``)."""
+    shape, frac, slow = cfg["timing"]
+    timing = {"seed": seed, "shape": shape, "straggler_fraction": frac, "straggler_slowdown": slow}
+    rounds = cfg["steps"] // h
+    if method == "dp":  # timing of M workers' single steps; one worker of batch M·B trains
+        return localsgd.synchronous(m, cfg["steps"], 1, **timing)
+    if method.startswith("async"):
+        return localsgd.asynchronous(m, rounds * m, h, dynamic=method == "async-delayed", **timing)
+    return localsgd.synchronous(m, rounds, h, **timing)
+
+
+class _Runner:
+    def __init__(self, cfg: dict[str, Any], ds: data.Dataset) -> None:
+        self.cfg, self.ds, self.task = cfg, ds, task_of(ds)
+        self.computed = 0
+
+    def group(self, keys: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict]]]:
+        """Every pending rate and seed of one (model, method, M, H), as vmapped lanes."""
+        cfg, ds = self.cfg, self.ds
+        k0 = keys[0]
+        method, m, h = k0["method"], k0["workers"], k0["inner_steps"]
+        base, _, tau = method.partition(" τ=")
+        scheds = [schedule(cfg, base, m, h, k["seed"]) for k in keys]
+        dp = base == "dp"
+        batch = cfg["batch_size"] * (m if dp else 1)
+        nb = cfg["steps"] if dp else max(s.num_batches for s in scheds)
+        inits, xs, ys = [], [], []
+        for k in keys:
+            net = models.create(
+                k0["model"], input_shape=tuple(ds.x_train.shape[1:]),
+                num_classes=ds.num_classes, seed=k["seed"], task=ds.task,
+            )  # fmt: skip
+            inits.append(models.functional(net))
+            idx = data.batch_indices(
+                len(ds.x_train), batch_size=batch, num_steps=nb, seed=k["seed"]
+            )
+            xs.append(ds.x_train[idx])
+            ys.append(ds.y_train[idx])
+        # the inner schedule's horizon: a worker's inner steps
+        inner = optimizers.per_stage(
+            cfg["optimizer"], cfg["inner_lr"], cfg["momentum"], cfg["steps"]
+        )
+        run_sched = [localsgd.synchronous(1, cfg["steps"], 1)] * len(keys) if dp else scheds
+        kw: dict[str, Any] = {}
+        if base.startswith("streaming"):
+            kw = {"fragments": cfg["fragments"], "overlap": int(tau), "alpha": cfg["alpha"]}
+            kw["exchange"] = "fp8" if base.endswith("fp8") else "fp32"
+        stack = lambda trees: jax.tree.map(lambda *a: np.stack(a), *trees)
+        t0 = time.perf_counter()
+        ex = localsgd.executor(
+            inits[0].apply, inner, outer_tx(base, m), run_sched, np.stack(xs), np.stack(ys),
+            lanes=len(keys), hyperparams={"outer": {"learning_rate": [k["lr"] for k in keys]}},
+            **kw,
+        )  # fmt: skip
+        every = max(1, ex.num_updates // 10)
+        results = loop.run(
+            ex, stack([f.params for f in inits]), stack([f.state for f in inits]),
+            eval_every=every, eval_data=splits(ds), metric=self.task.metric,
+        )  # fmt: skip
+        wall = (time.perf_counter() - t0) / len(keys)
+        self.computed += len(keys)
+        # outer updates per whole model a worker sends: an asynchronous arrival is one worker's,
+        # a streaming exchange one fragment
+        per_send = m if base.startswith("async") else cfg["fragments"] if kw else 1
+        out = []
+        for res, s in zip(results, scheds, strict=True):
+            tau_all = np.asarray(s.staleness)
+            row = {
+                **outcome(res, cfg["target"], self.task),
+                "updates": ex.num_updates,
+                "exchanges": ex.num_updates,
+                "models_sent": ex.num_updates / per_send,
+                "tokens": int(s.steps.sum()) * cfg["batch_size"],
+                "wall_time": round(s.wall_time, 3),
+                "mean_staleness": float(tau_all.mean()) if len(tau_all) else 0.0,
+                "wall_s": round(wall, 3),
+            }
+            out.append((row, res.curve))
+        return out
+
+
+def with_settings(rows: list[dict[str, Any]], cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows with their ``setting`` column ``"M=4, H=10"``; a ``dp`` row (it has no ``H``)
+    stands in every ``H``'s column, so each column compares every method."""
+    out = []
+    for r in rows:
+        hs = cfg["inner_steps"] if r["method"] == "dp" else [r["inner_steps"]]
+        out += [{**r, "setting": f"M={r['workers']}, H={h}"} for h in hs]
+    return out
+
+
+def make_table(
+    rows: list[dict[str, Any]], cfg: dict[str, Any], chance_acc: float, task: tasks.Task
+) -> tuple[str, dict[tuple[Any, ...], Any], list[dict[str, Any]]]:
+    """The tuned tables, the paired differences against ``diloco`` and the wall clock."""
+    rows = with_settings(rows, cfg)
+    acc, _, grid, selected = reports.tuned_tables(
+        rows, index=("model", "method"), columns="setting", chance_acc=chance_acc, task=task
+    )
+    picked = reports.at_selected(rows, selected, by=("model", "method", "setting"))
+    m = task.label
+    head = (
+        f"{cfg['dataset']}, inner {optimizers.LABELS[cfg['optimizer']]} at {cfg['inner_lr']:g}, "
+        f"{cfg['steps']} inner steps of {cfg['batch_size']} per worker, {cfg['seeds']} seeds"
+    )
+    parts = [
+        title(cfg, f"**Test {m} at each (method, setting)'s outer rate selected on validation "
+              f"(mean ± 95 % CI over seeds that trained; [diverged/seeds]; @ outer lr), {head}**"),
+        acc,
+        f"**Validation {m} per outer rate (mean over seeds, diverged at chance; bold: selected)**",
+        grid,
+    ]  # fmt: skip
+    edges = reports.edge_notes(
+        rows, by=EDGE_BY, grid=grid_of(cfg), limit=cfg.get("extend_edges", 0),
+        chance_acc=chance_acc, task=task,
+    )  # fmt: skip
+    parts += [n for n in (edges, reports.tuning_note(cfg)) if n]
+    if any(r["method"] == "diloco" for r in picked):
+        table, _ = reports.paired_table(
+            picked, index=("model",), compare="method",
+            baseline="diloco", columns="setting", task=task,
+        )  # fmt: skip
+        parts += [f"**Paired test-{m.split()[0]} difference, method − diloco ({task.unit}; 95 % "
+                  "t interval over seeds)**", table]  # fmt: skip
+    body = []
+    for key in dict.fromkeys((r["model"], r["method"], r["setting"]) for r in picked):
+        at = [r for r in picked if (r["model"], r["method"], r["setting"]) == key]
+        wall = np.mean([r["wall_time"] for r in at])
+        tau = np.mean([r["mean_staleness"] for r in at])
+        body.append([*key, f"{wall:.0f}", f"{at[0]['models_sent']:g}", f"{tau:.2f}"])
+    heads = ["model", "method", "setting", "wall clock", "models sent", "mean τ"]
+    parts += [
+        "**Emulated wall clock (inner steps of a speed-1 worker, mean over seeds), whole "
+        "models each worker sends, and mean staleness, at the selected rate**",
+        runs.markdown_table(heads, body),
+    ]
+    return "\n\n".join(parts) + "\n", selected, picked
+
+
+def make_figure(picked: list[dict[str, Any]], task: tasks.Task) -> Any:
+    """The test metric at the selected rate per setting, one line per method."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 4), layout="constrained")
+    ax = fig.subplots()
+    cols = list(dict.fromkeys(r["setting"] for r in picked))
+    methods = list(dict.fromkeys(r["method"] for r in picked))
+    for method in methods:
+        pts = [
+            (i, [r for r in picked if (r["method"], r["setting"]) == (method, c)])
+            for i, c in enumerate(cols)
+        ]
+        style = runs.method_style(method, methods)
+        reports.accuracy_vs(ax, [(i, rs) for i, rs in pts if rs], method, style, task)
+    ax.set_xticks(range(len(cols)), cols, rotation=20)
+    ax.set_xlabel("workers and inner steps")
+    ax.set_ylabel(f"test {task.label} at the selected outer rate")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return fig
+
+
+def _prepare(config: Config) -> tuple[dict[str, Any], data.Dataset]:
+    """The resolved config and its dataset, checked: every model builds for the data without
+    batch norm, and the streams fit in memory."""
+    cfg = config.resolved()
+    ds = load_checked(cfg, config, tasks.KINDS)
+    for name in cfg["models"]:
+        check_model("model", name, ds, {}, cfg["optimizer"])
+        net = models.create(name, input_shape=tuple(ds.x_train.shape[1:]),
+                            num_classes=ds.num_classes, seed=0, task=ds.task)  # fmt: skip
+        if jax.tree.leaves(models.functional(net).state):
+            raise ConfigError(
+                "model", f"{name!r} has batch norm: the local-SGD executor would drop each "
+                "worker's running statistics",
+            )  # fmt: skip
+    lanes = cfg["seeds"] * len(cfg["lrs"])
+    per = ds.x_train[:1].nbytes + ds.y_train[:1].nbytes
+    stream = max(cfg["workers"]) * cfg["steps"] * cfg["batch_size"] * per * 1.25
+    check_memory({"steps": stream * lanes})
+    return cfg, ds
+
+
+def _open(config: Config, fresh: bool = False) -> tuple[dict, data.Dataset, runs.RunFolder]:
+    return opened(EXPERIMENT, config, sys.modules[__name__], _prepare, fresh=fresh)
+
+
+def run(config: Config) -> list[dict[str, Any]]:
+    """Runs every (model, method, M, H, lr, seed) cell not already in the run folder."""
+    cfg, ds, folder = _open(config, fresh=True)
+    runner = _Runner(cfg, ds)
+    kw = {"key": KEY, "by": EDGE_BY, "chance": chance(ds), "task": task_of(ds)}
+    rows = folder.run_grouped(_cells(cfg), runner.group, vary=("seed", "lr"), desc=EXPERIMENT)
+    rows = grids.extend_grid(
+        folder, rows, runner.group, grid=grid_of(cfg), limit=cfg["extend_edges"], **kw
+    )
+    rows = grids.confirm_selected(folder, rows, runner.group, seeds=cfg["seeds"], **kw)
+    print(f"[{EXPERIMENT}] {runner.computed} runs computed now, the rest resumed", file=sys.stderr)
+    return rows
+
+
+def report(
+    rows: list[dict[str, Any]], config: Config, started: float | None = None
+) -> dict[str, Any]:
+    """Tables and the figure into the run folder; returns ``{"rows", "paths", "table",
+    "selected", "path"}``."""
+    cfg, ds, folder = _open(config)
+    task = task_of(ds)
+    table, selected, picked = make_table(rows, cfg, chance(ds), task)
+    paths = folder.report(
+        table, {"plot": make_figure(picked, task)}, num_runs=len(rows), started=started
+    )
+    path = str(folder.path)
+    return {"rows": rows, "paths": paths, "table": table, "selected": selected, "path": path}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """The command line over :func:`run` and :func:`report` (flags from :class:`Config`)."""
+    return cli(Config, run, report, argv, __doc__.splitlines()[0])
+
+
+if __name__ == "__main__":
+    main()

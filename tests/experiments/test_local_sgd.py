@@ -1,0 +1,76 @@
+"""local_sgd: data parallelism and the DiLoCo family at equal tokens, outer rates selected on
+validation, paired against synchronous DiLoCo; bad input refused in one line."""
+
+import json
+
+import pytest
+
+from experiments import local_sgd as exp
+from jaxstale import tasks
+
+TINY = ["--dataset", "digits", "--model", "mlp", "--steps", "8", "--inner-steps", "4"]
+TINY += ["--workers", "2", "--seeds", "2", "--extend-edges", "0", "--batch-size", "16"]
+
+
+@pytest.mark.slow  # 19 s, four compiled programs; the tables' logic is tested on rows below
+def test_equal_tokens_fewer_exchanges_end_to_end(tmp_path):
+    out = tmp_path / "run"
+    argv = [*TINY, "--lrs", "0.7", "--methods", "dp", "diloco", "streaming", "async-delayed"]
+    res = exp.main([*argv, "--overlaps", "1", "--out", str(out)])
+    rows = json.loads((out / "summary.json").read_text())["rows"]
+    by = {r["method"]: r for r in rows if r["seed"] == 0}
+    assert set(by) == {"dp", "diloco", "streaming τ=1", "async-delayed"}
+    assert by["dp"]["lr"] == 1.0 and by["diloco"]["lr"] == 0.7  # dp has no outer rate
+    assert by["dp"]["tokens"] == by["diloco"]["tokens"] == 2 * 8 * 16  # M × steps × B
+    assert by["dp"]["models_sent"] == 8 and by["diloco"]["models_sent"] == 2  # H-fold fewer
+    assert by["streaming τ=1"]["updates"] == 4 and by["streaming τ=1"]["models_sent"] == 2
+    assert by["async-delayed"]["updates"] == 4 and by["async-delayed"]["models_sent"] == 2
+    assert all(r["final_val_accuracy"] is not None for r in rows) and len(rows) == 8
+    table = res["table"]
+    assert "| mlp | dp − diloco |" in table and "models sent" in table
+    assert (out / "plot.png").exists()
+
+
+def _row(method, lr, seed, test, h=10):
+    val = test + (0.0 if lr in (0.7, 1.0) else -0.2)  # validation prefers 0.7 (and dp's 1)
+    return {"model": "mlp", "method": method, "workers": 4, "inner_steps": h, "lr": lr,
+            "seed": seed, "final_val_accuracy": val, "final_test_accuracy": test,
+            "diverged": False, "updates_to_target": None, "wall_time": 100.0 + seed,
+            "models_sent": 5, "mean_staleness": 0.0}  # fmt: skip
+
+
+def test_tables_select_on_validation_and_pair_every_method_with_diloco():
+    rows = [_row("dp", 1.0, s, 0.80 + s / 100, h=10) for s in range(3)]
+    rows += [_row("diloco", lr, s, 0.78 + s / 100 + h / 1000, h=h)
+             for lr in (0.3, 0.7) for s in range(3) for h in (10, 50)]  # fmt: skip
+    cfg = {"dataset": "mnist1d", "optimizer": "adamw", "inner_lr": 0.003, "steps": 100,
+           "batch_size": 32, "seeds": 3, "inner_steps": [10, 50], "lrs": [0.3, 0.7],
+           "extend_edges": 0}  # fmt: skip
+    task = tasks.classification(10)
+    table, selected, picked = exp.make_table(rows, cfg, 0.1, task)
+    assert selected[("mlp", "diloco", "M=4, H=10")] == 0.7
+    assert selected[("mlp", "dp", "M=4, H=50")] == 1.0  # dp stands in every H's column
+    assert (
+        "| mlp | dp − diloco | **+1.0 ± 0.0** beyond noise | **-3.0 ± 0.0** beyond noise |" in table
+    )
+    assert len(picked) == 3 * 2 + 3 * 2
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--steps", "10"], "10 is not a multiple of H = 4"),
+        (["--fragments", "3"], "H = 4 is not a multiple of 3"),
+        (["--overlaps", "2"], "τ must be below H/P = 2 (H = 4)"),
+        (["--model", "resnet20"], "'resnet20' has batch norm"),
+        (["--methods", "dp", "dp"], "'dp' is given twice"),
+        (["--alpha", "1.5"], "alpha"),
+        (["--methods", "diloco", "--overlaps", "1"], "--overlaps is Streaming DiLoCo's"),
+    ],
+)
+def test_bad_input_is_one_line(tmp_path, capsys, argv, message):
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        exp.main([*TINY, *argv, "--out", str(out)])
+    assert e.value.code == 2 and message in capsys.readouterr().err
+    assert not out.exists()
