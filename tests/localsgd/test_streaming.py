@@ -47,22 +47,16 @@ def _reference(f, inner, outer, m, rounds, h, frag, tau, alpha, xb, yb):
     ss = [inner.init(f.params)] * m
     for k in range(rounds * p_count):
         r, q = divmod(k, p_count)
-        for n in range(length):
+        for n in range(length + 1):  # the snapshot and outer step after length − τ steps
             if n == length - tau:
                 snap = [jax.tree.leaves(x) for x in xs]
                 delta = [sum(gl - s[i] for s in snap) / m for i, gl in enumerate(g)]
                 u, states[q] = outer.update(pick(delta, q), states[q], pick(g, q))
                 it = iter(u)
                 g = [gl + next(it) if i == q else gl for gl, i in zip(g, frag, strict=True)]
-            for w in range(m):
+            for w in range(m if n < length else 0):
                 b = (r * m + w) * h + q * length + n
                 xs[w], ss[w] = one(xs[w], ss[w], xb[b], yb[b])
-        if tau == 0:
-            snap = [jax.tree.leaves(x) for x in xs]
-            delta = [sum(gl - s[i] for s in snap) / m for i, gl in enumerate(g)]
-            u, states[q] = outer.update(pick(delta, q), states[q], pick(g, q))
-            it = iter(u)
-            g = [gl + next(it) if i == q else gl for gl, i in zip(g, frag, strict=True)]
         for w in range(m):
             leaves = jax.tree.leaves(xs[w])
             leaves = [alpha * x + (1 - alpha) * gl if i == q else x
