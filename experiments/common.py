@@ -302,7 +302,8 @@ def load_checked(
             "dataset",
             f"{ds.name!r} is a {ds.task.replace('_', ' ')} task; this experiment runs "
             f"{' and '.join(k.replace('_', ' ') for k in kinds)} (language models: "
-            "pipeline_staleness, constant_delay, sync_baseline, async_workers, delay_cliff, local_sgd)",
+            "pipeline_staleness, constant_delay, sync_baseline, async_workers, delay_cliff, "
+            "local_sgd)",
         )
     b = cfg.get("batch_size")
     if b is not None and b > len(ds.x_train):
