@@ -54,6 +54,37 @@ def _where(pred: jax.Array, a: Any, b: Any) -> Any:
     return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
 
 
+def inner_job(
+    apply: Callable[..., tuple[jax.Array, Any]],
+    inner_tx: optax.GradientTransformation,
+    loss_fn: Callable[[jax.Array, jax.Array], jax.Array],
+    p0: Any,
+    s0: Any,
+    steps: jax.Array,
+    model_state: Any,
+    batch_at: Callable[[jax.Array], tuple[Any, Any]],
+    length: int,
+    masked: bool,
+) -> tuple[Any, Any, jax.Array]:
+    """A worker's job: ``length`` inner steps from ``(p0, s0)`` on ``batch_at(i)`` (a
+    ``lax.scan``), of which only the first ``steps`` apply when ``masked``. Returns ``(p, s,
+    sum of the applied steps' losses)``."""
+
+    def body(carry: tuple, i: jax.Array) -> tuple:
+        p, s, total = carry
+        x, y = batch_at(i)
+        loss, g = jax.value_and_grad(lambda q: loss_fn(apply(q, model_state, x, True)[0], y))(p)
+        u, s_new = inner_tx.update(g, s, p)
+        p_new = optax.apply_updates(p, u)
+        if not masked:
+            return (p_new, s_new, total + loss), None
+        on = i < steps
+        return (_where(on, p_new, p), _where(on, s_new, s), total + jnp.where(on, loss, 0.0)), None
+
+    (p, s, total), _ = jax.lax.scan(body, (p0, s0, jnp.float32(0.0)), jnp.arange(length))
+    return p, s, total
+
+
 def _stack(tree: Any, m: int) -> Any:
     return jax.tree.map(lambda a: jnp.broadcast_to(a, (m, *jnp.shape(a))).copy(), tree)
 
@@ -227,24 +258,8 @@ def executor(
     ) -> tuple:
         """``length`` inner steps (the first ``steps`` of them applied): ``(p, s, loss sum)``."""
         xs, ys = data
-
-        def body(carry: tuple, i: jax.Array) -> tuple:
-            p, s, total = carry
-            x, y = xs[first + i], ys[first + i]
-            loss, g = jax.value_and_grad(lambda q: loss_fn(apply(q, ms, x, True)[0], y))(p)
-            u, s_new = inner_tx.update(g, s, p)
-            p_new = optax.apply_updates(p, u)
-            if uniform:
-                return (p_new, s_new, total + loss), None
-            on = i < steps
-            return (
-                _where(on, p_new, p),
-                _where(on, s_new, s),
-                total + jnp.where(on, loss, 0.0),
-            ), None
-
-        (p, s, total), _ = jax.lax.scan(body, (p0, s0, jnp.float32(0.0)), jnp.arange(length))
-        return p, s, total
+        at = lambda i: (xs[first + i], ys[first + i])
+        return inner_job(apply, inner_tx, loss_fn, p0, s0, steps, ms, at, length, not uniform)
 
     def outer_step(st: dict[str, Any], delta: Any, tau: jax.Array) -> tuple[Any, Any]:
         u, o = outer.update(delta, st["outer"], st["theta"], staleness=tau)

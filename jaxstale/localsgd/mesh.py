@@ -1,0 +1,241 @@
+"""Local SGD / DiLoCo on a device mesh: each worker's inner steps on its own device.
+
+``M`` workers live on the ``"data"`` axis of a mesh of ``D`` devices (``D`` divides ``M``):
+worker ``i``'s inner optimizer state (and, asynchronously, its dispatch point) is row ``i`` of
+``[M, ...]`` stacks sharded ``P('data')``; the server (global weights, outer state) is
+replicated. A round's jobs run in parallel (``jax.shard_map``, each device vmapping its
+``M / D`` workers over their own ``[H, B, ...]`` mini-batches), then:
+
+- **synchronous** (DiLoCo): the ``M`` pseudo-gradients are gathered to every device and
+  averaged there as the emulator averages them (``mean`` over the stacked ``[M, ...]``, or the
+  fp8 exchange), then one outer update;
+- **asynchronous**: a round is the longest run of consecutive arrivals in which no worker
+  appears twice (each job starts from a dispatch point no arrival of the round changes); the
+  arrivals' outer updates then apply in order, each worker's dispatch point set to the weights
+  after its own arrival.
+
+Every number equals :mod:`jaxstale.localsgd.emulator`'s (tested to the bit on the emulator's
+cases): the same :func:`~jaxstale.localsgd.emulator.inner_job`, the same outer update.
+One run (no lanes); Streaming DiLoCo's fragments run on the emulator only.
+
+References:
+    Douillard et al., "DiLoCo", arXiv:2311.08105. Liu et al., "Asynchronous Local-SGD Training
+    for Language Modeling", arXiv:2401.09135.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from jaxstale.localsgd.emulator import EXCHANGES, _stack, inner_job
+from jaxstale.localsgd.quantize import fp8_mean, fp8_rowwise
+from jaxstale.localsgd.schedule import LocalSchedule
+from jaxstale.loop import Executor, Stats, jit
+from jaxstale.losses import cross_entropy
+from jaxstale.mesh import check_mesh, check_processes, fetch_global, make_mesh, to_mesh
+
+__all__ = ["executor", "local_rounds"]
+
+
+def local_rounds(schedule: LocalSchedule) -> list[tuple[int, int]]:
+    """The outer updates ``[a, z)`` whose jobs run in parallel: a synchronous round each, or
+    runs of consecutive arrivals with no worker twice.
+
+    Example:
+        >>> from jaxstale.localsgd import asynchronous
+        >>> s = asynchronous(3, 7, 4, seed=0)
+        >>> rounds = local_rounds(s)
+        >>> rounds[0][0], rounds[-1][1]
+        (0, 7)
+    """
+    if schedule.synchronous:
+        return [(r, r + 1) for r in range(schedule.num_updates)]
+    out, t, n = [], 0, schedule.num_updates
+    while t < n:
+        a, seen = t, set()
+        while t < n and int(schedule.worker[t]) not in seen:
+            seen.add(int(schedule.worker[t]))
+            t += 1
+        out.append((a, t))
+    return out
+
+
+def executor(
+    apply: Callable[..., tuple[jax.Array, Any]],
+    inner_tx: optax.GradientTransformation,
+    outer_tx: optax.GradientTransformation,
+    schedule: LocalSchedule,
+    xb: Any,
+    yb: Any,
+    *,
+    mesh: jax.sharding.Mesh | None = None,
+    loss_fn: Callable[[jax.Array, jax.Array], jax.Array] = cross_entropy,
+    exchange: str = "fp32",
+) -> Executor:
+    """An :class:`~jaxstale.loop.Executor` of local SGD on a ``"data"`` mesh (arguments as
+    :func:`jaxstale.localsgd.executor`'s; ``mesh``: default the largest ``D ≤`` the devices
+    that divides ``M``).
+
+    Raises:
+        ValueError: ``D`` does not divide ``M``, an unknown ``exchange``, fewer mini-batches
+            than the schedule consumes, a model with non-parameter state.
+    """
+    if exchange not in EXCHANGES:
+        raise ValueError(f"unknown exchange {exchange!r}; choose from {', '.join(EXCHANGES)}")
+    m, sync = schedule.num_workers, schedule.synchronous
+    if mesh is None:
+        fits = [k for k in range(1, min(m, jax.device_count()) + 1) if m % k == 0]
+        mesh = make_mesh(max(fits), "data")
+    if "data" not in dict(getattr(mesh, "shape", {})):
+        check_mesh(mesh, "data", m)  # raises, saying how to build one
+    check_processes(mesh)
+    d = int(dict(mesh.shape)["data"])
+    if m % d:
+        raise ValueError(f"the mesh's {d} 'data' devices must divide the {m} workers")
+    if np.shape(xb)[0] < schedule.num_batches:
+        raise ValueError(
+            f"xb has {np.shape(xb)[0]} mini-batches, the schedule consumes {schedule.num_batches}"
+        )
+    outer = optax.with_extra_args_support(outer_tx)
+    fp8 = exchange == "fp8"
+    h = schedule.inner_steps
+    masked = not bool(np.all(schedule.steps == h))
+    rep, data = NamedSharding(mesh, PartitionSpec()), NamedSharding(mesh, PartitionSpec("data"))
+    rounds = local_rounds(schedule)
+
+    def jobs(st: dict[str, Any], starts: Any, xr: Any, yr: Any, steps: jax.Array) -> tuple:
+        """Every worker's job of the round on its device: ``(p_end, inner, loss sums)``;
+        ``starts``: the workers' ``[M, ...]`` dispatch points, or ``None``: every job from
+        ``θ`` (vmapped unbatched, as the emulator's synchronous round)."""
+        common = starts is None
+
+        def local(starts: Any, inner: Any, ms: Any, xr: Any, yr: Any, steps: jax.Array) -> tuple:
+            def one(p0: Any, s0: Any, x: Any, y: Any, n: jax.Array) -> tuple:
+                at = lambda i: (x[i], y[i])
+                return inner_job(apply, inner_tx, loss_fn, p0, s0, n, ms, at, h, masked)
+
+            axes = (None if common else 0, 0, 0, 0, 0)
+            return jax.vmap(one, in_axes=axes)(starts, inner, xr, yr, steps)
+
+        spec_d, spec_r = PartitionSpec("data"), PartitionSpec()
+        return jax.shard_map(
+            local,
+            mesh=mesh,
+            in_specs=(spec_r if common else spec_d, spec_d, spec_r, spec_d, spec_d, spec_d),
+            out_specs=spec_d,
+            check_vma=False,
+        )(st["theta"] if common else starts, st["inner"], st["model_state"], xr, yr, steps)
+
+    def round_sync(st: dict[str, Any], xr: Any, yr: Any, steps: jax.Array, _order: Any) -> tuple:
+        p_end, inner, totals = jobs(st, None, xr, yr, steps)
+        deltas = jax.tree.map(lambda t, p: t[None] - p, st["theta"], p_end)
+        deltas = jax.shard_map(  # gathered to every device, then the emulator's very mean
+            lambda x: jax.lax.all_gather(x, "data", tiled=True),
+            mesh=mesh,
+            in_specs=PartitionSpec("data"),
+            out_specs=PartitionSpec(),
+            check_vma=False,
+        )(deltas)
+        delta = fp8_mean(deltas) if fp8 else jax.tree.map(lambda a: jnp.mean(a, axis=0), deltas)
+        u, o = outer.update(delta, st["outer"], st["theta"], staleness=jnp.int32(0))
+        theta = optax.apply_updates(st["theta"], u)
+        new = {**st, "theta": theta, "outer": o, "inner": inner, "version": st["version"] + 1}
+        return new, jnp.mean(totals / steps.astype(jnp.float32))[None]
+
+    def round_async(st: dict[str, Any], xr: Any, yr: Any, steps: jax.Array, order: Any) -> tuple:
+        """``order``: ``[M, 3]`` the round's arrivals as ``(worker, pulled, valid)``."""
+        p_end, inner, totals = jobs(st, st["dispatch"], xr, yr, jnp.maximum(steps, 1))
+        present = steps > 0
+        keep = lambda new, old: jax.tree.map(
+            lambda a, b: jnp.where(present.reshape(-1, *[1] * (a.ndim - 1)), a, b), new, old
+        )
+        st = {**st, "inner": keep(inner, st["inner"])}
+
+        def body(s: dict[str, Any], ev: jax.Array) -> tuple:
+            w, pulled, valid = ev[0], ev[1], ev[2]
+
+            def go(s: dict[str, Any]) -> tuple:
+                p0 = jax.tree.map(lambda a: a[w], s["dispatch"])
+                delta = jax.tree.map(lambda a, b: a - b[w], p0, p_end)
+                if fp8:
+                    delta = jax.tree.map(fp8_rowwise, delta)
+                tau = s["version"] - pulled
+                u, o = outer.update(delta, s["outer"], s["theta"], staleness=tau)
+                theta = optax.apply_updates(s["theta"], u)
+                disp = jax.tree.map(lambda a, b: a.at[w].set(b), s["dispatch"], theta)
+                new = {**s, "theta": theta, "outer": o, "dispatch": disp}
+                return {**new, "version": s["version"] + 1}, totals[w] / steps[w].astype(
+                    jnp.float32
+                )
+
+            return jax.lax.cond(valid > 0, go, lambda s: (s, jnp.float32(0.0)), s)
+
+        return jax.lax.scan(body, st, order)
+
+    fn = jit(round_sync if sync else round_async, donate_argnums=(0,))
+    xs, ys = np.asarray(xb), np.asarray(yb)
+
+    def init(params: Any, model_state: Any) -> dict[str, Any]:
+        if jax.tree.leaves(model_state):
+            raise ValueError(
+                "the local-SGD executor takes models without non-parameter state (batch norm): "
+                "each worker's running statistics would be dropped"
+            )
+        params = jax.tree.map(jnp.asarray, params)
+        state = {
+            "theta": params,
+            "outer": outer.init(params),
+            "inner": _stack(inner_tx.init(params), m),
+            "version": jnp.int32(0),
+            "model_state": model_state,
+        }
+        shard = {k: jax.tree.map(lambda _: rep, v) for k, v in state.items()}
+        shard["inner"] = jax.tree.map(lambda _: data, state["inner"])
+        if not sync:
+            state["dispatch"] = _stack(params, m)
+            shard["dispatch"] = jax.tree.map(lambda _: data, state["dispatch"])
+        state = jax.tree.map(lambda a: np.array(a, copy=True), state)
+        return to_mesh(state, shard)
+
+    def host_round(a: int, z: int) -> tuple[Any, ...]:
+        """The round's ``[M, H, B, ...]`` batches, steps and arrivals (host arrays)."""
+        ev = np.arange(a * m, z * m) if sync else np.arange(a, z)
+        rows = schedule.worker[ev]
+        first = np.zeros(m, np.int64)
+        steps = np.zeros(m, np.int32)
+        first[rows], steps[rows] = schedule.first_batch[ev], schedule.steps[ev]
+        idx = np.minimum(first[:, None] + np.arange(h)[None], len(xs) - 1)
+        order = np.zeros((m, 3), np.int32)
+        if not sync:
+            order[: len(ev)] = np.stack([rows, schedule.pulled[ev], np.ones_like(rows)], 1)
+        return xs[idx], ys[idx], steps, order
+
+    def advance(state: dict[str, Any], a: int, z: int) -> tuple[dict[str, Any], Stats]:
+        losses = []
+        for ra, rz in rounds:
+            if rz <= a or ra >= z:
+                continue
+            lo, hi = max(ra, a), min(rz, z)
+            xr, yr, steps, order = host_round(lo, hi)
+            xr, yr, steps = to_mesh((xr, yr, steps), data)
+            state, loss = fn(state, xr, yr, steps, to_mesh(order, rep))
+            losses.append(np.asarray(loss, np.float32)[: hi - lo])
+        loss_v = np.concatenate(losses).reshape(1, z - a)
+        return state, Stats(loss_v, np.ones_like(loss_v, np.int32))
+
+    return Executor(
+        init=init,
+        step=lambda state, r: advance(state, r, r + 1),
+        params=lambda state: fetch_global((state["theta"], state["model_state"])),
+        apply=apply,
+        num_rounds=schedule.num_updates,
+        num_updates=schedule.num_updates,
+        advance=advance,
+    )
