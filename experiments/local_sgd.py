@@ -59,6 +59,7 @@ import numpy as np
 import optax
 
 from jaxstale import data, localsgd, loop, models, optimizers, runs, tasks
+from jaxstale.localsgd import mesh as localsgd_mesh
 from jaxstale.transforms.outer import delayed_nesterov, staleness_weight
 
 from . import grids, reports
@@ -122,6 +123,14 @@ class Config(Base):
     straggler_slowdown: float = opt(2.0, "their slowdown", low=1)
     extend_edges: int | None = opt(None, grids.EXTEND_HELP, low=0)
     tune_seeds: int | None = opt(None, grids.TUNE_HELP, low=1)
+    executor: str = opt(
+        "emulate",
+        "emulate: one device, seeds and rates as vmapped lanes; mesh: each worker on a 'data' "
+        "device (CPU: XLA_FLAGS=--xla_force_host_platform_device_count=8), one run at a time, "
+        "to float32 rounding of the emulator's numbers (dp trains on one device)",
+        choices=("emulate", "mesh"),
+        kind="executor",
+    )
 
     def resolved(self) -> dict[str, Any]:
         """The run's config (decides its results; its hash names the folder)."""
@@ -135,6 +144,10 @@ class Config(Base):
         seeds = self.seeds or (2 if quick else 5)
         methods = list(self.methods or METHODS)
         streaming = [m for m in methods if m.startswith("streaming")]
+        if self.executor == "mesh" and streaming:
+            raise ConfigError(
+                "executor", f"{streaming[0]} (Streaming DiLoCo) runs on the emulator only"
+            )
         if not streaming:
             why = "is Streaming DiLoCo's; no streaming method runs (--methods)"
             refuse_unused(self, {f: f"{flag(f)} {why}" for f in ("fragments", "overlaps", "alpha")})
@@ -172,6 +185,7 @@ class Config(Base):
             "fragments": self.fragments,
             "alpha": self.alpha,
             "timing": [self.shape, self.straggler_fraction, self.straggler_slowdown],
+            **({"executor": "mesh"} if self.executor == "mesh" else {}),
             "target": self.resolved_target,
             "extend_edges": grids.edge_limit(self),
             **grids.tune_seeds(self, seeds, [lrs]),
@@ -196,14 +210,14 @@ def _cells(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def outer_tx(method: str, workers: int) -> Any:
-    """The outer optimizer of a method at rate 1 (lanes set their own ``learning_rate``)."""
-    nesterov = optax.inject_hyperparams(optax.sgd)(learning_rate=1.0, momentum=0.9, nesterov=True)
+def outer_tx(method: str, workers: int, lr: float = 1.0) -> Any:
+    """The outer optimizer of a method at rate ``lr`` (lanes set their own ``learning_rate``)."""
+    nesterov = optax.inject_hyperparams(optax.sgd)(learning_rate=lr, momentum=0.9, nesterov=True)
     if method == "dp":
-        return optax.inject_hyperparams(optax.sgd)(learning_rate=1.0)
+        return optax.inject_hyperparams(optax.sgd)(learning_rate=lr)
     if method == "async-delayed":
         dn = optax.inject_hyperparams(delayed_nesterov, static_args=("buffer_size",))
-        return dn(learning_rate=1.0, beta=0.9, buffer_size=workers)
+        return dn(learning_rate=lr, beta=0.9, buffer_size=workers)
     if method == "async-poly":
         return optax.chain(staleness_weight("polynomial"), nesterov)
     return nesterov
@@ -227,7 +241,8 @@ class _Runner:
         self.computed = 0
 
     def group(self, keys: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict]]]:
-        """Every pending rate and seed of one (model, method, M, H), as vmapped lanes."""
+        """Every pending rate and seed of one (model, method, M, H): vmapped lanes, or one
+        run after another on the mesh."""
         cfg, ds = self.cfg, self.ds
         k0 = keys[0]
         method, m, h = k0["method"], k0["workers"], k0["inner_steps"]
@@ -257,8 +272,34 @@ class _Runner:
         if base.startswith("streaming"):
             kw = {"fragments": cfg["fragments"], "overlap": int(tau), "alpha": cfg["alpha"]}
             kw["exchange"] = "fp8" if base.endswith("fp8") else "fp32"
-        stack = lambda trees: jax.tree.map(lambda *a: np.stack(a), *trees)
         t0 = time.perf_counter()
+        if cfg.get("executor") == "mesh":
+            results = [
+                self._on_mesh(f, base, m, k["lr"], inner, sched, x, y)
+                for k, f, sched, x, y in zip(keys, inits, run_sched, xs, ys, strict=True)
+            ]
+        else:
+            results = self._lanes(keys, inits, base, m, inner, run_sched, xs, ys, kw)
+        updates = run_sched[0].num_updates * (cfg["fragments"] if kw else 1)
+        wall = (time.perf_counter() - t0) / len(keys)
+        self.computed += len(keys)
+        return self._rows(results, scheds, base, m, updates, bool(kw), wall)
+
+    def _on_mesh(self, f: Any, base: str, m: int, lr: float, inner: Any, sched: Any,
+                 x: Any, y: Any) -> Any:  # fmt: skip
+        """One run on the mesh executor (``dp``: one worker, on one device)."""
+        ex = localsgd_mesh.executor(f.apply, inner, outer_tx(base, m, lr), sched, x, y)
+        every = max(1, ex.num_updates // 10)
+        (res,) = loop.run(
+            ex, f.params, f.state, eval_every=every, eval_data=splits(self.ds),
+            metric=self.task.metric,
+        )  # fmt: skip
+        return res
+
+    def _lanes(self, keys: list[dict], inits: list, base: str, m: int, inner: Any,
+               run_sched: list, xs: list, ys: list, kw: dict) -> list:  # fmt: skip
+        """Every key's run at once, as vmapped lanes."""
+        stack = lambda trees: jax.tree.map(lambda *a: np.stack(a), *trees)
         ex = localsgd.executor(
             inits[0].apply, inner, outer_tx(base, m), run_sched, np.stack(xs), np.stack(ys),
             lanes=len(keys), hyperparams={"outer": {"learning_rate": [k["lr"] for k in keys]}},
@@ -267,21 +308,25 @@ class _Runner:
         every = max(1, ex.num_updates // 10)
         results = loop.run(
             ex, stack([f.params for f in inits]), stack([f.state for f in inits]),
-            eval_every=every, eval_data=splits(ds), metric=self.task.metric,
+            eval_every=every, eval_data=splits(self.ds), metric=self.task.metric,
         )  # fmt: skip
-        wall = (time.perf_counter() - t0) / len(keys)
-        self.computed += len(keys)
+        return results
+
+    def _rows(self, results: list, scheds: list, base: str, m: int, updates: int,
+              streaming: bool, wall: float) -> list[tuple[dict[str, Any], list[dict]]]:  # fmt: skip
+        """The summary rows and curves of a group's runs."""
+        cfg = self.cfg
         # outer updates per whole model a worker sends: an asynchronous arrival is one worker's,
         # a streaming exchange one fragment
-        per_send = m if base.startswith("async") else cfg["fragments"] if kw else 1
+        per_send = m if base.startswith("async") else cfg["fragments"] if streaming else 1
         out = []
         for res, s in zip(results, scheds, strict=True):
             tau_all = np.asarray(s.staleness)
             row = {
                 **outcome(res, cfg["target"], self.task),
-                "updates": ex.num_updates,
-                "exchanges": ex.num_updates,
-                "models_sent": ex.num_updates / per_send,
+                "updates": updates,
+                "exchanges": updates,
+                "models_sent": updates / per_send,
                 "tokens": int(s.steps.sum()) * cfg["batch_size"],
                 "wall_time": round(s.wall_time, 3),
                 "mean_staleness": float(tau_all.mean()) if len(tau_all) else 0.0,

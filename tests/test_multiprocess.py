@@ -1,8 +1,8 @@
-"""Both mesh executors on a mesh spanning two processes, against the one-process emulator.
+"""The mesh executors on a mesh spanning two processes, against the one-process emulators.
 
 ``python -m jaxstale.launch --processes 2 --devices-per-process 4`` starts a group of two JAX
 processes (gloo collectives on the CPU) whose 8 devices form one global mesh; the program runs
-the pipeline and the asynchronous mesh executors on meshes holding devices of both processes,
+the pipeline, asynchronous and local-SGD mesh executors on meshes holding devices of both processes,
 and process 0 writes the results as JSON. This test process runs the same cases (the same
 code, :data:`CASES`) on the emulators and compares: losses, final weights and learning curves
 to 1e-5, as the one-process parity tests (``tests/pipeline/test_mesh.py``,
@@ -43,8 +43,10 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
-from jaxstale import asyncdp, delays, loop, models, pipeline, schedules
+from jaxstale import asyncdp, delays, localsgd, loop, models, pipeline, schedules
+from jaxstale.localsgd import mesh as localsgd_mesh
 from jaxstale.mesh import make_mesh
+from jaxstale.transforms.outer import outer_nesterov
 
 K, B = 8, 4
 POLICIES = ("vanilla", "stash", "nesterov")
@@ -111,6 +113,24 @@ def run_cases(executor):
             eval_every=10,
         )
         out[f"async/{method}/{kind}/M={m}"] = _out(res)
+    for kind in ("synchronous", "asynchronous"):  # local SGD: DiLoCo, async with DyLU
+        if kind == "synchronous":
+            sched = localsgd.synchronous(4, 3, 3)
+        else:
+            sched = localsgd.asynchronous(
+                8, 12, 3, seed=1, straggler_fraction=0.25, straggler_slowdown=2.0, dynamic=True
+            )
+        xs, ys = _data(np.random.default_rng(1), sched.num_batches)
+        inner, outer = optax.adam(0.01), outer_nesterov(0.7, 0.9)
+        if executor == "mesh":
+            m = sched.num_workers
+            ex = localsgd_mesh.executor(
+                f.apply, inner, outer, sched, xs, ys, mesh=make_mesh(m, "data")
+            )
+        else:
+            ex = localsgd.executor(f.apply, inner, outer, sched, xs, ys)
+        (res,) = loop.run(ex, f.params, f.state, eval_every=2, eval_data=(x[0], y[0]))
+        out[f"localsgd/{kind}"] = _out(res)
     return out
 """
 
@@ -155,7 +175,7 @@ def test_both_mesh_executors_across_two_processes_match_the_emulators(tmp_path):
     script.write_text(textwrap.dedent(CASES) + textwrap.dedent(TARGET))
     out_file = tmp_path / "mesh.json"
     r = _launch([str(script), str(out_file)])
-    assert "[p0] DONE 0 8" in r.stdout and "[p1] DONE 1 8" in r.stdout, r.stdout
+    assert "[p0] DONE 0 10" in r.stdout and "[p1] DONE 1 10" in r.stdout, r.stdout
     got = json.loads(out_file.read_text())
     want = _cases()["run_cases"]("emulate")
     assert got.keys() == want.keys()

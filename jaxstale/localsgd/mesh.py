@@ -179,7 +179,7 @@ def executor(
 
         return jax.lax.scan(body, st, order)
 
-    fn = jit(round_sync if sync else round_async, donate_argnums=(0,))
+    compiled: list[Callable[..., Any]] = []  # built by init: the state's shardings pinned
     xs, ys = np.asarray(xb), np.asarray(yb)
 
     def init(params: Any, model_state: Any) -> dict[str, Any]:
@@ -202,6 +202,9 @@ def executor(
             state["dispatch"] = _stack(params, m)
             shard["dispatch"] = jax.tree.map(lambda _: data, state["dispatch"])
         state = jax.tree.map(lambda a: np.array(a, copy=True), state)
+        if not compiled:  # keep each worker's rows on its device across rounds
+            fn = round_sync if sync else round_async
+            compiled.append(jit(fn, donate_argnums=(0,), out_shardings=(shard, rep)))
         return to_mesh(state, shard)
 
     def host_round(a: int, z: int) -> tuple[Any, ...]:
@@ -225,7 +228,7 @@ def executor(
             lo, hi = max(ra, a), min(rz, z)
             xr, yr, steps, order = host_round(lo, hi)
             xr, yr, steps = to_mesh((xr, yr, steps), data)
-            state, loss = fn(state, xr, yr, steps, to_mesh(order, rep))
+            state, loss = compiled[0](state, xr, yr, steps, to_mesh(order, rep))
             losses.append(np.asarray(loss, np.float32)[: hi - lo])
         loss_v = np.concatenate(losses).reshape(1, z - a)
         return state, Stats(loss_v, np.ones_like(loss_v, np.int32))
