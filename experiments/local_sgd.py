@@ -40,7 +40,8 @@ Setting: by default the embedded MNIST-1D with the MLP, AdamW inner at 0.003, ba
 inner steps per worker, ``M = 4``, ``H ∈ {10, 50}``, outer rates 0.3, 0.5, 0.7, 1.0, 5 seeds;
 the language model by flag (``--dataset shakespeare --model gpt-cpu``). ``--quick`` is a smoke
 run (digits, 40 steps, two seeds), marked so. Models with batch norm are refused (the executor
-would drop each worker's running statistics).
+would drop each worker's running statistics). ``--executor mesh`` runs every cell on the mesh
+executor (:mod:`jaxstale.localsgd.mesh`: one run at a time; Streaming DiLoCo is refused).
 
 Outputs (run folder): summary.json rows (model, method, workers, inner_steps, lr, seed,
 final_val/test metric, diverged, wall_time, exchanges, tokens, ...), table.md, plot.png.

@@ -1,9 +1,5 @@
 """jaxstale.localsgd.mesh: every worker on its own device, equal to the one-device emulator."""
 
-import os
-
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-
 import jax
 import numpy as np
 import optax
@@ -16,6 +12,7 @@ from jaxstale.localsgd import mesh as lmesh
 from jaxstale.mesh import make_mesh
 from jaxstale.transforms.outer import delayed_nesterov, outer_nesterov
 
+# the root conftest.py gives the tests 8 host devices
 needs8 = pytest.mark.skipif(jax.device_count() < 4, reason="needs 4 host devices")
 
 
@@ -39,7 +36,7 @@ def _both(f, inner, outer, sched, xb, yb, d, **kw):
 
 
 @needs8
-@pytest.mark.parametrize("exchange", ["fp32", "fp8"])
+@pytest.mark.parametrize("exchange", ["fp32", pytest.param("fp8", marks=pytest.mark.slow)])
 def test_synchronous_diloco_on_the_mesh_is_the_emulator(exchange):
     sched = synchronous(4, 3, 3)
     f, xb, yb = _setup(sched.num_batches)
