@@ -5,7 +5,7 @@ own global copy ``g_p`` and its **own outer optimizer state** (one optimizer ove
 would step the fragments not being synchronised with their momentum — torchft's trap). The
 ``M`` replicas ``x_m`` run inner steps in lockstep; every ``H/P`` inner steps one fragment
 synchronises, fragment ``k mod P`` at the ``k``-th sync (``k = 0, 1, …``; each fragment every
-``H`` steps), as torchft schedules it:
+``H`` steps), as torchft schedules it::
 
     at step (k+1)·H/P − τ:   Δ = mean_m(g_p − x_{m,p})           (snapshot; fp8 optional)
                              g_p ← g_p + outer_p.update(Δ)         (outer step, staleness 0)
