@@ -61,6 +61,7 @@ import optax
 
 from jaxstale import data, localsgd, loop, models, optimizers, runs, tasks
 from jaxstale.localsgd import mesh as localsgd_mesh
+from jaxstale.localsgd.emulator import check_model_state
 from jaxstale.transforms.outer import delayed_nesterov, staleness_weight
 
 from . import grids, reports
@@ -427,11 +428,10 @@ def _prepare(config: Config) -> tuple[dict[str, Any], data.Dataset]:
         check_model("model", name, ds, {}, cfg["optimizer"])
         net = models.create(name, input_shape=tuple(ds.x_train.shape[1:]),
                             num_classes=ds.num_classes, seed=0, task=ds.task)  # fmt: skip
-        if jax.tree.leaves(models.functional(net).state):
-            raise ConfigError(
-                "model", f"{name!r} has batch norm: the local-SGD executor would drop each "
-                "worker's running statistics",
-            )  # fmt: skip
+        try:
+            check_model_state(models.functional(net).state)
+        except ValueError as e:
+            raise ConfigError("model", f"{name!r} has batch norm: {e}") from None
     lanes = cfg["seeds"] * len(cfg["lrs"])
     per = ds.x_train[:1].nbytes + ds.y_train[:1].nbytes
     stream = max(cfg["workers"]) * cfg["steps"] * cfg["batch_size"] * per * 1.25

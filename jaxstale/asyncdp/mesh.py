@@ -33,7 +33,7 @@ References:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -50,11 +50,22 @@ from jaxstale.mesh import check_mesh, check_processes, fetch_global, make_mesh, 
 __all__ = ["AsyncMesh", "async_rounds", "default_data_mesh", "executor"]
 
 
-def async_rounds(schedule: DelaySchedule, *, cuts: Sequence[int] = ()) -> list[tuple[int, int]]:
+class _Arrivals(Protocol):
+    """What :func:`async_rounds` reads of a schedule: which worker each update is."""
+
+    @property
+    def worker(self) -> np.ndarray: ...
+
+    @property
+    def num_updates(self) -> int: ...
+
+
+def async_rounds(schedule: _Arrivals, *, cuts: Sequence[int] = ()) -> list[tuple[int, int]]:
     """Cut a delay schedule into rounds ``[a, z)`` of updates whose gradients can run in parallel.
 
     Args:
-        schedule: the delay schedule.
+        schedule: the delay schedule (or any schedule with ``worker`` and ``num_updates``, e.g.
+            an asynchronous :class:`jaxstale.localsgd.LocalSchedule`).
         cuts: update indices where a round must end (evaluation points).
 
     Returns:

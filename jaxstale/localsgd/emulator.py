@@ -44,7 +44,7 @@ from jaxstale.loop import Executor, Stats, jit
 from jaxstale.losses import cross_entropy
 from jaxstale.optimizers import set_hyperparams
 
-__all__ = ["EXCHANGES", "executor"]
+__all__ = ["EXCHANGES", "check_model_state", "executor", "inner_job"]
 
 #: the pseudo-gradients' precision on the wire
 EXCHANGES = ("fp32", "fp8")
@@ -83,6 +83,16 @@ def inner_job(
 
     (p, s, total), _ = jax.lax.scan(body, (p0, s0, jnp.float32(0.0)), jnp.arange(length))
     return p, s, total
+
+
+def check_model_state(model_state: Any) -> None:
+    """Raises ``ValueError`` for a model with non-parameter state (batch norm): the local-SGD
+    executors would drop each worker's updated running statistics."""
+    if jax.tree.leaves(model_state):
+        raise ValueError(
+            "the local-SGD executor takes models without non-parameter state (batch norm): "
+            "each worker's running statistics would be dropped"
+        )
 
 
 def _stack(tree: Any, m: int) -> Any:
@@ -331,11 +341,7 @@ def executor(
         return state
 
     def init(params: Any, model_state: Any) -> dict[str, Any]:
-        if jax.tree.leaves(model_state):
-            raise ValueError(
-                "the local-SGD executor takes models without non-parameter state (batch norm): "
-                "each worker's running statistics would be dropped"
-            )
+        check_model_state(model_state)
         params = jax.tree.map(jnp.asarray, params)
         state = (init_one if lanes is None else jax.vmap(init_one))(params, model_state, hp)
         # every leaf its own buffer: the step donates the state (optimizer states may share

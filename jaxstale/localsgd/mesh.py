@@ -34,12 +34,13 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxstale.localsgd.emulator import EXCHANGES, _stack, inner_job
+from jaxstale.asyncdp.mesh import async_rounds, default_data_mesh
+from jaxstale.localsgd.emulator import EXCHANGES, _stack, check_model_state, inner_job
 from jaxstale.localsgd.quantize import fp8_mean, fp8_rowwise
 from jaxstale.localsgd.schedule import LocalSchedule
 from jaxstale.loop import Executor, Stats, jit
 from jaxstale.losses import cross_entropy
-from jaxstale.mesh import check_mesh, check_processes, fetch_global, make_mesh, to_mesh
+from jaxstale.mesh import check_mesh, check_processes, fetch_global, to_mesh
 
 __all__ = ["executor", "local_rounds"]
 
@@ -57,14 +58,7 @@ def local_rounds(schedule: LocalSchedule) -> list[tuple[int, int]]:
     """
     if schedule.synchronous:
         return [(r, r + 1) for r in range(schedule.num_updates)]
-    out, t, n = [], 0, schedule.num_updates
-    while t < n:
-        a, seen = t, set()
-        while t < n and int(schedule.worker[t]) not in seen:
-            seen.add(int(schedule.worker[t]))
-            t += 1
-        out.append((a, t))
-    return out
+    return async_rounds(schedule)
 
 
 def executor(
@@ -80,8 +74,9 @@ def executor(
     exchange: str = "fp32",
 ) -> Executor:
     """An :class:`~jaxstale.loop.Executor` of local SGD on a ``"data"`` mesh (arguments as
-    :func:`jaxstale.localsgd.executor`'s; ``mesh``: default the largest ``D ≤`` the devices
-    that divides ``M``).
+    :func:`jaxstale.localsgd.executor`'s; ``mesh``: default
+    :func:`jaxstale.asyncdp.mesh.default_data_mesh`, the largest ``D ≤`` the devices that
+    divides ``M``).
 
     Raises:
         ValueError: ``D`` does not divide ``M``, an unknown ``exchange``, fewer mini-batches
@@ -91,8 +86,7 @@ def executor(
         raise ValueError(f"unknown exchange {exchange!r}; choose from {', '.join(EXCHANGES)}")
     m, sync = schedule.num_workers, schedule.synchronous
     if mesh is None:
-        fits = [k for k in range(1, min(m, jax.device_count()) + 1) if m % k == 0]
-        mesh = make_mesh(max(fits), "data")
+        mesh = default_data_mesh(m)
     if "data" not in dict(getattr(mesh, "shape", {})):
         check_mesh(mesh, "data", m)  # raises, saying how to build one
     check_processes(mesh)
@@ -183,11 +177,7 @@ def executor(
     xs, ys = np.asarray(xb), np.asarray(yb)
 
     def init(params: Any, model_state: Any) -> dict[str, Any]:
-        if jax.tree.leaves(model_state):
-            raise ValueError(
-                "the local-SGD executor takes models without non-parameter state (batch norm): "
-                "each worker's running statistics would be dropped"
-            )
+        check_model_state(model_state)
         params = jax.tree.map(jnp.asarray, params)
         state = {
             "theta": params,
