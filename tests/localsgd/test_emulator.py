@@ -6,20 +6,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from jax.flatten_util import ravel_pytree
 
 from jaxstale import loop, models
 from jaxstale.localsgd import asynchronous, executor, synchronous
 from jaxstale.losses import cross_entropy
 from jaxstale.transforms.outer import delayed_nesterov, outer_nesterov, staleness_weight
-
-
-def _setup(nb, b=8):
-    f = models.functional(models.create("mlp", input_shape=(4, 4, 1), num_classes=3, hidden=(8,)))
-    rng = np.random.default_rng(0)
-    xb = rng.normal(size=(nb, b, 4, 4, 1)).astype(np.float32)
-    yb = rng.integers(0, 3, (nb, b)).astype(np.int32)
-    return f, xb, yb
+from tests.localsgd.helpers import flat as _flat
+from tests.localsgd.helpers import run as _run
+from tests.localsgd.helpers import setup as _setup
 
 
 def _inner_steps(f, tx, p, s, xb, yb, first, steps):
@@ -34,16 +28,6 @@ def _inner_steps(f, tx, p, s, xb, yb, first, steps):
     for i in range(steps):
         p, s = one(p, s, xb[first + i], yb[first + i])
     return p, s
-
-
-def _flat(p):
-    return np.asarray(ravel_pytree(p)[0])
-
-
-def _run(f, inner, outer, sched, xb, yb):
-    ex = executor(f.apply, inner, outer, sched, xb, yb)
-    (res,) = loop.run(ex, f.params, f.state)
-    return res
 
 
 def test_one_worker_one_step_and_outer_sgd_at_rate_one_is_the_inner_optimizer():

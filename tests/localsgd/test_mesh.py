@@ -4,28 +4,17 @@ import jax
 import numpy as np
 import optax
 import pytest
-from jax.flatten_util import ravel_pytree
 
-from jaxstale import loop, models
+from jaxstale import loop
 from jaxstale.localsgd import asynchronous, executor, synchronous
 from jaxstale.localsgd import mesh as lmesh
 from jaxstale.mesh import make_mesh
 from jaxstale.transforms.outer import delayed_nesterov, outer_nesterov
+from tests.localsgd.helpers import flat as _flat
+from tests.localsgd.helpers import setup as _setup
 
 # the root conftest.py gives the tests 8 host devices
 needs8 = pytest.mark.skipif(jax.device_count() < 4, reason="needs 4 host devices")
-
-
-def _setup(nb, b=8):
-    f = models.functional(models.create("mlp", input_shape=(4, 4, 1), num_classes=3, hidden=(8,)))
-    rng = np.random.default_rng(0)
-    xb = rng.normal(size=(nb, b, 4, 4, 1)).astype(np.float32)
-    yb = rng.integers(0, 3, (nb, b)).astype(np.int32)
-    return f, xb, yb
-
-
-def _flat(p):
-    return np.asarray(ravel_pytree(p)[0])
 
 
 def _both(f, inner, outer, sched, xb, yb, d, **kw):

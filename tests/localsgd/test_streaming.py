@@ -6,25 +6,19 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from jax.flatten_util import ravel_pytree
 
 from jaxstale import loop, models
 from jaxstale.localsgd import asynchronous, executor, synchronous
 from jaxstale.localsgd.streaming import fragment_ids
 from jaxstale.losses import cross_entropy
 from jaxstale.transforms.outer import outer_nesterov
+from tests.localsgd.helpers import flat as _flat
+from tests.localsgd.helpers import run as _run
+from tests.localsgd.helpers import setup
 
 
 def _setup(nb, b=8):
-    f = models.functional(models.create("mlp", input_shape=(4, 4, 1), num_classes=3, hidden=(8, 8)))
-    rng = np.random.default_rng(0)
-    xb = rng.normal(size=(nb, b, 4, 4, 1)).astype(np.float32)
-    yb = rng.integers(0, 3, (nb, b)).astype(np.int32)
-    return f, xb, yb
-
-
-def _flat(p):
-    return np.asarray(ravel_pytree(p)[0])
+    return setup(nb, b, hidden=(8, 8))
 
 
 def _reference(f, inner, outer, m, rounds, h, frag, tau, alpha, xb, yb):
@@ -63,11 +57,6 @@ def _reference(f, inner, outer, m, rounds, h, frag, tau, alpha, xb, yb):
                       for x, gl, i in zip(leaves, g, frag, strict=True)]  # fmt: skip
             xs[w] = jax.tree.unflatten(treedef, leaves)
     return jax.tree.unflatten(treedef, g)
-
-
-def _run(f, inner, outer, sched, xb, yb, **kw):
-    (res,) = loop.run(executor(f.apply, inner, outer, sched, xb, yb, **kw), f.params, f.state)
-    return res
 
 
 def test_fragments_are_whole_layers_balanced_by_size_or_given_per_tensor():
