@@ -57,6 +57,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from benchmarks._results import write as write_result
 from jaxstale import delays, losses, models
 from jaxstale.asyncdp import AsyncEmulator, HParams, build_method, server
 from jaxstale.loop import jit  # the executors' compiler options: the steps compile alike
@@ -519,10 +520,7 @@ def main(argv: list[str] | None = None) -> None:
     text = "\n".join(out)
     print(text)
     if not args.quick:
-        folder = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, "async_emulation.md"), "w") as f:
-            f.write(text + "\n")
+        write_result("async_emulation", text, args.out)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks._results import write as write_result
 from benchmarks.async_emulation import METHODS, _ratio, bench
 from jaxstale import models
 from jaxstale.runs import markdown_table
@@ -103,10 +104,7 @@ def main(argv: list[str] | None = None) -> str:
     )
     print(text)
     if not args.quick:
-        folder = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, "async_emulation_gpt.md"), "w") as fh:
-            fh.write(text + "\n")
+        write_result("async_emulation_gpt", text, args.out)
     return text
 
 

@@ -39,6 +39,7 @@ if __package__ in (None, ""):
 import jax
 import numpy as np
 
+from benchmarks._results import write as write_result
 from jaxstale import localsgd, models, optimizers
 from jaxstale.runs import markdown_table
 from jaxstale.transforms.outer import delayed_nesterov, outer_nesterov
@@ -134,10 +135,7 @@ def main(argv: list[str] | None = None) -> str:
     text = tables(res)
     print(text)
     if not args.no_write:
-        folder = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, "localsgd_memory.md"), "w") as fh:
-            fh.write(text + "\n")
+        write_result("localsgd_memory", text, args.out)
     return text
 
 

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from benchmarks._results import write as write_result
 from jaxstale import localsgd, loop, models
 from jaxstale.losses import cross_entropy
 from jaxstale.runs import markdown_table
@@ -130,10 +131,7 @@ def main(argv: list[str] | None = None) -> str:
     )
     print(text)
     if not args.quick:
-        folder = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, "localsgd_outer.md"), "w") as fh:
-            fh.write(text + "\n")
+        write_result("localsgd_outer", text, args.out)
     return text
 
 
