@@ -128,17 +128,15 @@ def round_fn(
         x, s, total = run(st["replicas"], st["inner"], first, length - overlap)
         g = jax.tree.leaves(st["theta"])
         xs = jax.tree.leaves(x)
-        deltas = [gl[None] - xl for gl, xl in zip(g, xs, strict=True)]
-        delta = fp8_mean(deltas) if fp8 else [jnp.mean(d, axis=0) for d in deltas]
 
         def sync(q: int) -> Callable[..., tuple]:
             idx = [i for i, f in enumerate(frag) if f == q]
 
             def go(operands: tuple) -> tuple:
-                g, delta, states = operands
-                u, o = outer.update(
-                    [delta[i] for i in idx], states[q], [g[i] for i in idx], staleness=jnp.int32(0)
-                )
+                g, xs, states = operands
+                deltas = [g[i][None] - xs[i] for i in idx]  # this fragment's only
+                delta = fp8_mean(deltas) if fp8 else [jnp.mean(d, axis=0) for d in deltas]
+                u, o = outer.update(delta, states[q], [g[i] for i in idx], staleness=jnp.int32(0))
                 g = list(g)
                 for i, ui in zip(idx, u, strict=True):
                     g[i] = (g[i] + ui).astype(g[i].dtype)
@@ -146,7 +144,7 @@ def round_fn(
 
             return go
 
-        g, outer_states = jax.lax.switch(j, [sync(q) for q in range(p)], (g, delta, st["outer"]))
+        g, outer_states = jax.lax.switch(j, [sync(q) for q in range(p)], (g, xs, st["outer"]))
         if overlap:
             x, s, more = run(x, s, first + length - overlap, overlap)
             total = total + more
