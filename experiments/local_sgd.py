@@ -5,7 +5,8 @@ Question (issue 24's D1–D5): ``M`` workers run ``H`` inner steps of one optimi
 exchanges of their pseudo-gradients ``Δ = θ − θ_local`` (:mod:`jaxstale.localsgd`). Does
 synchronous DiLoCo (outer Nesterov) match data parallelism that sees the same tokens with ``H``
 times more exchanges? What do asynchronous arrivals cost naive outer Nesterov, and how much of
-it do Delayed Nesterov with dynamic local updates and a polynomial staleness weight give back,
+it do Delayed Nesterov with dynamic local updates, a polynomial staleness weight and CGAD's
+gated decay into outer Adam give back,
 per update and in emulated wall clock? What do Streaming DiLoCo's fragments, overlap ``τ`` and
 fp8 exchange cost?
 
@@ -22,6 +23,8 @@ Methods (``--methods``):
   them), outer Nesterov as if nothing were stale.
 - ``async-delayed``: Delayed Nesterov (buffer ``N = M``) with dynamic local updates (DyLU).
 - ``async-poly``: the polynomial staleness weight ``(1 + τ)^{-1/2}`` before outer Nesterov.
+- ``async-cgad``: CGAD (:func:`jaxstale.cgad`) — the arrival weighed by ``γ(τ)e^{−ατ}``
+  (``α = 0.1``, cutoff ``τ_c = 2M``) before outer Adam, whose rates come from ``--adam-lrs``.
 
 Workers' speeds: an inner step takes ``Gamma(k, s/k)`` time units (``--shape k``), a fraction
 ``--straggler-fraction`` of the workers ``--straggler-slowdown`` times slower; a synchronous
@@ -62,7 +65,7 @@ import optax
 from jaxstale import data, localsgd, loop, models, optimizers, runs, tasks
 from jaxstale.localsgd import mesh as localsgd_mesh
 from jaxstale.localsgd.emulator import check_model_state
-from jaxstale.transforms.outer import delayed_nesterov, staleness_weight
+from jaxstale.transforms.outer import cgad, delayed_nesterov, staleness_weight
 
 from . import grids, reports
 from .common import chance, load_checked, opened, outcome, splits, task_of, title
@@ -77,10 +80,13 @@ METHODS = (
     "async-nesterov",
     "async-delayed",
     "async-poly",
+    "async-cgad",
 )
 KEY = ("model", "method", "workers", "inner_steps", "lr", "seed")
 EDGE_BY = ("model", "method", "workers", "inner_steps")
 OUTER_LRS = (0.3, 0.5, 0.7, 1.0)
+#: outer Adam's rates (async-cgad): a step of about ``lr`` per coordinate and arrival
+ADAM_LRS = (0.001, 0.003, 0.01)
 
 
 @dataclass(frozen=True)
@@ -113,6 +119,10 @@ class Config(Base):
     lrs: tuple[float, ...] | None = opt(
         None, "outer-rate grid (default 0.3,0.5,0.7,1.0)", low=0, low_open=True
     )
+    adam_lrs: tuple[float, ...] | None = opt(
+        None, "async-cgad's outer Adam rate grid (default 0.001,0.003,0.01)", low=0,
+        low_open=True,
+    )  # fmt: skip
     fragments: int = opt(2, "Streaming DiLoCo's fragments P (H a multiple of P)", low=1)
     overlaps: tuple[int, ...] | None = opt(
         None,
@@ -153,6 +163,12 @@ class Config(Base):
         if not streaming:
             why = "is Streaming DiLoCo's; no streaming method runs (--methods)"
             refuse_unused(self, {f: f"{flag(f)} {why}" for f in ("fragments", "overlaps", "alpha")})
+        cgad_runs = "async-cgad" in methods
+        if not cgad_runs:
+            refuse_unused(
+                self, {"adam_lrs": f"{flag('adam_lrs')} is async-cgad's; it does not run"}
+            )
+        adam_lrs = list(self.adam_lrs or ADAM_LRS)
         # the default overlaps are those every H's sync interval fits
         room = min(h // self.fragments for h in hs)
         overlaps = list(self.overlaps or [o for o in (0, 1, 2) if o < room])
@@ -182,6 +198,7 @@ class Config(Base):
             "inner_steps": hs,
             "steps": steps,
             "lrs": lrs,
+            **({"adam_lrs": adam_lrs} if cgad_runs else {}),
             "seeds": seeds,
             "batch_size": self.batch_size,
             "fragments": self.fragments,
@@ -190,13 +207,15 @@ class Config(Base):
             **({"executor": "mesh"} if self.executor == "mesh" else {}),
             "target": self.resolved_target,
             "extend_edges": grids.edge_limit(self),
-            **grids.tune_seeds(self, seeds, [lrs]),
+            **grids.tune_seeds(self, seeds, [lrs, *([adam_lrs] if cgad_runs else [])]),
         }
 
 
 def grid_of(cfg: dict[str, Any]) -> Any:
-    """The outer-rate grid of a (model, method, M, H) group: ``[1.0]`` for ``dp``."""
-    return lambda g: [1.0] if g[1] == "dp" else cfg["lrs"]
+    """The outer-rate grid of a (model, method, M, H) group: ``[1.0]`` for ``dp``, outer Adam's
+    for ``async-cgad``."""
+    own = {"dp": [1.0], "async-cgad": cfg.get("adam_lrs")}
+    return lambda g: own.get(g[1]) or cfg["lrs"]
 
 
 def _cells(cfg: dict[str, Any]) -> list[dict[str, Any]]:
@@ -222,6 +241,8 @@ def outer_tx(method: str, workers: int, lr: float = 1.0) -> Any:
         return dn(learning_rate=lr, beta=0.9, buffer_size=workers)
     if method == "async-poly":
         return optax.chain(staleness_weight("polynomial"), nesterov)
+    if method == "async-cgad":
+        return optax.inject_hyperparams(cgad)(learning_rate=lr, alpha=0.1, cutoff=2.0 * workers)
     return nesterov
 
 

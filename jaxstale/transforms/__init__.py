@@ -13,6 +13,7 @@ from jaxstale.transforms.gap_aware import GapAwareState as GapAwareState
 from jaxstale.transforms.gap_aware import gap_aware as gap_aware
 from jaxstale.transforms.outer import DelayedNesterovState as DelayedNesterovState
 from jaxstale.transforms.outer import StalenessWeightState as StalenessWeightState
+from jaxstale.transforms.outer import cgad as cgad
 from jaxstale.transforms.outer import delayed_nesterov as delayed_nesterov
 from jaxstale.transforms.outer import outer_nesterov as outer_nesterov
 from jaxstale.transforms.outer import staleness_weight as staleness_weight

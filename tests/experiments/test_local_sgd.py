@@ -16,16 +16,18 @@ TINY += ["--workers", "2", "--seeds", "2", "--extend-edges", "0", "--batch-size"
 def test_equal_tokens_fewer_exchanges_end_to_end(tmp_path):
     out = tmp_path / "run"
     argv = [*TINY, "--lrs", "0.7", "--methods", "dp", "diloco", "streaming", "async-delayed"]
+    argv += ["async-cgad", "--adam-lrs", "0.003"]
     res = exp.main([*argv, "--overlaps", "1", "--out", str(out)])
     rows = json.loads((out / "summary.json").read_text())["rows"]
     by = {r["method"]: r for r in rows if r["seed"] == 0}
-    assert set(by) == {"dp", "diloco", "streaming τ=1", "async-delayed"}
+    assert set(by) == {"dp", "diloco", "streaming τ=1", "async-delayed", "async-cgad"}
     assert by["dp"]["lr"] == 1.0 and by["diloco"]["lr"] == 0.7  # dp has no outer rate
+    assert by["async-cgad"]["lr"] == 0.003  # outer Adam's own grid
     assert by["dp"]["tokens"] == by["diloco"]["tokens"] == 2 * 8 * 16  # M × steps × B
     assert by["dp"]["models_sent"] == 8 and by["diloco"]["models_sent"] == 2  # H-fold fewer
     assert by["streaming τ=1"]["updates"] == 4 and by["streaming τ=1"]["models_sent"] == 2
     assert by["async-delayed"]["updates"] == 4 and by["async-delayed"]["models_sent"] == 2
-    assert all(r["final_val_accuracy"] is not None for r in rows) and len(rows) == 8
+    assert all(r["final_val_accuracy"] is not None for r in rows) and len(rows) == 10
     table = res["table"]
     assert "| mlp | dp − diloco |" in table and "models sent" in table
     assert (out / "plot.png").exists()
@@ -56,6 +58,14 @@ def test_tables_select_on_validation_and_pair_every_method_with_diloco():
     assert len(picked) == 3 * 2 + 3 * 2
 
 
+def test_each_method_gets_its_own_outer_rate_grid():
+    grid = exp.grid_of(exp.Config(methods=("dp", "diloco", "async-cgad")).resolved())
+    assert grid(("mlp", "dp")) == [1.0]
+    assert grid(("mlp", "diloco")) == list(exp.OUTER_LRS)
+    assert grid(("mlp", "async-cgad")) == list(exp.ADAM_LRS)
+    assert "adam_lrs" not in exp.Config(methods=("diloco",)).resolved()  # run ids as before
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -66,6 +76,8 @@ def test_tables_select_on_validation_and_pair_every_method_with_diloco():
         (["--methods", "dp", "dp"], "'dp' is given twice"),
         (["--alpha", "1.5"], "alpha"),
         (["--methods", "diloco", "--overlaps", "1"], "--overlaps is Streaming DiLoCo's"),
+        (["--methods", "diloco", "--adam-lrs", "0.01"], "--adam-lrs is async-cgad's"),
+        (["--methods", "async-cgad", "--adam-lrs", "0"], "adam-lrs"),
     ],
 )
 def test_bad_input_is_one_line(tmp_path, capsys, argv, message):

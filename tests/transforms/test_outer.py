@@ -1,6 +1,6 @@
-"""jaxstale.transforms.outer: DiLoCo's outer Nesterov and Delayed Nesterov on hand-computed
-sequences, their reductions (N = 1, c = 0 is Nesterov SGD), halos' rule on random arrivals, and
-bad input."""
+"""jaxstale.transforms.outer: DiLoCo's outer Nesterov, Delayed Nesterov, staleness weights and
+CGAD on hand-computed sequences, their reductions (N = 1, c = 0 is Nesterov SGD; τ = 0 is Adam),
+halos' rule on random arrivals, and bad input."""
 
 import jax
 import jax.numpy as jnp
@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxstale.transforms.outer import delayed_nesterov, outer_nesterov, staleness_weight
+from jaxstale.transforms.outer import cgad, delayed_nesterov, outer_nesterov, staleness_weight
 
 
 def _run(tx, deltas, params=None):
@@ -133,10 +133,47 @@ def test_adam_decay_is_adam_on_weighted_arrivals():
     np.testing.assert_allclose(mu, 0.1 * np.exp(-2.0), rtol=1e-6)  # (1 − β1)·w·Δ
 
 
+def test_cgad_gate_by_hand():
+    """w(τ) = γ(τ)e^{−ατ}, γ = ½(1 + cos(πτ/τ_c)) before the cutoff and 0 from it on."""
+    tx = staleness_weight("cgad", alpha=0.2, cutoff=6.0)
+    d = jnp.array([3.0])
+    for tau, gate in [
+        (0, 1.0),
+        (1, 0.5 * (1 + np.cos(np.pi / 6))),
+        (3, 0.5),
+        (5, 0.5 * (1 + np.cos(5 * np.pi / 6))),
+        (6, 0.0),
+        (40, 0.0),
+    ]:
+        got, _ = tx.update(d, tx.init(d), staleness=tau)
+        np.testing.assert_allclose(got, 3.0 * gate * np.exp(-0.2 * tau), rtol=1e-6, atol=0)
+
+
+def test_cgad_is_adam_when_fresh_and_moves_its_moments_by_the_weight():
+    key = jax.random.split(jax.random.key(0), 5)
+    deltas = [{"w": jax.random.normal(k, (3, 2)), "b": jax.random.normal(k, (2,))} for k in key]
+    tx, adam = cgad(0.01, alpha=0.3, cutoff=4.0), optax.adam(0.01)
+    s, a = tx.init(deltas[0]), adam.init(deltas[0])
+    step = jax.jit(lambda d, s, tau: tx.update(d, s, staleness=tau))
+    plain = jax.jit(adam.update)
+    for d in deltas:  # the weight is exactly 1: only XLA's fusion may round the last bit apart
+        (u, s), (v, a) = step(d, s, jnp.int32(0)), plain(d, a)
+        jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-6, atol=0), u, v)
+    mu = s[1][0].mu
+    _, s2 = step(deltas[0], s, jnp.int32(2))
+    expect = jax.tree.map(
+        lambda m, d: 0.9 * m + 0.1 * 0.5 * np.exp(-0.6) * d, mu, deltas[0]
+    )  # γ(2) = ½ at τ_c = 4
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5), s2[1][0].mu, expect)
+    u, s3 = step(deltas[1], s, jnp.int32(4))  # past the cutoff: the moments only decay
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, 0.9 * y, rtol=1e-6), s3[1][0].mu, mu)
+
+
 @pytest.mark.parametrize(
     "kw, message",
     [
         ({"rule": "cosine"}, "unknown rule 'cosine'"),
+        ({"rule": "cgad", "cutoff": 0.0}, "cutoff must be in"),
         ({"power": -1.0}, "power must be in"),
         ({"alpha": float("nan")}, "alpha must be in"),
         ({"scale": 0.0}, "scale must be in"),
