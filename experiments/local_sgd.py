@@ -44,7 +44,7 @@ inner steps per worker, ``M = 4``, ``H ∈ {10, 50}``, outer rates 0.3, 0.5, 0.7
 the language model by flag (``--dataset shakespeare --model gpt-cpu``). ``--quick`` is a smoke
 run (digits, 40 steps, two seeds), marked so. Models with batch norm are refused (the executor
 would drop each worker's running statistics). ``--executor mesh`` runs every cell on the mesh
-executor (:mod:`jaxstale.localsgd.mesh`: one run at a time; Streaming DiLoCo is refused).
+executor (:mod:`jaxstale.localsgd.mesh`: one run at a time).
 
 Outputs (run folder): summary.json rows (model, method, workers, inner_steps, lr, seed,
 final_val/test metric, diverged, wall_time, exchanges, tokens, ...), table.md, plot.png.
@@ -156,10 +156,6 @@ class Config(Base):
         seeds = self.seeds or (2 if quick else 5)
         methods = list(self.methods or METHODS)
         streaming = [m for m in methods if m.startswith("streaming")]
-        if self.executor == "mesh" and streaming:
-            raise ConfigError(
-                "executor", f"{streaming[0]} (Streaming DiLoCo) runs on the emulator only"
-            )
         if not streaming:
             why = "is Streaming DiLoCo's; no streaming method runs (--methods)"
             refuse_unused(self, {f: f"{flag(f)} {why}" for f in ("fragments", "overlaps", "alpha")})
@@ -298,7 +294,7 @@ class _Runner:
         t0 = time.perf_counter()
         if cfg.get("executor") == "mesh":
             results = [
-                self._on_mesh(f, base, m, k["lr"], inner, sched, x, y)
+                self._on_mesh(f, base, m, k["lr"], inner, sched, x, y, kw)
                 for k, f, sched, x, y in zip(keys, inits, run_sched, xs, ys, strict=True)
             ]
         else:
@@ -309,9 +305,9 @@ class _Runner:
         return self._rows(results, scheds, base, m, updates, bool(kw), wall)
 
     def _on_mesh(self, f: Any, base: str, m: int, lr: float, inner: Any, sched: Any,
-                 x: Any, y: Any) -> Any:  # fmt: skip
+                 x: Any, y: Any, kw: dict) -> Any:  # fmt: skip
         """One run on the mesh executor (``dp``: one worker, on one device)."""
-        ex = localsgd_mesh.executor(f.apply, inner, outer_tx(base, m, lr), sched, x, y)
+        ex = localsgd_mesh.executor(f.apply, inner, outer_tx(base, m, lr), sched, x, y, **kw)
         every = max(1, ex.num_updates // 10)
         (res,) = loop.run(
             ex, f.params, f.state, eval_every=every, eval_data=splits(self.ds),

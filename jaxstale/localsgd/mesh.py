@@ -14,9 +14,13 @@ replicated. A round's jobs run in parallel (``jax.shard_map``, each device vmapp
   arrivals' outer updates then apply in order, each worker's dispatch point set to the weights
   after its own arrival.
 
-Every number equals :mod:`jaxstale.localsgd.emulator`'s (tested to the bit on the emulator's
-cases): the same :func:`~jaxstale.localsgd.emulator.inner_job`, the same outer update.
-One run (no lanes); Streaming DiLoCo's fragments run on the emulator only.
+- **Streaming DiLoCo** (``fragments``, ``overlap``, ``alpha``): the replicas ``[M, ...]`` are
+  sharded like the inner states; each sync's inner steps run on the workers' devices, the
+  replicas are gathered for the fragment's mean and outer step
+  (:func:`~jaxstale.localsgd.streaming.sync_step`, the emulator's own), the merge is local.
+
+Every number equals :mod:`jaxstale.localsgd.emulator`'s to float32 rounding (tested): the same
+:func:`~jaxstale.localsgd.emulator.inner_job`, the same outer update. One run (no lanes).
 
 References:
     Douillard et al., "DiLoCo", arXiv:2311.08105. Liu et al., "Asynchronous Local-SGD Training
@@ -25,7 +29,7 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -35,9 +39,16 @@ import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxstale.asyncdp.mesh import async_rounds, default_data_mesh
-from jaxstale.localsgd.emulator import EXCHANGES, _stack, check_model_state, inner_job
+from jaxstale.localsgd.emulator import (
+    EXCHANGES,
+    _check_streaming,
+    _stack,
+    check_model_state,
+    inner_job,
+)
 from jaxstale.localsgd.quantize import fp8_mean, fp8_rowwise
 from jaxstale.localsgd.schedule import LocalSchedule
+from jaxstale.localsgd.streaming import fragment_ids, init_outer, sync_step
 from jaxstale.loop import Executor, Stats, jit
 from jaxstale.losses import cross_entropy
 from jaxstale.mesh import check_mesh, check_processes, fetch_global, to_mesh
@@ -72,15 +83,19 @@ def executor(
     mesh: jax.sharding.Mesh | None = None,
     loss_fn: Callable[[jax.Array, jax.Array], jax.Array] = cross_entropy,
     exchange: str = "fp32",
+    fragments: int | Sequence[int] | None = None,
+    overlap: int = 0,
+    alpha: float = 0.0,
 ) -> Executor:
     """An :class:`~jaxstale.loop.Executor` of local SGD on a ``"data"`` mesh (arguments as
-    :func:`jaxstale.localsgd.executor`'s; ``mesh``: default
-    :func:`jaxstale.asyncdp.mesh.default_data_mesh`, the largest ``D ≤`` the devices that
-    divides ``M``).
+    :func:`jaxstale.localsgd.executor`'s, Streaming DiLoCo's ``fragments``, ``overlap`` and
+    ``alpha`` included; ``mesh``: default :func:`jaxstale.asyncdp.mesh.default_data_mesh`, the
+    largest ``D ≤`` the devices that divides ``M``).
 
     Raises:
         ValueError: ``D`` does not divide ``M``, an unknown ``exchange``, fewer mini-batches
-            than the schedule consumes, a model with non-parameter state.
+            than the schedule consumes, a model with non-parameter state, streaming settings
+            out of range or given to an asynchronous schedule.
     """
     if exchange not in EXCHANGES:
         raise ValueError(f"unknown exchange {exchange!r}; choose from {', '.join(EXCHANGES)}")
@@ -100,20 +115,32 @@ def executor(
     outer = optax.with_extra_args_support(outer_tx)
     fp8 = exchange == "fp8"
     h = schedule.inner_steps
+    streaming = _check_streaming(schedule, fragments, overlap, alpha)
+    frags = fragments or 1
     masked = not bool(np.all(schedule.steps == h))
     rep, data = NamedSharding(mesh, PartitionSpec()), NamedSharding(mesh, PartitionSpec("data"))
     rounds = local_rounds(schedule)
 
-    def jobs(st: dict[str, Any], starts: Any, xr: Any, yr: Any, steps: jax.Array) -> tuple:
+    def jobs(
+        st: dict[str, Any],
+        starts: Any,
+        xr: Any,
+        yr: Any,
+        steps: jax.Array,
+        inner: Any = None,
+        offset: int = 0,
+        length: int = h,
+    ) -> tuple:
         """Every worker's job of the round on its device: ``(p_end, inner, loss sums)``;
         ``starts``: the workers' ``[M, ...]`` dispatch points, or ``None``: every job from
-        ``θ`` (vmapped unbatched, as the emulator's synchronous round)."""
+        ``θ`` (vmapped unbatched, as the emulator's synchronous round); ``length`` steps from
+        the ``offset``-th of the round's mini-batches (``inner``: default the state's)."""
         common = starts is None
 
         def local(starts: Any, inner: Any, ms: Any, xr: Any, yr: Any, steps: jax.Array) -> tuple:
             def one(p0: Any, s0: Any, x: Any, y: Any, n: jax.Array) -> tuple:
-                at = lambda i: (x[i], y[i])
-                return inner_job(apply, inner_tx, loss_fn, p0, s0, n, ms, at, h, masked)
+                at = lambda i: (x[offset + i], y[offset + i])
+                return inner_job(apply, inner_tx, loss_fn, p0, s0, n, ms, at, length, masked)
 
             axes = (None if common else 0, 0, 0, 0, 0)
             return jax.vmap(one, in_axes=axes)(starts, inner, xr, yr, steps)
@@ -125,18 +152,29 @@ def executor(
             in_specs=(spec_r if common else spec_d, spec_d, spec_r, spec_d, spec_d, spec_d),
             out_specs=spec_d,
             check_vma=False,
-        )(st["theta"] if common else starts, st["inner"], st["model_state"], xr, yr, steps)
+        )(
+            st["theta"] if common else starts,
+            st["inner"] if inner is None else inner,
+            st["model_state"],
+            xr,
+            yr,
+            steps,
+        )
 
-    def round_sync(st: dict[str, Any], xr: Any, yr: Any, steps: jax.Array, _order: Any) -> tuple:
-        p_end, inner, totals = jobs(st, None, xr, yr, steps)
-        deltas = jax.tree.map(lambda t, p: t[None] - p, st["theta"], p_end)
-        deltas = jax.shard_map(  # gathered to every device, then the emulator's very mean
+    def gather(tree: Any) -> Any:
+        """``[M, ...]`` rows sharded on ``"data"`` -> every device's full copy."""
+        return jax.shard_map(
             lambda x: jax.lax.all_gather(x, "data", tiled=True),
             mesh=mesh,
             in_specs=PartitionSpec("data"),
             out_specs=PartitionSpec(),
             check_vma=False,
-        )(deltas)
+        )(tree)
+
+    def round_sync(st: dict[str, Any], xr: Any, yr: Any, steps: jax.Array, _order: Any) -> tuple:
+        p_end, inner, totals = jobs(st, None, xr, yr, steps)
+        deltas = jax.tree.map(lambda t, p: t[None] - p, st["theta"], p_end)
+        deltas = gather(deltas)  # to every device, then the emulator's very mean
         delta = fp8_mean(deltas) if fp8 else jax.tree.map(lambda a: jnp.mean(a, axis=0), deltas)
         u, o = outer.update(delta, st["outer"], st["theta"], staleness=jnp.int32(0))
         theta = optax.apply_updates(st["theta"], u)
@@ -173,6 +211,18 @@ def executor(
 
         return jax.lax.scan(body, st, order)
 
+    def round_streaming(st: dict[str, Any], xr: Any, yr: Any, steps: jax.Array, j: Any) -> tuple:
+        """Sync ``k`` of fragment ``j``: ``xr`` holds each worker's ``H/P`` mini-batches."""
+
+        def run(x: Any, s: Any, offset: int, n: int) -> tuple:
+            return jobs(st, x, xr, yr, jnp.full_like(steps, n), s, offset, n)
+
+        new, loss = sync_step(
+            st, j, run, outer, frags, inner_steps=h, overlap=overlap, alpha=alpha, fp8=fp8,
+            gather=gather,
+        )  # fmt: skip
+        return new, loss[None]
+
     compiled: list[Callable[..., Any]] = []  # built by init: the state's shardings pinned
     xs, ys = np.asarray(xb), np.asarray(yb)
 
@@ -181,19 +231,23 @@ def executor(
         params = jax.tree.map(jnp.asarray, params)
         state = {
             "theta": params,
-            "outer": outer.init(params),
+            "outer": (
+                init_outer(outer, params, fragment_ids(params, frags))
+                if streaming
+                else outer.init(params)
+            ),
             "inner": _stack(inner_tx.init(params), m),
             "version": jnp.int32(0),
             "model_state": model_state,
         }
         shard = {k: jax.tree.map(lambda _: rep, v) for k, v in state.items()}
         shard["inner"] = jax.tree.map(lambda _: data, state["inner"])
-        if not sync:
-            state["dispatch"] = _stack(params, m)
-            shard["dispatch"] = jax.tree.map(lambda _: data, state["dispatch"])
+        for rows in ("dispatch",) if not sync else ("replicas",) if streaming else ():
+            state[rows] = _stack(params, m)
+            shard[rows] = jax.tree.map(lambda _: data, state[rows])
         state = jax.tree.map(lambda a: np.array(a, copy=True), state)
         if not compiled:  # keep each worker's rows on its device across rounds
-            fn = round_sync if sync else round_async
+            fn = round_streaming if streaming else round_sync if sync else round_async
             compiled.append(jit(fn, donate_argnums=(0,), out_shardings=(shard, rep)))
         return to_mesh(state, shard)
 
@@ -210,7 +264,25 @@ def executor(
             order[: len(ev)] = np.stack([rows, schedule.pulled[ev], np.ones_like(rows)], 1)
         return xs[idx], ys[idx], steps, order
 
+    def host_sync(k: int) -> tuple[Any, ...]:
+        """Sync ``k``'s ``[M, H/P, B, ...]`` batches (fragment ``k mod P``)."""
+        length = h // streaming
+        ev = np.arange((k // streaming) * m, (k // streaming + 1) * m)
+        first = np.zeros(m, np.int64)
+        first[schedule.worker[ev]] = schedule.first_batch[ev] + (k % streaming) * length
+        idx = first[:, None] + np.arange(length)[None]
+        return xs[idx], ys[idx], np.full(m, length, np.int32), np.int32(k % streaming)
+
     def advance(state: dict[str, Any], a: int, z: int) -> tuple[dict[str, Any], Stats]:
+        if streaming:
+            losses = []
+            for k in range(a, z):
+                xr, yr, steps, j = host_sync(k)
+                xr, yr, steps = to_mesh((xr, yr, steps), data)
+                state, loss = compiled[0](state, xr, yr, steps, to_mesh(j, rep))
+                losses.append(np.asarray(loss, np.float32))
+            loss_v = np.concatenate(losses).reshape(1, z - a)
+            return state, Stats(loss_v, np.ones_like(loss_v, np.int32))
         losses = []
         for ra, rz in rounds:
             if rz <= a or ra >= z:
@@ -228,7 +300,7 @@ def executor(
         step=lambda state, r: advance(state, r, r + 1),
         params=lambda state: fetch_global((state["theta"], state["model_state"])),
         apply=apply,
-        num_rounds=schedule.num_updates,
-        num_updates=schedule.num_updates,
+        num_rounds=schedule.num_updates * (streaming or 1),
+        num_updates=schedule.num_updates * (streaming or 1),
         advance=advance,
     )

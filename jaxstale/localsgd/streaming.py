@@ -39,7 +39,7 @@ import jax.numpy as jnp
 from jaxstale.localsgd.quantize import fp8_mean
 from jaxstale.models.staged import _balanced_bounds
 
-__all__ = ["fragment_ids", "init_outer", "round_fn"]
+__all__ = ["fragment_ids", "init_outer", "round_fn", "sync_step"]
 
 
 def _unit(path: tuple) -> tuple:
@@ -109,59 +109,87 @@ def round_fn(
     alpha: float,
     fp8: bool,
 ) -> Callable[..., tuple]:
-    """The executor's step for sync ``k``: ``(state, k, tables, data) -> (state, loss)``.
+    """The emulator's step for sync ``k``: ``(state, k, tables, data) -> (state, loss)``.
 
     ``job(p, s, first, steps, model_state, data, length) -> (p, s, loss_sum)`` runs ``length``
     inner steps of one replica (vmapped here over the ``M`` replicas).
     """
 
     def step(st: dict[str, Any], k: jax.Array, tabs: dict, data: tuple) -> tuple:
-        treedef = jax.tree.structure(st["theta"])
-        frag = fragment_ids(st["theta"], fragments)
-        p = max(frag) + 1
+        p = max(fragment_ids(st["theta"], fragments)) + 1
         length = inner_steps // p
-        r, j = k // p, k % p
-        first = tabs["first_batch"][r] + j * length  # [M]
-        run = lambda x, s, first, n: jax.vmap(job, in_axes=(0, 0, 0, None, None, None, None))(
-            x, s, first, jnp.int32(n), st["model_state"], data, n
-        )
-        x, s, total = run(st["replicas"], st["inner"], first, length - overlap)
-        g = jax.tree.leaves(st["theta"])
-        xs = jax.tree.leaves(x)
+        first = tabs["first_batch"][k // p] + (k % p) * length  # [M]
 
-        def sync(q: int) -> Callable[..., tuple]:
-            idx = [i for i, f in enumerate(frag) if f == q]
+        def run(x: Any, s: Any, offset: int, n: int) -> tuple:
+            jobs = jax.vmap(job, in_axes=(0, 0, 0, None, None, None, None))
+            return jobs(x, s, first + offset, jnp.int32(n), st["model_state"], data, n)
 
-            def go(operands: tuple) -> tuple:
-                g, xs, states = operands
-                deltas = [g[i][None] - xs[i] for i in idx]  # this fragment's only
-                delta = fp8_mean(deltas) if fp8 else [jnp.mean(d, axis=0) for d in deltas]
-                u, o = outer.update(delta, states[q], [g[i] for i in idx], staleness=jnp.int32(0))
-                g = list(g)
-                for i, ui in zip(idx, u, strict=True):
-                    g[i] = (g[i] + ui).astype(g[i].dtype)
-                return g, (*states[:q], o, *states[q + 1 :])
-
-            return go
-
-        g, outer_states = jax.lax.switch(j, [sync(q) for q in range(p)], (g, xs, st["outer"]))
-        if overlap:
-            x, s, more = run(x, s, first + length - overlap, overlap)
-            total = total + more
-            xs = jax.tree.leaves(x)
-        ids = jnp.asarray(frag, jnp.int32)
-        merged = [
-            jnp.where(ids[i] == j, alpha * xl + (1.0 - alpha) * gl[None], xl).astype(xl.dtype)
-            for i, (gl, xl) in enumerate(zip(g, xs, strict=True))
-        ]
-        new = {
-            **st,
-            "theta": jax.tree.unflatten(treedef, g),
-            "replicas": jax.tree.unflatten(treedef, merged),
-            "outer": outer_states,
-            "inner": s,
-            "version": st["version"] + 1,
-        }
-        return new, jnp.mean(total) / length
+        return sync_step(
+            st, k % p, run, outer, fragments, inner_steps=inner_steps, overlap=overlap,
+            alpha=alpha, fp8=fp8,
+        )  # fmt: skip
 
     return step
+
+
+def sync_step(
+    st: dict[str, Any],
+    j: jax.Array,
+    run: Callable[[Any, Any, int, int], tuple],
+    outer: Any,
+    fragments: int | Sequence[int],
+    *,
+    inner_steps: int,
+    overlap: int,
+    alpha: float,
+    fp8: bool,
+    gather: Callable[[Any], Any] = lambda x: x,
+) -> tuple:
+    """One sync of fragment ``j`` (both executors): ``H/P − τ`` inner steps of every replica, the
+    fragment's snapshot and outer step, ``τ`` more inner steps, the merge.
+
+    ``run(x, s, offset, n) -> (x, s, loss sums [M])`` runs ``n`` inner steps of the ``M``
+    replicas from the sync's ``offset``-th mini-batch on; ``gather`` brings the replicas'
+    ``[M, ...]`` leaves to where the mean is taken (the mesh: every device).
+    """
+    treedef = jax.tree.structure(st["theta"])
+    frag = fragment_ids(st["theta"], fragments)
+    p = max(frag) + 1
+    length = inner_steps // p
+    x, s, total = run(st["replicas"], st["inner"], 0, length - overlap)
+    g = jax.tree.leaves(st["theta"])
+    xs = gather(jax.tree.leaves(x))
+
+    def sync(q: int) -> Callable[..., tuple]:
+        idx = [i for i, f in enumerate(frag) if f == q]
+
+        def go(operands: tuple) -> tuple:
+            g, xs, states = operands
+            deltas = [g[i][None] - xs[i] for i in idx]  # this fragment's only
+            delta = fp8_mean(deltas) if fp8 else [jnp.mean(d, axis=0) for d in deltas]
+            u, o = outer.update(delta, states[q], [g[i] for i in idx], staleness=jnp.int32(0))
+            g = list(g)
+            for i, ui in zip(idx, u, strict=True):
+                g[i] = (g[i] + ui).astype(g[i].dtype)
+            return g, (*states[:q], o, *states[q + 1 :])
+
+        return go
+
+    g, outer_states = jax.lax.switch(j, [sync(q) for q in range(p)], (g, xs, st["outer"]))
+    if overlap:
+        x, s, more = run(x, s, length - overlap, overlap)
+        total = total + more
+    ids = jnp.asarray(frag, jnp.int32)
+    merged = [
+        jnp.where(ids[i] == j, alpha * xl + (1.0 - alpha) * gl[None], xl).astype(xl.dtype)
+        for i, (gl, xl) in enumerate(zip(g, jax.tree.leaves(x), strict=True))
+    ]
+    new = {
+        **st,
+        "theta": jax.tree.unflatten(treedef, g),
+        "replicas": jax.tree.unflatten(treedef, merged),
+        "outer": outer_states,
+        "inner": s,
+        "version": st["version"] + 1,
+    }
+    return new, jnp.mean(total) / length

@@ -50,6 +50,23 @@ def test_asynchronous_local_sgd_on_the_mesh_is_the_emulator():
     np.testing.assert_allclose(me.losses, em.losses, rtol=1e-6)
 
 
+@needs8
+@pytest.mark.parametrize(
+    "overlap, alpha, exchange",
+    [(1, 0.5, "fp32"), pytest.param(0, 0.0, "fp8", marks=pytest.mark.slow)],
+)
+def test_streaming_diloco_on_the_mesh_is_the_emulator(overlap, alpha, exchange):
+    """Fragments with their own outer states, overlap and merge: the emulator's sync on the
+    workers' devices (two hidden layers: three fragments of whole layers)."""
+    sched = synchronous(4, 2, 6)
+    f, xb, yb = _setup(sched.num_batches, hidden=(8, 8))
+    kw = {"fragments": 3, "overlap": overlap, "alpha": alpha, "exchange": exchange}
+    em, me = _both(f, optax.adam(0.01), outer_nesterov(0.7, 0.9), sched, xb, yb, 2, **kw)
+    assert len(em.losses) == len(me.losses) == 2 * 3  # a step per fragment sync
+    np.testing.assert_allclose(_flat(me.params), _flat(em.params), atol=5e-7)
+    np.testing.assert_allclose(me.losses, em.losses, rtol=1e-6)
+
+
 def test_a_mesh_that_does_not_divide_the_workers_is_one_clear_line():
     sched = synchronous(3, 1, 2)
     f, xb, yb = _setup(sched.num_batches)
