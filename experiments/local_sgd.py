@@ -8,7 +8,7 @@ times more exchanges? What do asynchronous arrivals cost naive outer Nesterov, a
 it do Delayed Nesterov with dynamic local updates, a polynomial staleness weight and CGAD's
 gated decay into outer Adam give back,
 per update and in emulated wall clock? What do Streaming DiLoCo's fragments, overlap ``τ`` and
-fp8 exchange cost?
+fp8 or fp4 exchange cost?
 
 Methods (``--methods``):
 
@@ -17,8 +17,9 @@ Methods (``--methods``):
   inner steps, an exchange every step. No outer rate (its grid is ``1``).
 - ``diloco``: synchronous DiLoCo, outer ``optax.sgd(lr, 0.9, nesterov=True)`` on the mean ``Δ``
   every ``H`` steps (``steps / H`` rounds).
-- ``streaming τ=k`` (one per ``--overlaps`` value) and ``streaming-fp8 τ=k``: Streaming DiLoCo
-  with ``--fragments P`` fragments, overlap ``τ``, merge ``--alpha``; Δ in fp32 or fp8.
+- ``streaming τ=k`` (one per ``--overlaps`` value), ``streaming-fp8 τ=k`` and
+  ``streaming-fp4 τ=k``: Streaming DiLoCo with ``--fragments P`` fragments, overlap ``τ``, merge
+  ``--alpha``; Δ exchanged in fp32, fp8 (e4m3) or fp4 (e2m1).
 - ``async-nesterov``: asynchronous local SGD (each arrival one outer update, ``M·steps/H`` of
   them), outer Nesterov as if nothing were stale.
 - ``async-delayed``: Delayed Nesterov (buffer ``N = M``) with dynamic local updates (DyLU).
@@ -77,6 +78,7 @@ METHODS = (
     "diloco",
     "streaming",
     "streaming-fp8",
+    "streaming-fp4",
     "async-nesterov",
     "async-delayed",
     "async-poly",
@@ -290,7 +292,7 @@ class _Runner:
         kw: dict[str, Any] = {}
         if base.startswith("streaming"):
             kw = {"fragments": cfg["fragments"], "overlap": int(tau), "alpha": cfg["alpha"]}
-            kw["exchange"] = "fp8" if base.endswith("fp8") else "fp32"
+            kw["exchange"] = base.partition("-")[2] or "fp32"
         t0 = time.perf_counter()
         if cfg.get("executor") == "mesh":
             results = [

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxstale.localsgd.quantize import fp8_mean, fp8_rowwise
+from jaxstale.localsgd.quantize import exchange_mean, exchange_one
 from jaxstale.localsgd.schedule import LocalSchedule
 from jaxstale.localsgd.streaming import fragment_ids, init_outer, round_fn
 from jaxstale.loop import Executor, Stats, jit
@@ -47,7 +47,7 @@ from jaxstale.optimizers import set_hyperparams
 __all__ = ["EXCHANGES", "check_model_state", "executor", "inner_job"]
 
 #: the pseudo-gradients' precision on the wire
-EXCHANGES = ("fp32", "fp8")
+EXCHANGES = ("fp32", "fp8", "fp4")
 
 
 def _where(pred: jax.Array, a: Any, b: Any) -> Any:
@@ -214,9 +214,9 @@ def executor(
             :func:`~jaxstale.localsgd.schedule.asynchronous`); with ``lanes``, one per lane (or
             one for every lane).
         loss_fn: ``loss_fn(logits, labels) -> scalar``.
-        exchange: how pseudo-gradients travel: ``"fp32"`` (as computed) or ``"fp8"``
-            (rowwise absmax float8 e4m3, the replicas' mean re-quantized:
-            :func:`~jaxstale.localsgd.quantize.fp8_mean`).
+        exchange: how pseudo-gradients travel: ``"fp32"`` (as computed), ``"fp8"`` (rowwise
+            absmax float8 e4m3, the replicas' mean re-quantized:
+            :func:`~jaxstale.localsgd.quantize.fp8_mean`) or ``"fp4"`` (the same in e2m1).
         lanes: ``L`` runs at once, vmapped (e.g. seeds): ``xb``, ``yb`` and the initial
             weights carry a leading lane axis; the lanes' schedules need the same workers,
             updates and kind (a seed's own timing). Each lane equals its run alone.
@@ -252,7 +252,6 @@ def executor(
     _check(schedules, xb, yb, lanes)
     hp = _lane_values(hyperparams, lanes)
     outer = optax.with_extra_args_support(outer_tx)
-    fp8 = exchange == "fp8"
     s0 = schedules[0]
     m, sync = s0.num_workers, s0.synchronous
     h = max(s.inner_steps for s in schedules)
@@ -283,7 +282,7 @@ def executor(
         )
         losses = totals / steps.astype(jnp.float32)
         deltas = jax.tree.map(lambda t, p: t[None] - p, st["theta"], p_end)
-        delta = fp8_mean(deltas) if fp8 else jax.tree.map(lambda d: jnp.mean(d, axis=0), deltas)
+        delta = exchange_mean(deltas, exchange)
         theta, o = outer_step(st, delta, jnp.int32(0))
         new = {**st, "theta": theta, "outer": o, "inner": inner, "version": st["version"] + 1}
         return new, jnp.mean(losses)
@@ -296,8 +295,7 @@ def executor(
         p_end, s_new, total = job(p0, s0, first, steps, st["model_state"], data, h)
         loss = total / steps.astype(jnp.float32)
         delta = jax.tree.map(jnp.subtract, p0, p_end)
-        if fp8:  # one replica: Q(Q(Δ)) = Q(Δ)
-            delta = jax.tree.map(fp8_rowwise, delta)
+        delta = exchange_one(delta, exchange)  # one replica: Q(Q(Δ)) = Q(Δ)
         theta, o = outer_step(st, delta, st["version"] - tabs["pulled"][t])
         put = lambda stack, v: jax.tree.map(lambda a, b: a.at[w].set(b), stack, v)
         new = {
@@ -313,7 +311,13 @@ def executor(
     fn = round_sync if sync else arrival
     if streaming:
         fn = round_fn(
-            job, outer, fragments or 1, inner_steps=h, overlap=overlap, alpha=alpha, fp8=fp8
+            job,
+            outer,
+            fragments or 1,
+            inner_steps=h,
+            overlap=overlap,
+            alpha=alpha,
+            exchange=exchange,
         )
     if lanes is not None:
         fn = jax.vmap(fn, in_axes=(0, None, 0, 0))

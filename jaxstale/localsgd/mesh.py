@@ -8,7 +8,7 @@ replicated. A round's jobs run in parallel (``jax.shard_map``, each device vmapp
 
 - **synchronous** (DiLoCo): the ``M`` pseudo-gradients are gathered to every device and
   averaged there as the emulator averages them (``mean`` over the stacked ``[M, ...]``, or the
-  fp8 exchange), then one outer update;
+  low-precision exchange), then one outer update;
 - **asynchronous**: a round is the longest run of consecutive arrivals in which no worker
   appears twice (each job starts from a dispatch point no arrival of the round changes); the
   arrivals' outer updates then apply in order, each worker's dispatch point set to the weights
@@ -46,7 +46,7 @@ from jaxstale.localsgd.emulator import (
     check_model_state,
     inner_job,
 )
-from jaxstale.localsgd.quantize import fp8_mean, fp8_rowwise
+from jaxstale.localsgd.quantize import exchange_mean, exchange_one
 from jaxstale.localsgd.schedule import LocalSchedule
 from jaxstale.localsgd.streaming import fragment_ids, init_outer, sync_step
 from jaxstale.loop import Executor, Stats, jit
@@ -113,7 +113,6 @@ def executor(
             f"xb has {np.shape(xb)[0]} mini-batches, the schedule consumes {schedule.num_batches}"
         )
     outer = optax.with_extra_args_support(outer_tx)
-    fp8 = exchange == "fp8"
     h = schedule.inner_steps
     streaming = _check_streaming(schedule, fragments, overlap, alpha)
     frags = fragments or 1
@@ -175,7 +174,7 @@ def executor(
         p_end, inner, totals = jobs(st, None, xr, yr, steps)
         deltas = jax.tree.map(lambda t, p: t[None] - p, st["theta"], p_end)
         deltas = gather(deltas)  # to every device, then the emulator's very mean
-        delta = fp8_mean(deltas) if fp8 else jax.tree.map(lambda a: jnp.mean(a, axis=0), deltas)
+        delta = exchange_mean(deltas, exchange)
         u, o = outer.update(delta, st["outer"], st["theta"], staleness=jnp.int32(0))
         theta = optax.apply_updates(st["theta"], u)
         new = {**st, "theta": theta, "outer": o, "inner": inner, "version": st["version"] + 1}
@@ -196,8 +195,7 @@ def executor(
             def go(s: dict[str, Any]) -> tuple:
                 p0 = jax.tree.map(lambda a: a[w], s["dispatch"])
                 delta = jax.tree.map(lambda a, b: a - b[w], p0, p_end)
-                if fp8:
-                    delta = jax.tree.map(fp8_rowwise, delta)
+                delta = exchange_one(delta, exchange)
                 tau = s["version"] - pulled
                 u, o = outer.update(delta, s["outer"], s["theta"], staleness=tau)
                 theta = optax.apply_updates(s["theta"], u)
@@ -218,7 +216,8 @@ def executor(
             return jobs(st, x, xr, yr, jnp.full_like(steps, n), s, offset, n)
 
         new, loss = sync_step(
-            st, j, run, outer, frags, inner_steps=h, overlap=overlap, alpha=alpha, fp8=fp8,
+            st, j, run, outer, frags, inner_steps=h, overlap=overlap, alpha=alpha,
+            exchange=exchange,
             gather=gather,
         )  # fmt: skip
         return new, loss[None]

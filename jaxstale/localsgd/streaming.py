@@ -7,7 +7,7 @@ would step the fragments not being synchronised with their momentum — torchft'
 synchronises, fragment ``k mod P`` at the ``k``-th sync (``k = 0, 1, …``; each fragment every
 ``H`` steps), as torchft schedules it::
 
-    at step (k+1)·H/P − τ:   Δ = mean_m(g_p − x_{m,p})           (snapshot; fp8 optional)
+    at step (k+1)·H/P − τ:   Δ = mean_m(g_p − x_{m,p})           (snapshot; fp8/fp4 optional)
                              g_p ← g_p + outer_p.update(Δ)         (outer step, staleness 0)
     at step (k+1)·H/P:       x_{m,p} ← α·x_{m,p} + (1 − α)·g_p     (merge, every replica)
 
@@ -36,7 +36,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxstale.localsgd.quantize import fp8_mean
+from jaxstale.localsgd.quantize import exchange_mean
 from jaxstale.models.staged import _balanced_bounds
 
 __all__ = ["fragment_ids", "init_outer", "round_fn", "sync_step"]
@@ -107,7 +107,7 @@ def round_fn(
     inner_steps: int,
     overlap: int,
     alpha: float,
-    fp8: bool,
+    exchange: str,
 ) -> Callable[..., tuple]:
     """The emulator's step for sync ``k``: ``(state, k, tables, data) -> (state, loss)``.
 
@@ -126,7 +126,7 @@ def round_fn(
 
         return sync_step(
             st, k % p, run, outer, fragments, inner_steps=inner_steps, overlap=overlap,
-            alpha=alpha, fp8=fp8,
+            alpha=alpha, exchange=exchange,
         )  # fmt: skip
 
     return step
@@ -142,7 +142,7 @@ def sync_step(
     inner_steps: int,
     overlap: int,
     alpha: float,
-    fp8: bool,
+    exchange: str,
     gather: Callable[[Any], Any] = lambda x: x,
 ) -> tuple:
     """One sync of fragment ``j`` (both executors): ``H/P − τ`` inner steps of every replica, the
@@ -166,7 +166,7 @@ def sync_step(
         def go(operands: tuple) -> tuple:
             g, xs, states = operands
             deltas = [g[i][None] - xs[i] for i in idx]  # this fragment's only
-            delta = fp8_mean(deltas) if fp8 else [jnp.mean(d, axis=0) for d in deltas]
+            delta = exchange_mean(deltas, exchange)
             u, o = outer.update(delta, states[q], [g[i] for i in idx], staleness=jnp.int32(0))
             g = list(g)
             for i, ui in zip(idx, u, strict=True):
