@@ -14,7 +14,9 @@ Methods (``--methods``):
 
 - ``dp``: data parallelism — the inner optimizer on the mean gradient of ``M`` mini-batches
   (one batch of ``M·B``) for ``steps`` updates: the same tokens as ``M`` workers × ``steps``
-  inner steps, an exchange every step. No outer rate (its grid is ``1``).
+  inner steps, an exchange every step. Its grid (``--dp-scales``) multiplies the inner rate,
+  tuned for its ``M``-fold batch: one worker's one-step ``Δ`` under outer SGD at rate ``s`` is
+  the inner optimizer at ``s`` times its rate (AdamW's decoupled decay included).
 - ``diloco``: synchronous DiLoCo, outer ``optax.sgd(lr, 0.9, nesterov=True)`` on the mean ``Δ``
   every ``H`` steps (``steps / H`` rounds).
 - ``streaming τ=k`` (one per ``--overlaps`` value), ``streaming-fp8 τ=k`` and
@@ -87,6 +89,8 @@ METHODS = (
 KEY = ("model", "method", "workers", "inner_steps", "lr", "seed")
 EDGE_BY = ("model", "method", "workers", "inner_steps")
 OUTER_LRS = (0.3, 0.5, 0.7, 1.0)
+#: dp's multipliers of the inner rate (its batch is M times one worker's)
+DP_SCALES = (0.5, 1.0, 2.0, 4.0)
 #: outer Adam's rates (async-cgad): a step of about ``lr`` per coordinate and arrival
 ADAM_LRS = (0.001, 0.003, 0.01)
 
@@ -120,6 +124,9 @@ class Config(Base):
     )
     lrs: tuple[float, ...] | None = opt(
         None, "outer-rate grid (default 0.3,0.5,0.7,1.0)", low=0, low_open=True
+    )
+    dp_scales: tuple[float, ...] | None = opt(
+        None, "dp's multipliers of the inner rate (default 0.5,1,2,4)", low=0, low_open=True
     )
     adam_lrs: tuple[float, ...] | None = opt(
         None, "async-cgad's outer Adam rate grid (default 0.001,0.003,0.01)", low=0,
@@ -167,6 +174,10 @@ class Config(Base):
                 self, {"adam_lrs": f"{flag('adam_lrs')} is async-cgad's; it does not run"}
             )
         adam_lrs = list(self.adam_lrs or ADAM_LRS)
+        dp_runs = "dp" in methods
+        if not dp_runs:
+            refuse_unused(self, {"dp_scales": f"{flag('dp_scales')} is dp's; it does not run"})
+        dp_scales = list(self.dp_scales or DP_SCALES)
         # the default overlaps are those every H's sync interval fits
         room = min(h // self.fragments for h in hs)
         overlaps = list(self.overlaps or [o for o in (0, 1, 2) if o < room])
@@ -197,6 +208,7 @@ class Config(Base):
             "steps": steps,
             "lrs": lrs,
             **({"adam_lrs": adam_lrs} if cgad_runs else {}),
+            **({"dp_scales": dp_scales} if dp_runs else {}),
             "seeds": seeds,
             "batch_size": self.batch_size,
             "fragments": self.fragments,
@@ -205,14 +217,16 @@ class Config(Base):
             **({"executor": "mesh"} if self.executor == "mesh" else {}),
             "target": self.resolved_target,
             "extend_edges": grids.edge_limit(self),
-            **grids.tune_seeds(self, seeds, [lrs, *([adam_lrs] if cgad_runs else [])]),
+            **grids.tune_seeds(
+                self, seeds, [lrs, *([adam_lrs] if cgad_runs else []), *([dp_scales] * dp_runs)]
+            ),
         }
 
 
 def grid_of(cfg: dict[str, Any]) -> Any:
-    """The outer-rate grid of a (model, method, M, H) group: ``[1.0]`` for ``dp``, outer Adam's
-    for ``async-cgad``."""
-    own = {"dp": [1.0], "async-cgad": cfg.get("adam_lrs")}
+    """The outer-rate grid of a (model, method, M, H) group: dp's inner-rate multipliers, outer
+    Adam's rates for ``async-cgad``, else the outer rates."""
+    own = {"dp": cfg.get("dp_scales"), "async-cgad": cfg.get("adam_lrs")}
     return lambda g: own.get(g[1]) or cfg["lrs"]
 
 

@@ -3,6 +3,7 @@ validation, paired against synchronous DiLoCo; bad input refused in one line."""
 
 import json
 
+import numpy as np
 import pytest
 
 from experiments import local_sgd as exp
@@ -16,12 +17,12 @@ TINY += ["--workers", "2", "--seeds", "2", "--extend-edges", "0", "--batch-size"
 def test_equal_tokens_fewer_exchanges_end_to_end(tmp_path):
     out = tmp_path / "run"
     argv = [*TINY, "--lrs", "0.7", "--methods", "dp", "diloco", "streaming", "async-delayed"]
-    argv += ["async-cgad", "--adam-lrs", "0.003"]
+    argv += ["async-cgad", "--adam-lrs", "0.003", "--dp-scales", "2"]
     res = exp.main([*argv, "--overlaps", "1", "--out", str(out)])
     rows = json.loads((out / "summary.json").read_text())["rows"]
     by = {r["method"]: r for r in rows if r["seed"] == 0}
     assert set(by) == {"dp", "diloco", "streaming τ=1", "async-delayed", "async-cgad"}
-    assert by["dp"]["lr"] == 1.0 and by["diloco"]["lr"] == 0.7  # dp has no outer rate
+    assert by["dp"]["lr"] == 2.0 and by["diloco"]["lr"] == 0.7  # dp: the inner rate × 2
     assert by["async-cgad"]["lr"] == 0.003  # outer Adam's own grid
     assert by["dp"]["tokens"] == by["diloco"]["tokens"] == 2 * 8 * 16  # M × steps × B
     assert by["dp"]["models_sent"] == 8 and by["diloco"]["models_sent"] == 2  # H-fold fewer
@@ -31,6 +32,23 @@ def test_equal_tokens_fewer_exchanges_end_to_end(tmp_path):
     table = res["table"]
     assert "| mlp | dp − diloco |" in table and "models sent" in table
     assert (out / "plot.png").exists()
+
+
+def test_dps_rate_multiplies_the_inner_rate():
+    """One worker's one-step Δ under outer SGD at rate s is the inner AdamW at s × its rate
+    (its warm-up, cosine and decoupled decay included): dp's grid tunes its own rate."""
+    import optax
+
+    from jaxstale import localsgd, optimizers
+    from tests.localsgd.helpers import flat, run, setup
+
+    sched = localsgd.synchronous(1, 12, 1)
+    f, xb, yb = setup(sched.num_batches)
+    adamw = lambda lr: optimizers.per_stage("adamw", lr, 0.9, 12)
+    scaled = run(f, adamw(0.003), optax.sgd(2.5), sched, xb, yb)
+    direct = run(f, adamw(0.0075), optax.sgd(1.0), sched, xb, yb)
+    np.testing.assert_allclose(flat(scaled.params), flat(direct.params), atol=2e-6)
+    assert np.max(np.abs(flat(scaled.params) - flat(f.params))) > 1e-2  # it trained
 
 
 def _row(method, lr, seed, test, h=10):
@@ -47,6 +65,7 @@ def test_tables_select_on_validation_and_pair_every_method_with_diloco():
              for lr in (0.3, 0.7) for s in range(3) for h in (10, 50)]  # fmt: skip
     cfg = {"dataset": "mnist1d", "optimizer": "adamw", "inner_lr": 0.003, "steps": 100,
            "batch_size": 32, "seeds": 3, "inner_steps": [10, 50], "lrs": [0.3, 0.7],
+           "dp_scales": [1.0],
            "extend_edges": 0}  # fmt: skip
     task = tasks.classification(10)
     table, selected, picked = exp.make_table(rows, cfg, 0.1, task)
@@ -60,7 +79,7 @@ def test_tables_select_on_validation_and_pair_every_method_with_diloco():
 
 def test_each_method_gets_its_own_outer_rate_grid():
     grid = exp.grid_of(exp.Config(methods=("dp", "diloco", "async-cgad")).resolved())
-    assert grid(("mlp", "dp")) == [1.0]
+    assert grid(("mlp", "dp")) == list(exp.DP_SCALES)
     assert grid(("mlp", "diloco")) == list(exp.OUTER_LRS)
     assert grid(("mlp", "async-cgad")) == list(exp.ADAM_LRS)
     assert "adam_lrs" not in exp.Config(methods=("diloco",)).resolved()  # run ids as before
@@ -77,6 +96,7 @@ def test_each_method_gets_its_own_outer_rate_grid():
         (["--alpha", "1.5"], "alpha"),
         (["--methods", "diloco", "--overlaps", "1"], "--overlaps is Streaming DiLoCo's"),
         (["--methods", "diloco", "--adam-lrs", "0.01"], "--adam-lrs is async-cgad's"),
+        (["--methods", "diloco", "--dp-scales", "2"], "--dp-scales is dp's"),
         (["--methods", "async-cgad", "--adam-lrs", "0"], "adam-lrs"),
     ],
 )
@@ -91,7 +111,7 @@ def test_bad_input_is_one_line(tmp_path, capsys, argv, message):
 @pytest.mark.slow  # eight compiled programs
 def test_the_mesh_executor_gives_the_emulators_rows(tmp_path):
     argv = [*TINY, "--lrs", "0.7", "--methods", "dp", "diloco", "async-delayed", "streaming"]
-    argv += ["--overlaps", "1"]
+    argv += ["--overlaps", "1", "--dp-scales", "1"]
     em = exp.main([*argv, "--out", str(tmp_path / "em")])["rows"]
     me = exp.main([*argv, "--executor", "mesh", "--out", str(tmp_path / "me")])["rows"]
     key = lambda r: (r["method"], r["seed"])
