@@ -74,6 +74,10 @@ class Claim:
     expected: float | None = None
     expected_why: str = ""
     expected_abs: bool = False
+    #: how an absolute ``expected`` is printed before any run is read: nats as is, or an
+    #: accuracy fraction in points (``expected_scale`` 100)
+    expected_unit: str = "nats"
+    expected_scale: float = 1.0
 
     def expected_points(self, primary: Diff, ev: Evidence | None = None) -> float:
         """The expected effect on this task, in the primary's unit (a fraction of accuracy, or

@@ -15,6 +15,7 @@ from .asynchronous import (
 )
 from .core import Claim
 from .language import LM_CLAIMS
+from .localsgd import D_CLAIMS
 from .pipeline import judge_cliff, judge_moonshot_pipeline, judge_pipeline, judge_pipeline_adam
 
 __all__ = ["CLAIMS", "claim", "expected_line"]
@@ -170,6 +171,7 @@ CLAIMS: list[Claim] = [
         primary="a target: the memory-light policy best on validation against sync at N = 8",
     ),
     *LM_CLAIMS,
+    *D_CLAIMS,
 ]
 
 
@@ -178,7 +180,8 @@ def expected_line(c: Claim) -> str:
     if c.expected is None:
         return f" Expected effect: {c.expected_why}." if c.expected_why else ""
     if c.expected_abs:
-        return f" Expected effect: {c.expected:.3g} nats ({c.expected_why})."
+        value = c.expected_scale * c.expected
+        return f" Expected effect: {value:.3g} {c.expected_unit} ({c.expected_why})."
     return (
         f" Expected effect: {100 * c.expected:.3g} % of the reference arm's test error "
         f"({c.expected_why})."
