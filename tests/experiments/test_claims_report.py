@@ -131,7 +131,7 @@ def test_provenance_records_commit_fingerprints_versions_and_reuse(tmp_path, mon
     text = claims.main(["--results", str(res), "--out", str(out)])["text"]
     prov = text[text.index("## Provenance") :]
     assert f"**Commit of the report**: `{'a' * 40}` (with uncommitted changes) — the commit" in prov
-    assert "[`claims/rows/`](claims/rows/)" in prov and f"`{res}`" in prov
+    assert "[`claims/rows/`](claims/rows/index.json)" in prov and f"`{res}`" in prov
     assert "| `async` | 170 | `feedfacecafebeef` | `0123456789ab` | `dddddddddddd` |" in prov
     assert "| `async-raw` | 10 | `0000000000000000` | `ffffffffffff` |" in prov
     assert "jax 0.4.35, jaxlib 0.4.35, flax 0.10.2, optax 0.2.4" in prov
