@@ -260,7 +260,7 @@ D_CLAIMS: list[Claim] = [
         "C4) with H-fold less communication.",
         ("diloco",),
         judge_matches_dp,
-        primary=f"diloco − dp + {100 * MARGIN:g} test accuracy at M = 4, H = 50 "
+        primary=f"diloco − dp test accuracy + {100 * MARGIN:g} point at M = 4, H = 50 "
         f"(non-inferiority, margin {100 * MARGIN:g} point), each at its own rate selected on "
         "validation (dp's a multiple of the inner rate for its 4-fold batch)",
         expected=MARGIN,
@@ -290,7 +290,7 @@ D_CLAIMS: list[Claim] = [
         "faster in wall clock with heterogeneous workers.",
         ("diloco",),
         judge_delayed,
-        primary="async-delayed − diloco + δ test accuracy at M = 4, H = 10 (non-inferiority, "
+        primary="async-delayed − diloco test accuracy + δ at M = 4, H = 10 (non-inferiority, "
         "δ = 2 % of diloco's test error here), each at its own outer rate selected on validation",
         expected_abs=True,
         expected_why="the paper: within 2 %, so the contrast's expected value is the margin",
@@ -303,8 +303,8 @@ D_CLAIMS: list[Claim] = [
         "sent in 4-bit floats, reaches DiLoCo's quality with far less peak bandwidth.",
         ("diloco-streaming",),
         judge_streaming,
-        primary=f"streaming-fp4 at the largest overlap run (τ = 4) − diloco + "
-        f"{100 * MARGIN:g} test accuracy at M = 4, H = 10, P = 2 fragments, α = 0.5 "
+        primary=f"streaming-fp4 at the largest overlap run (τ = 4) − diloco test accuracy + "
+        f"{100 * MARGIN:g} point at M = 4, H = 10, P = 2 fragments, α = 0.5 "
         f"(non-inferiority, margin {100 * MARGIN:g} point)",
         expected=MARGIN,
         expected_abs=True,

@@ -215,7 +215,8 @@ def section(folders: Mapping[str, Path], snap: Snapshot | None, rows_link: str |
         )
         lines += [
             f"**Commit of the report**: {at} — the commit checked out when the rows were "
-            f"copied from the run folders in `{snap.source}` into [`{rows_link}/`]({rows_link}/index.json): "
+            f"copied from the run folders in `{snap.source}` into "
+            f"[`{rows_link}/`]({rows_link}/index.json): "
             "each configuration's `summary.json` (the rows behind every table, one per line), "
             "`config.json` and `table.md`. `python -m experiments.claims --from-rows` rebuilds "
             "this report (and the forest plots) from them byte for byte, without recomputing.",
