@@ -37,6 +37,7 @@ References:
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -262,6 +263,45 @@ def round_robin(num_workers: int, num_updates: int) -> DelaySchedule:
     return _from_pulled(np.maximum(t - m + 1, 0), t % m, t, m, "round_robin")
 
 
+class Arrivals(NamedTuple):
+    """The order in which dispatched jobs finish (:func:`earliest_first`): per arrival ``t``,
+    its ``worker``, the version it ``pulled``, its dispatch index ``job`` (the initial ``M``
+    jobs are 0..M−1, then one per arrival in arrival order), and its start and finish times."""
+
+    worker: np.ndarray
+    pulled: np.ndarray
+    job: np.ndarray
+    start: np.ndarray
+    finish: np.ndarray
+
+
+def earliest_first(num_workers: int, count: int, draw: Callable[[int], float]) -> Arrivals:
+    """``count`` arrivals of ``M`` workers that each run one job at a time: every worker starts
+    at time 0; repeatedly the earliest finisher (ties: the lower worker id) arrives as update
+    ``t``, pulls version ``t + 1`` at once and starts its next job. ``draw(i)`` is worker
+    ``i``'s next job duration, called in dispatch order (the initial ``M`` jobs, then one per
+    arrival), so a seeded generator gives a deterministic schedule.
+
+    Example:
+        >>> a = earliest_first(2, 4, lambda i: [1.0, 3.0][i])
+        >>> a.worker.tolist(), a.pulled.tolist(), a.job.tolist()
+        ([0, 0, 0, 1], [0, 1, 2, 0], [0, 2, 3, 1])
+    """
+    heap = [(float(draw(i)), i) for i in range(num_workers)]
+    heapq.heapify(heap)
+    version = np.zeros(num_workers, np.int64)  # the version each worker holds
+    job = np.arange(num_workers, dtype=np.int64)  # each worker's current job
+    started = np.zeros(num_workers)  # when each worker pulled
+    out = Arrivals(*(np.empty(count, np.int64) for _ in range(3)), np.empty(count), np.empty(count))
+    for t in range(count):
+        now, i = heapq.heappop(heap)
+        out.worker[t], out.pulled[t], out.job[t] = i, version[i], job[i]
+        out.start[t], out.finish[t] = started[i], now
+        version[i], job[i], started[i] = t + 1, num_workers + t, now
+        heapq.heappush(heap, (now + float(draw(i)), i))
+    return out
+
+
 def gamma_timed(
     num_workers: int,
     num_updates: int,
@@ -317,26 +357,9 @@ def gamma_timed(
     slow = np.ones(m)
     slow[: round(straggler_fraction * m)] = straggler_slowdown
     scale = slow * b / shape
-    # (finish time, worker) heap; ties broken by worker id, deterministic.
-    heap = [(float(rng.gamma(shape, scale[i])), i) for i in range(m)]
-    heapq.heapify(heap)
-    version = np.zeros(m, dtype=np.int64)  # the version each worker holds
-    cur_batch = np.arange(m, dtype=np.int64)  # the batch each worker is computing on
-    next_batch = m
-    worker = np.empty(t_count, np.int64)
-    pulled = np.empty(t_count, np.int64)
-    batch = np.empty(t_count, np.int64)
-    started = np.zeros(m)  # when each worker pulled
-    start, finish = np.empty(t_count), np.empty(t_count)
-    for t in range(t_count):
-        now, i = heapq.heappop(heap)
-        worker[t], pulled[t], batch[t] = i, version[i], cur_batch[i]
-        start[t], finish[t] = started[i], now
-        version[i] = t + 1
-        cur_batch[i] = next_batch
-        started[i] = now
-        next_batch += 1
-        heapq.heappush(heap, (now + float(rng.gamma(shape, scale[i])), i))
+    a = earliest_first(m, t_count, lambda i: rng.gamma(shape, scale[i]))
+    # one mini-batch per job, in dispatch order
+    pulled, worker, batch, start, finish = a.pulled, a.worker, a.job, a.start, a.finish
     return _from_pulled(pulled, worker, batch, m, "gamma", start, finish)
 
 

@@ -29,12 +29,11 @@ References:
 
 from __future__ import annotations
 
-import heapq
 from typing import NamedTuple
 
 import numpy as np
 
-from jaxstale.delays import _check_int, _check_real
+from jaxstale.delays import _check_int, _check_real, earliest_first
 
 __all__ = ["LocalSchedule", "asynchronous", "synchronous"]
 
@@ -198,23 +197,13 @@ def asynchronous(
         if dynamic
         else np.full(m, h, np.int64)
     )
-    job_time = lambda i: float(rng.gamma(shape * hw[i], slow[i] / shape))
-    heap = [(job_time(i), i) for i in range(m)]
-    heapq.heapify(heap)
-    version = np.zeros(m, np.int64)
-    first = np.concatenate([[0], np.cumsum(hw)[:-1]]).astype(np.int64)  # the first jobs' batches
-    next_batch = int(hw.sum())
-    started = np.zeros(m)
-    cols = {k: np.empty(count, np.int64) for k in ("worker", "pulled", "first", "steps")}
-    start, finish = np.empty(count), np.empty(count)
-    for t in range(count):
-        now, i = heapq.heappop(heap)
-        cols["worker"][t], cols["pulled"][t] = i, version[i]
-        cols["first"][t], cols["steps"][t] = first[i], hw[i]
-        start[t], finish[t] = started[i], now
-        version[i], started[i], first[i] = t + 1, now, next_batch
-        next_batch += hw[i]
-        heapq.heappush(heap, (now + job_time(i), i))
+    a = earliest_first(m, count, lambda i: rng.gamma(shape * hw[i], slow[i] / shape))
+    # the jobs' steps in dispatch order (worker i's initial job is job i), their first batches
+    job_steps = np.concatenate([hw, hw[a.worker]])
+    job_first = np.concatenate([[0], np.cumsum(job_steps)[:-1]])
+    cols = {"worker": a.worker, "pulled": a.pulled, "first": job_first[a.job],
+            "steps": job_steps[a.job]}  # fmt: skip
+    start, finish = a.start, a.finish
     return LocalSchedule(
         worker=cols["worker"].astype(np.int32),
         pulled=cols["pulled"].astype(np.int32),
