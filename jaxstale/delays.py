@@ -292,7 +292,8 @@ def earliest_first(num_workers: int, count: int, draw: Callable[[int], float]) -
     version = np.zeros(num_workers, np.int64)  # the version each worker holds
     job = np.arange(num_workers, dtype=np.int64)  # each worker's current job
     started = np.zeros(num_workers)  # when each worker pulled
-    out = Arrivals(*(np.empty(count, np.int64) for _ in range(3)), np.empty(count), np.empty(count))
+    ints = lambda: np.empty(count, np.int64)
+    out = Arrivals(ints(), ints(), ints(), np.empty(count), np.empty(count))
     for t in range(count):
         now, i = heapq.heappop(heap)
         out.worker[t], out.pulled[t], out.job[t] = i, version[i], job[i]
