@@ -465,7 +465,8 @@ def _prepare(config: Config) -> tuple[dict[str, Any], data.Dataset]:
             check_model_state(models.functional(net).state)
         except ValueError as e:
             raise ConfigError("model", f"{name!r} has batch norm: {e}") from None
-    lanes = cfg["seeds"] * len(cfg["lrs"])
+    grids_ = [cfg["lrs"], cfg.get("adam_lrs") or [], cfg.get("dp_scales") or []]
+    lanes = cfg["seeds"] * max(map(len, grids_))  # a group's lanes: its rates × seeds
     per = ds.x_train[:1].nbytes + ds.y_train[:1].nbytes
     stream = max(cfg["workers"]) * cfg["steps"] * cfg["batch_size"] * per * 1.25
     check_memory({"steps": stream * lanes})
