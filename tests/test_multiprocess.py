@@ -113,9 +113,13 @@ def run_cases(executor):
             eval_every=10,
         )
         out[f"async/{method}/{kind}/M={m}"] = _out(res)
-    for kind in ("synchronous", "asynchronous"):  # local SGD: DiLoCo, async with DyLU
+    for kind in ("synchronous", "streaming", "asynchronous"):  # DiLoCo, Streaming, DyLU
+        stream = {}
         if kind == "synchronous":
             sched = localsgd.synchronous(4, 3, 3)
+        elif kind == "streaming":  # two fragments, overlap 1, merge 0.5
+            sched = localsgd.synchronous(4, 2, 4)
+            stream = {"fragments": 2, "overlap": 1, "alpha": 0.5}
         else:
             sched = localsgd.asynchronous(
                 8, 12, 3, seed=1, straggler_fraction=0.25, straggler_slowdown=2.0, dynamic=True
@@ -125,10 +129,10 @@ def run_cases(executor):
         if executor == "mesh":
             m = sched.num_workers
             ex = localsgd_mesh.executor(
-                f.apply, inner, outer, sched, xs, ys, mesh=make_mesh(m, "data")
+                f.apply, inner, outer, sched, xs, ys, mesh=make_mesh(m, "data"), **stream
             )
         else:
-            ex = localsgd.executor(f.apply, inner, outer, sched, xs, ys)
+            ex = localsgd.executor(f.apply, inner, outer, sched, xs, ys, **stream)
         (res,) = loop.run(ex, f.params, f.state, eval_every=2, eval_data=(x[0], y[0]))
         out[f"localsgd/{kind}"] = _out(res)
     return out
@@ -175,7 +179,7 @@ def test_both_mesh_executors_across_two_processes_match_the_emulators(tmp_path):
     script.write_text(textwrap.dedent(CASES) + textwrap.dedent(TARGET))
     out_file = tmp_path / "mesh.json"
     r = _launch([str(script), str(out_file)])
-    assert "[p0] DONE 0 10" in r.stdout and "[p1] DONE 1 10" in r.stdout, r.stdout
+    assert "[p0] DONE 0 11" in r.stdout and "[p1] DONE 1 11" in r.stdout, r.stdout
     got = json.loads(out_file.read_text())
     want = _cases()["run_cases"]("emulate")
     assert got.keys() == want.keys()
