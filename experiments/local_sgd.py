@@ -397,9 +397,11 @@ def make_table(
     )
     parts = [
         title(cfg, f"**Test {m} at each (method, setting)'s outer rate selected on validation "
-              f"(mean ± 95 % CI over seeds that trained; [diverged/seeds]; @ outer lr), {head}**"),
+              f"(mean ± 95 % CI over seeds that trained; [diverged/seeds]; @ outer lr; dp: @ "
+              f"its multiple of the inner rate), {head}**"),
         acc,
-        f"**Validation {m} per outer rate (mean over seeds, diverged at chance; bold: selected)**",
+        f"**Validation {m} per outer rate (dp: multiple of the inner rate; mean over seeds, "
+        "diverged at chance; bold: selected)**",
         grid,
     ]  # fmt: skip
     edges = reports.edge_notes(

@@ -104,8 +104,8 @@ def tuned_tables(
     joint = not isinstance(knob, str)
     first_field = knob if isinstance(knob, str) else knob[0]
     firsts = _unique(r.get(first_field) for r in rows)
-    if any(r.get("extended") for r in rows):  # rates added beyond the grid: in their place
-        firsts = sorted(firsts)
+    if all(isinstance(f, (int, float)) and not isinstance(f, bool) for f in firsts):
+        firsts = sorted(firsts)  # rates added beyond a grid, or grids of several methods, in order
 
     def _rest(kv: Any) -> tuple[Any, ...]:
         return tuple(kv[1:]) if joint else ()
