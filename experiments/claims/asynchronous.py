@@ -173,6 +173,14 @@ def judge_lc_asgd(ctx: Context) -> Evidence:
         if s and s[0].get("lam") is not None
     )
     notes = [f"- LC-ASGD's λ tuned on validation over {lams} (sign included): {picked}"]
+    edge = [w for w, x in zip(cfgw, sel, strict=True)
+            if x and lams and x[0].get("lam") in (lams[0], lams[-1])]  # fmt: skip
+    if edge:
+        notes.append(
+            f"- λ at its grid's edge at M = {', '.join(map(str, edge))}: the grid does not "
+            "bracket LC-ASGD's optimum there (λ is not extended as rates are); check its "
+            "compensation before reading a verdict against it as a finding"
+        )
     table = _async_table(ctx, "async", ["sgd", "asgd", "dc-asgd-a", "lc-asgd"], [1, *cfgw])
     return Evidence(
         _one(_ordering(ctx, "async", pairs[:1], [16])),

@@ -200,3 +200,20 @@ def test_claims_runs_a_configuration_under_python_m(tmp_path):
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     assert (tmp_path / "r" / "async-fixed-lr" / "summary.json").exists()
     assert "## A1." in out.read_text()
+
+
+def test_c4_reads_lc_asgd_at_its_own_lambda_and_flags_an_edge_lambda(tmp_path):
+    """C4's primary is LC-ASGD − DC-ASGD-a at M = 16, LC-ASGD at its (rate, λ) selected on
+    validation; a λ selected at its grid's edge is said to leave the optimum unbracketed."""
+    seeds = [0.0, 0.002, -0.002]
+    rows = _rows({("sgd", 1): [0.85 + j for j in seeds], ("asgd", 16): [0.74 + j for j in seeds],
+                  ("dc-asgd-a", 16): [0.79 + j for j in seeds]})  # fmt: skip
+    for lam, acc in ((-0.1, 0.80), (0.01, 0.70), (0.1, 0.65)):  # λ = −0.1 best: an edge
+        for r in _rows({("lc-asgd", 16): [acc + j for j in seeds]}):
+            rows.append({**r, "lam": lam})
+    _folder(tmp_path, "async", rows, [16])
+    v = claims.claim("C4").assess(claims.Context(tmp_path, quick=False))
+    assert v.verdict == "held", v.evidence
+    assert "lc-asgd (M=16) − dc-asgd-a (M=16) = +1.0" in v.evidence
+    assert "M=16: λ -0.1" in v.evidence
+    assert "λ at its grid's edge at M = 16: the grid does not bracket" in v.evidence
