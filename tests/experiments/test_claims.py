@@ -215,5 +215,5 @@ def test_c4_reads_lc_asgd_at_its_own_lambda_and_flags_an_edge_lambda(tmp_path):
     v = claims.claim("C4").assess(claims.Context(tmp_path, quick=False))
     assert v.verdict == "held", v.evidence
     assert "lc-asgd (M=16) − dc-asgd-a (M=16) = +1.0" in v.evidence
-    assert "M=16: λ -0.1" in v.evidence
-    assert "λ at its grid's edge at M = 16: the grid does not bracket" in v.evidence
+    assert "M=16: -0.1" in v.evidence
+    assert "LC-ASGD's λ at its grid's edge at M = 16: the grid does not bracket" in v.evidence
