@@ -95,16 +95,32 @@ def _events(ticks: list[list[Op]], rounds: list[int], nb: int) -> list[list[tupl
 
 
 def _capacity(intervals: list[tuple[int, int]], items: list[int]) -> int:
-    """Smallest slot count such that items live at the same tick get distinct ``item % cap``."""
-    cap = 1
+    """Smallest slot count such that items live at the same tick (``a ≤ t ≤ z``, ends
+    included) get distinct ``item % cap``.
+
+    A sweep over the intervals' ends for each candidate (starts before ends at one tick, so an
+    interval ending where another starts still holds its slot), from the most items ever live
+    at once upwards: ``O(I log I)`` per candidate, where checking every start against every
+    interval was ``O(I²)`` (hours for a 9,000-batch schedule).
+    """
+    events = sorted([(a, 0, i) for i, (a, _) in enumerate(intervals)]
+                    + [(z, 1, i) for i, (_, z) in enumerate(intervals)])  # fmt: skip
+    live = most = 0
+    for _, end, _ in events:
+        live += -1 if end else 1
+        most = max(most, live)
+    cap = max(most, 1)
     while True:
-        ok = True
-        for t0, _ in intervals:
-            live = [it for (a, z), it in zip(intervals, items, strict=True) if a <= t0 <= z]
-            if len({it % cap for it in live}) != len(live):
-                ok = False
+        held: set[int] = set()
+        for _, end, i in events:
+            slot = items[i] % cap
+            if end:
+                held.discard(slot)
+            elif slot in held:
                 break
-        if ok:
+            else:
+                held.add(slot)
+        else:
             return cap
         cap += 1
 

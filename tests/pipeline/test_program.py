@@ -131,3 +131,33 @@ def test_the_program_carries_one_structural_key_for_both_executors():
     ]
     assert len({a.structure, *(p.structure for p in others)}) == 1 + len(others)
     hash(a.structure)
+
+
+def _capacity_by_definition(intervals, items):
+    """The definition: at every start tick, the live items' residues are distinct."""
+    cap = 1
+    while True:
+        if all(
+            len({it % cap for (a, z), it in zip(intervals, items, strict=True) if a <= t0 <= z})
+            == sum(a <= t0 <= z for a, z in intervals)
+            for t0, _ in intervals
+        ):
+            return cap
+        cap += 1
+
+
+def test_slot_capacity_is_the_definitions_smallest():
+    """The sweep gives the brute-force definition's answer, ends included (an interval ending
+    at the tick another starts still holds its slot)."""
+    from jaxstale.pipeline.program import _capacity
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        k = int(rng.integers(1, 12))
+        starts = rng.integers(0, 20, k)
+        intervals = [(int(a), int(a + rng.integers(0, 6))) for a in starts]
+        items = rng.permutation(40)[:k].tolist()
+        assert _capacity(intervals, items) == _capacity_by_definition(intervals, items)
+    assert _capacity([(0, 2), (2, 4)], [0, 1]) == 2  # they share tick 2
+    assert _capacity([(0, 1), (2, 4)], [0, 1]) == 1
+    assert _capacity([], []) == 1
