@@ -5,6 +5,8 @@ rounds, asynchronous arrivals, dynamic local updates, stragglers: configurations
 schedule); :mod:`~jaxstale.localsgd.emulator` runs them on one device with any Optax inner
 optimizer and any outer optimizer over pseudo-gradients (:mod:`jaxstale.transforms.outer`).
 :mod:`~jaxstale.localsgd.streaming` is Streaming DiLoCo (fragments, overlap, α merge);
+:mod:`~jaxstale.localsgd.overlap` overlaps a synchronous round's outer exchange (delayed and
+eager updates);
 :mod:`~jaxstale.localsgd.quantize` the fp8 exchange; :mod:`~jaxstale.localsgd.mesh` runs
 synchronous and asynchronous local SGD with each worker on a device of a ``"data"`` axis.
 """

@@ -11,6 +11,8 @@ across its jobs**. A job (a row of a :class:`~jaxstale.localsgd.schedule.LocalSc
   (``staleness = 0``); every worker then starts from the new ``θ``.
 - **asynchronous** (Liu et al.): each arrival is one outer update of its own ``Δ`` with
   ``staleness = t − pulled``; the worker pulls the new ``θ`` at once.
+- **overlapped** synchronous rounds (``outer_overlap``, :mod:`~jaxstale.localsgd.overlap`): the
+  round's mean applied one round late (``"delayed"``), or Kale et al.'s eager updates.
 
 ``updates, state = outer_tx.update(Δ, state, θ, staleness=τ)``, ``θ ← θ + updates``: any Optax
 transform is an outer optimizer (:mod:`jaxstale.transforms.outer`: DiLoCo's Nesterov, Delayed
@@ -37,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxstale.localsgd import overlap as overlapped
 from jaxstale.localsgd.quantize import exchange_mean, exchange_one
 from jaxstale.localsgd.schedule import LocalSchedule
 from jaxstale.localsgd.streaming import fragment_ids, init_outer, round_fn
@@ -199,6 +202,7 @@ def executor(
     fragments: int | Sequence[int] | None = None,
     overlap: int = 0,
     alpha: float = 0.0,
+    outer_overlap: str = "none",
 ) -> Executor:
     """An :class:`~jaxstale.loop.Executor` of local SGD on the mini-batch stream ``(xb [NB, B,
     ...], yb [NB, B, ...])`` following ``schedule``.
@@ -232,11 +236,16 @@ def executor(
             step) and its merge into the replicas, ``0 ≤ τ < H/P``.
         alpha: Streaming DiLoCo's merge ``x ← α·x + (1 − α)·g``, ``0 ≤ α ≤ 1`` (0: the
             replicas take the global weights, DiLoCo).
+        outer_overlap: synchronous rounds whose outer exchange overlaps the next round
+            (:mod:`~jaxstale.localsgd.overlap`): ``"none"`` (DiLoCo, the default),
+            ``"delayed"`` (the mean applied one round late) or ``"eager"`` (Kale et al.'s
+            eager updates: each worker's own fresh share with the others' delayed mean).
 
     Raises:
         ValueError: fewer mini-batches than the schedule consumes, an unknown ``exchange``,
             lanes that do not match, streaming settings out of range or given to an
-            asynchronous schedule; at ``init``, a model with non-parameter state (batch
+            asynchronous schedule, an ``outer_overlap`` that is unknown or given to an
+            asynchronous or streaming run; at ``init``, a model with non-parameter state (batch
             norm: each worker's running statistics would be dropped).
     """
     if exchange not in EXCHANGES:
@@ -256,6 +265,7 @@ def executor(
     m, sync = s0.num_workers, s0.synchronous
     h = max(s.inner_steps for s in schedules)
     streaming = _check_streaming(s0, fragments, overlap, alpha)
+    mode = overlapped.check_overlap(outer_overlap, sync, streaming)
     uniform = all(bool(np.all(s.steps == h)) for s in schedules)  # nothing to mask
     tables = _tables(schedules)
     xs, ys = jnp.asarray(xb), jnp.asarray(yb)
@@ -308,7 +318,21 @@ def executor(
         }
         return new, loss
 
+    def round_overlapped(st: dict[str, Any], r: jax.Array, tabs: dict, data: tuple) -> tuple:
+        first, steps = tabs["first_batch"][r], tabs["steps"][r]
+
+        def run(starts: Any, per_worker: bool) -> tuple:
+            axes = (0 if per_worker else None, 0, 0, 0, None, None, None)
+            p_end, inner, totals = jax.vmap(job, in_axes=axes)(
+                starts, st["inner"], first, steps, st["model_state"], data, h
+            )
+            return p_end, inner, jnp.mean(totals / steps.astype(jnp.float32))
+
+        return overlapped.sync_step(st, run, outer, mode, exchange=exchange)
+
     fn = round_sync if sync else arrival
+    if mode != "none":
+        fn = round_overlapped
     if streaming:
         fn = round_fn(
             job,
@@ -342,7 +366,7 @@ def executor(
             state["dispatch"] = _stack(params, m)
         if streaming:
             state["replicas"] = _stack(params, m)
-        return state
+        return overlapped.init_state(state, mode, m)
 
     def init(params: Any, model_state: Any) -> dict[str, Any]:
         check_model_state(model_state)

@@ -39,6 +39,7 @@ import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxstale.asyncdp.mesh import async_rounds, default_data_mesh
+from jaxstale.localsgd import overlap as overlapped
 from jaxstale.localsgd.emulator import (
     EXCHANGES,
     _check_streaming,
@@ -86,16 +87,18 @@ def executor(
     fragments: int | Sequence[int] | None = None,
     overlap: int = 0,
     alpha: float = 0.0,
+    outer_overlap: str = "none",
 ) -> Executor:
     """An :class:`~jaxstale.loop.Executor` of local SGD on a ``"data"`` mesh (arguments as
     :func:`jaxstale.localsgd.executor`'s, Streaming DiLoCo's ``fragments``, ``overlap`` and
-    ``alpha`` included; ``mesh``: default :func:`jaxstale.asyncdp.mesh.default_data_mesh`, the
+    ``alpha`` and the delayed or eager ``outer_overlap`` included; ``mesh``: default
+    :func:`jaxstale.asyncdp.mesh.default_data_mesh`, the
     largest ``D ≤`` the devices that divides ``M``).
 
     Raises:
         ValueError: ``D`` does not divide ``M``, an unknown ``exchange``, fewer mini-batches
             than the schedule consumes, a model with non-parameter state, streaming settings
-            out of range or given to an asynchronous schedule.
+            out of range or given to an asynchronous schedule, a bad ``outer_overlap``.
     """
     if exchange not in EXCHANGES:
         raise ValueError(f"unknown exchange {exchange!r}; choose from {', '.join(EXCHANGES)}")
@@ -115,6 +118,7 @@ def executor(
     outer = optax.with_extra_args_support(outer_tx)
     h = schedule.inner_steps
     streaming = _check_streaming(schedule, fragments, overlap, alpha)
+    mode = overlapped.check_overlap(outer_overlap, sync, streaming)
     frags = fragments or 1
     masked = not bool(np.all(schedule.steps == h))
     rep, data = NamedSharding(mesh, PartitionSpec()), NamedSharding(mesh, PartitionSpec("data"))
@@ -180,6 +184,16 @@ def executor(
         new = {**st, "theta": theta, "outer": o, "inner": inner, "version": st["version"] + 1}
         return new, jnp.mean(totals / steps.astype(jnp.float32))[None]
 
+    def round_overlapped(
+        st: dict[str, Any], xr: Any, yr: Any, steps: jax.Array, _order: Any
+    ) -> tuple:
+        def run(starts: Any, per_worker: bool) -> tuple:
+            p_end, inner, totals = jobs(st, starts if per_worker else None, xr, yr, steps)
+            return p_end, inner, jnp.mean(totals / steps.astype(jnp.float32))
+
+        new, loss = overlapped.sync_step(st, run, outer, mode, exchange=exchange, gather=gather)
+        return new, loss[None]
+
     def round_async(st: dict[str, Any], xr: Any, yr: Any, steps: jax.Array, order: Any) -> tuple:
         """``order``: ``[M, 3]`` the round's arrivals as ``(worker, pulled, valid)``."""
         p_end, inner, totals = jobs(st, st["dispatch"], xr, yr, jnp.maximum(steps, 1))
@@ -244,9 +258,16 @@ def executor(
         for rows in ("dispatch",) if not sync else ("replicas",) if streaming else ():
             state[rows] = _stack(params, m)
             shard[rows] = jax.tree.map(lambda _: data, state[rows])
+        state = overlapped.init_state(state, mode, m)
+        for key in overlapped.ROW_KEYS if mode == "eager" else ():
+            shard[key] = jax.tree.map(lambda _: data, state[key])
+        shard.update(
+            {k: jax.tree.map(lambda _: rep, v) for k, v in state.items() if k not in shard}
+        )
         state = jax.tree.map(lambda a: np.array(a, copy=True), state)
         if not compiled:  # keep each worker's rows on its device across rounds
             fn = round_streaming if streaming else round_sync if sync else round_async
+            fn = round_overlapped if mode != "none" else fn
             compiled.append(jit(fn, donate_argnums=(0,), out_shardings=(shard, rep)))
         return to_mesh(state, shard)
 

@@ -16,19 +16,29 @@ TINY += ["--workers", "2", "--seeds", "2", "--extend-edges", "0", "--batch-size"
 @pytest.mark.slow  # 19 s, four compiled programs; the tables' logic is tested on rows below
 def test_equal_tokens_fewer_exchanges_end_to_end(tmp_path):
     out = tmp_path / "run"
-    argv = [*TINY, "--lrs", "0.7", "--methods", "dp", "diloco", "streaming", "async-delayed"]
+    argv = [*TINY, "--lrs", "0.7", "--methods", "dp", "diloco", "diloco-eager", "streaming"]
+    argv += ["async-delayed"]
     argv += ["async-cgad", "--adam-lrs", "0.003", "--dp-scales", "2"]
     res = exp.main([*argv, "--overlaps", "1", "--out", str(out)])
     rows = json.loads((out / "summary.json").read_text())["rows"]
     by = {r["method"]: r for r in rows if r["seed"] == 0}
-    assert set(by) == {"dp", "diloco", "streaming τ=1", "async-delayed", "async-cgad"}
+    assert set(by) == {
+        "dp",
+        "diloco",
+        "diloco-eager",
+        "streaming τ=1",
+        "async-delayed",
+        "async-cgad",
+    }
     assert by["dp"]["lr"] == 2.0 and by["diloco"]["lr"] == 0.7  # dp: the inner rate × 2
     assert by["async-cgad"]["lr"] == 0.003  # outer Adam's own grid
     assert by["dp"]["tokens"] == by["diloco"]["tokens"] == 2 * 8 * 16  # M × steps × B
     assert by["dp"]["models_sent"] == 8 and by["diloco"]["models_sent"] == 2  # H-fold fewer
     assert by["streaming τ=1"]["updates"] == 4 and by["streaming τ=1"]["models_sent"] == 2
     assert by["async-delayed"]["updates"] == 4 and by["async-delayed"]["models_sent"] == 2
-    assert all(r["final_val_accuracy"] is not None for r in rows) and len(rows) == 10
+    eager = by["diloco-eager"]  # a round per H steps; the other worker's half arrives late
+    assert eager["models_sent"] == 2 and eager["mean_staleness"] == 0.5
+    assert all(r["final_val_accuracy"] is not None for r in rows) and len(rows) == 12
     table = res["table"]
     assert "| mlp | dp − diloco |" in table and "models sent" in table
     assert (out / "plot.png").exists()

@@ -38,6 +38,18 @@ def test_synchronous_diloco_on_the_mesh_is_the_emulator(exchange):
 
 
 @needs8
+@pytest.mark.parametrize("mode", ["eager", pytest.param("delayed", marks=pytest.mark.slow)])
+def test_overlapped_outer_updates_on_the_mesh_are_the_emulator(mode):
+    """Eager updates keep each worker's outer weights and state on its device."""
+    sched = synchronous(4, 3, 2)
+    f, xb, yb = _setup(sched.num_batches)
+    em, me = _both(f, optax.adam(0.01), outer_nesterov(0.7, 0.9), sched, xb, yb, 2,
+                   outer_overlap=mode)  # fmt: skip
+    np.testing.assert_allclose(_flat(me.params), _flat(em.params), atol=5e-7)
+    np.testing.assert_allclose(me.losses, em.losses, rtol=1e-6)
+
+
+@needs8
 def test_asynchronous_local_sgd_on_the_mesh_is_the_emulator():
     sched = asynchronous(
         4, 10, 3, seed=1, straggler_fraction=0.25, straggler_slowdown=3.0, dynamic=True
