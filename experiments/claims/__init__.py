@@ -55,7 +55,7 @@ from jaxstale import runs
 
 from ..config import prog_of
 from ..reports import MIN_PAIRS
-from . import budget, cells, provenance, sweeps
+from . import budget, cells, edges, provenance, sweeps
 from . import readme as readme_mod
 from .asynchronous import (
     judge_acceptance,
@@ -208,7 +208,8 @@ def report(
         f"Each published claim jaxstale tests, with its verdict on the {on} data "
         "under one protocol: inputs standardised with training statistics, a validation split "
         "carved from the training set, every method at its own learning rate **selected on "
-        "validation accuracy**, at least 5 seeds, budgets at which the synchronous reference "
+        "validation accuracy** (a selection still at its grid's edge is listed under [Grid "
+        "edges](#grid-edges)), at least 5 seeds, budgets at which the synchronous reference "
         "has converged ([Budget](#budget)). Cells are test accuracy %, mean ± 95 % CI over the "
         "seeds that trained, "
         "`[k/n div.]` the seeds that diverged, `@` the selected rate. A difference is "
@@ -291,6 +292,7 @@ def report(
             lines += ["", t]
         lines += _figure_links(c, v, ctx, fig_dir, figures_from)
     lines += sweeps.section(ctx, fig_dir, figures_from) + budget.section(ctx.results, list(RUNS))
+    lines += edges.section(ctx.results, list(RUNS))
     folders = {n: ctx.path(n) for n in RUNS if ctx.has(n)}
     lines += ["", '<a id="provenance"></a>', ""]
     lines += provenance.section(folders, snap, _rows_link(out, snap))
