@@ -212,7 +212,10 @@ def report(
         "edges](#grid-edges)), at least 5 seeds, budgets at which the synchronous reference "
         "has converged ([Budget](#budget)). Cells are test accuracy %, mean ± 95 % CI over the "
         "seeds that trained, "
-        "`[k/n div.]` the seeds that diverged, `@` the selected rate. A difference is "
+        "`[k/n div.]` the seeds that diverged, `@` the selected rate, `(edge)` when it is still "
+        "the smallest or largest rate of its grid after the extensions (a comparison with that "
+        "arm is then a bound, and a verdict whose primary reads one says **a bound**). A "
+        "difference is "
         "**beyond noise** when the 95 % t interval of the per-seed paired difference (a seed "
         "fixes initial weights and data order for every method) excludes 0; where the rows "
         "carry each run's final test predictions, its standard error also counts the variance "
@@ -265,7 +268,7 @@ def report(
                 [
                     f'<a href="#{c.id.lower()}">{c.id}</a> {c.title}',
                     c.source,
-                    f"**{verdicts[c.id].verdict}**",
+                    f"**{verdicts[c.id].summary}**",
                 ]
                 for c in CLAIMS
             ],
@@ -284,7 +287,7 @@ def report(
             f"**Primary comparison** (declared before the numbers): {c.primary}."
             + expected_line(c),
             "",
-            f"**Verdict: {v.verdict}.**",
+            f"**Verdict: {v.summary}.**",
             "",
             v.evidence,
         ]

@@ -26,6 +26,14 @@ class Verdict:
     evidence: str
     tables: list[str] = field(default_factory=list)
     figures: list[tuple[str, str]] = field(default_factory=list)
+    #: what qualifies the verdict without changing it (a primary arm whose selected rate is
+    #: still at its grid's edge: the primary is a bound); "" when nothing does
+    caveat: str = ""
+
+    @property
+    def summary(self) -> str:
+        """The verdict with its caveat, as the report's Summary and the README print it."""
+        return f"{self.verdict}; {self.caveat}" if self.caveat else self.verdict
 
     @property
     def label(self) -> str:
@@ -135,8 +143,16 @@ class Claim:
                 else (" — for the claim" if label in d.for_claim else "")
             )
             lines.append(f"- secondary, {label}{tag}: " + "; ".join(x.text() for x in diffs))
+        caveat = ""
+        if p.edges:
+            caveat = "a bound: " + ", ".join(p.edges)
+            lines.append(
+                f"- **a bound**: the primary's rate selected on validation is still at an edge "
+                f"of its grid after the extensions ({'; '.join(p.edges)}): that arm may do "
+                "better at a rate not run"
+            )
         lines += ev.notes
-        return Verdict(d.headline, "\n".join(lines), ev.tables, ev.figures)
+        return Verdict(d.headline, "\n".join(lines), ev.tables, ev.figures, caveat)
 
 
 @functools.cache
@@ -271,7 +287,21 @@ def selected(
     value = tasks.or_default(_metric_task(group)).final("val")
     chance = chance_if_needed(group, value)
     (pick,) = runs.select(group, by=(), knob=knob, value=value, chance=chance).values()
-    return [r for r in group if runs.stats.knob_value(r, knob) == pick]
+    out = [r for r in group if runs.stats.knob_value(r, knob) == pick]
+    side = rate_edge(group, out)
+    return [{**r, "rate_edge": side} for r in out] if side else out
+
+
+def rate_edge(group: Sequence[dict[str, Any]], picked: Sequence[dict[str, Any]]) -> str | None:
+    """``"smallest"`` or ``"largest"`` when the learning rate of ``picked`` (a group's rows at
+    its selection) is still at that end of the rates the group ran (its grid after the
+    extensions, :func:`experiments.grids.extend_grid`), None when it is inside them, or the
+    group ran fewer than two rates (a fixed rate is not a selection)."""
+    rates = sorted({r["lr"] for r in group if isinstance(r.get("lr"), int | float)})
+    lr = picked[0].get("lr") if picked else None
+    if len(rates) < 2 or lr not in rates:
+        return None
+    return "smallest" if lr == rates[0] else "largest" if lr == rates[-1] else None
 
 
 def cell(rows: Sequence[dict[str, Any]]) -> str:
@@ -286,7 +316,8 @@ def cell(rows: Sequence[dict[str, Any]]) -> str:
         diverged=[r["diverged"] for r in rows],
     )
     lr = rows[0].get("lr")
-    return f"{text} @ {lr:g}" if isinstance(lr, float) else text
+    edge = " (edge)" if rows[0].get("rate_edge") else ""
+    return f"{text} @ {lr:g}{edge}" if isinstance(lr, float) else text
 
 
 def diff(a_rows: Sequence[dict], b_rows: Sequence[dict], a: str, b: str) -> Diff:

@@ -28,7 +28,7 @@ def verdict_lines(
 ) -> list[str]:
     """One Markdown line per claim: its title and a link to its section with the verdict."""
     return [
-        f"- {c.title}: [{c.id}: {verdicts[c.id].verdict}]({report_link}#{c.id.lower()})."
+        f"- {c.title}: [{c.id}: {verdicts[c.id].summary}]({report_link}#{c.id.lower()})."
         for c in claims
     ]
 

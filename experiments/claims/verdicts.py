@@ -85,6 +85,9 @@ class Diff:
     test_var: float = 0.0
     scale: float = 100.0
     digits: int = 1
+    #: the arms whose rate selected on validation is still the smallest or largest of its grid
+    #: (``"<arm> at its grid's smallest rate"``): the difference is then a bound, not a measurement
+    edges: tuple[str, ...] = ()
 
     def fmt(self, x: float, sign: bool = False) -> str:
         """A value of this difference's metric as printed (points or nats)."""
@@ -272,7 +275,19 @@ def paired(
         err,
         test_var=examples_variance(a_rows, b_rows, list(pp)),
         **_reading(task),
+        edges=arm_edges([(a, a_rows), (b, b_rows)]),
     )
+
+
+def arm_edges(arms: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> tuple[str, ...]:
+    """``"<arm> at its grid's smallest rate"`` (or largest) for every arm whose rows carry a
+    ``rate_edge`` mark (:func:`experiments.claims.core.selected` sets it)."""
+    out = []
+    for name, rows in arms:
+        side = next((r.get("rate_edge") for r in rows if r.get("rate_edge")), None)
+        if side:
+            out.append(f"{name} at its grid's {side} rate")
+    return tuple(out)
 
 
 def contrast(
@@ -304,7 +319,9 @@ def contrast(
     else:
         chance = chance_of([r for _, rows in arms for r in rows])
         itt = combine([by_seed(rows, chance, field) for _, rows in arms])
-    return Diff(a, b, values, itt, chance, what=what, **_reading(task))
+    names = [a, b, *(f"arm {k + 1}" for k in range(2, len(arms)))]
+    edges = arm_edges([(n, rows) for n, (_, rows) in zip(names, arms, strict=False)])
+    return Diff(a, b, values, itt, chance, what=what, **_reading(task), edges=edges)
 
 
 def slope(points: Sequence[tuple[float, float]]) -> float | None:

@@ -125,3 +125,17 @@ def test_the_configurations_resolve_and_their_smoke_versions_too(name):
     assert run.config.resolved()["dataset"] == "mnist1d"
     assert run.at(True).resolved()["dataset"] == "digits"
     assert localsgd.MARGIN == 0.01
+
+
+def test_a_primary_arm_still_at_its_grid_edge_makes_the_verdict_a_bound(tmp_path):
+    """The verdict stands, its caveat says the primary is a bound; an interior selection has
+    none (validation prefers the first rate listed)."""
+    cells = {("diloco", 4, 10): _accs(0.86), ("async-nesterov", 4, 10): _accs(0.40)}
+    _folder(tmp_path, "diloco", _rows(cells, lrs=(0.1, 0.3, 0.5)))
+    v = _assess(tmp_path, "D2")
+    assert v.verdict == "held" and v.caveat.startswith("a bound: diloco (M=4, H=10) at its")
+    assert "async-nesterov at its grid's smallest rate" in v.summary
+    assert "**a bound**" in v.evidence and "@ 0.1 (edge)" in v.tables[0]
+    _folder(tmp_path, "diloco", _rows(cells, lrs=(0.3, 0.1, 0.5)))
+    v = _assess(tmp_path, "D2")
+    assert v.verdict == v.summary == "held" and not v.caveat and "(edge)" not in v.tables[0]
