@@ -318,5 +318,17 @@ LOCAL_RUNS: dict[str, Run] = {
         what="H = 10, M = 4, 8, 16 (staleness grows with M): outer Nesterov and CGAD on "
         "arrival, synchronous DiLoCo as the reference",
     ),
+    "diloco-overlap": Run(
+        local_sgd,
+        _LS(
+            **LOCAL,
+            workers=(4,),
+            inner_steps=(10, 50),
+            methods=("diloco", "diloco-delayed", "diloco-eager"),
+        ),
+        LOCAL_QUICK,
+        what="M = 4, H = 10 and 50: synchronous DiLoCo with its outer exchange overlapped with "
+        "the next round, naively (the mean a round late) and with eager updates",
+    ),
 }
 RUNS.update(LOCAL_RUNS)

@@ -139,3 +139,22 @@ def test_a_primary_arm_still_at_its_grid_edge_makes_the_verdict_a_bound(tmp_path
     _folder(tmp_path, "diloco", _rows(cells, lrs=(0.3, 0.1, 0.5)))
     v = _assess(tmp_path, "D2")
     assert v.verdict == v.summary == "held" and not v.caveat and "(edge)" not in v.tables[0]
+
+
+def test_d6_eager_updates_match_diloco_and_beat_the_naive_overlap(tmp_path):
+    cells = {("diloco", 4, 10): _accs(0.86), ("diloco-delayed", 4, 10): _accs(0.80),
+             ("diloco-eager", 4, 10): _accs(0.857), ("diloco", 4, 50): _accs(0.85),
+             ("diloco-delayed", 4, 50): _accs(0.78),
+             ("diloco-eager", 4, 50): _accs(0.848)}  # fmt: skip
+    _folder(tmp_path, "diloco-overlap", _rows(cells, lrs=(0.7,)))
+    v = _assess(tmp_path, "D6")
+    assert v.verdict == "held", v.evidence
+    assert "diloco-eager (M=4, H=10) − diloco + 1 point (non-inferiority, margin 1 point)" in (
+        v.evidence
+    )
+    assert "eager beats the naive delayed overlap — for the claim" in v.evidence
+    assert "what the naive overlap costs: diloco-delayed (M=4, H=10) − diloco = -6.0" in v.evidence
+    cells[("diloco-eager", 4, 10)] = _accs(0.83)  # 3 points below DiLoCo: beyond the margin
+    _folder(tmp_path, "diloco-overlap", _rows(cells, lrs=(0.7,)))
+    assert _assess(tmp_path, "D6").verdict == "did not hold"
+    assert _assess(tmp_path / "none", "D6").verdict == "not run"
