@@ -70,6 +70,7 @@ def test_overlapped_outer_updates_match_a_hand_rolled_loop(mode):
     assert np.abs(_flat(got.params) - _flat(plain.params)).max() > 1e-4  # not DiLoCo
 
 
+@pytest.mark.slow  # the fp32 case runs in make test; the wire's rounding is the difference
 def test_eager_updates_with_fp8_exchange_match_a_hand_rolled_loop():
     m, rounds, h = 2, 3, 2
     f, xb, yb = _setup(m * rounds * h)
@@ -91,6 +92,7 @@ def test_one_eager_worker_is_synchronous_diloco_to_the_bit():
     np.testing.assert_array_equal(eager.losses, plain.losses)
 
 
+@pytest.mark.slow  # three compiled programs
 def test_overlapped_lanes_are_their_runs_alone():
     m, rounds, h = 2, 3, 2
     f, xb, yb = _setup(m * rounds * h)
