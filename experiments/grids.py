@@ -110,12 +110,13 @@ def edge_state(
     secondary knob value, e.g. LC-ASGD's λ), ``grid`` its configured rates.
 
     The rate is selected on validation as the tables select it (:func:`jaxstale.runs.select`,
-    diverged seeds at ``chance``, ties to the rate seen first); ``knob`` may be joint
-    (``("lr", "lam")``), its first field the rate. At the smallest rate present the grid is
-    extended downwards, at the largest upwards (a diverged rate above the selected one makes it
-    interior), unless every seed diverged at the selected value or ``limit`` rates were added on
-    that side already. A function of the rows: a resume decides the same. ``task``: the
-    metric selected on (default accuracy; a language model's loss, lower is better).
+    diverged seeds at ``chance``, exact ties as :func:`jaxstale.runs.stats.best` breaks them);
+    ``knob`` may be joint (``("lr", "lam")``), its first field the rate. At the smallest rate
+    present the grid is extended downwards, at the largest upwards (a diverged rate above the
+    selected one makes it interior), unless every seed diverged at the selected value or
+    ``limit`` rates were added on that side already. A function of the rows: a resume decides
+    the same. ``task``: the metric selected on (default accuracy; a language model's loss,
+    lower is better).
 
     Example:
         >>> rows = [{"lr": lr, "seed": 0, "final_val_accuracy": a, "diverged": False}

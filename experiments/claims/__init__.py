@@ -440,7 +440,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for flag, given in (("--only", args.only), ("--force-resume", args.force_resume)):
             if given:
                 p.error(f"argument {flag}: applies with --run only (nothing would be run)")
-        if not any(results.glob("**/summary.json")):
+        # a configuration's folder may be a link to another worktree's (README): no glob,
+        # whose "**" does not follow links
+        if not any((results / n / "summary.json").exists() for n in RUNS):
             if args.results is None and provenance.read_index(rows) is not None:
                 from_rows = True
                 print(

@@ -221,9 +221,13 @@ def best(
     chance: float = 0.0,
 ) -> Any:
     """The key of ``per`` (rows by knob value) with the best :func:`score` of ``value`` over
-    the seeds every key shares (:func:`shared_seeds`); ties go to the key seen first. Best is
-    the highest for an accuracy, the lowest for a loss (the field's metric,
-    :func:`jaxstale.tasks.metric_of`).
+    the seeds every key shares (:func:`shared_seeds`). Best is the highest for an accuracy, the
+    lowest for a loss (the field's metric, :func:`jaxstale.tasks.metric_of`).
+
+    An exact tie (runs at chance level score the same: an accuracy is a count over a fixed
+    split) goes to the key with the most rows — in a two-stage sweep, the value already
+    confirmed on every seed — and then to the key seen first, so the selection does not
+    depend on the order of the rows once a value was confirmed.
 
     Raises:
         ValueError: ``value`` names a test metric, or ``per`` is empty.
@@ -234,7 +238,10 @@ def best(
         raise ValueError("best: nothing to select from")
     common = shared_seeds(per)
     sign = 1.0 if higher_is_better(value) else -1.0
-    return max(common, key=lambda k: sign * score(common[k], value, chance))
+    scores = {k: sign * score(rows, value, chance) for k, rows in common.items()}
+    top = max(scores.values())
+    tied = [k for k in common if scores[k] == top]
+    return max(tied, key=lambda k: len(per[k]))  # max keeps the first of equal counts
 
 
 def select(
@@ -250,7 +257,8 @@ def select(
 
     The score (:func:`score`) is the mean over seeds of ``value`` (a *validation* metric: the
     test split is never looked at) with diverged seeds counted at ``chance``, over the seeds
-    that every knob value of the group has (:func:`best`). Ties go to the knob value seen first.
+    that every knob value of the group has (:func:`best`). Exact ties go to the knob value with
+    the most rows, then to the one seen first.
 
     Args:
         rows: result rows, one per seed and knob value.

@@ -71,6 +71,22 @@ def test_select_counts_divergence_at_chance_and_ignores_test():
         stats.select(rows, by=("method",), value="final_test_accuracy")
 
 
+def test_an_exact_tie_goes_to_the_confirmed_value_whatever_the_row_order():
+    """At chance level two rates score the same on the tuning seeds; the one confirmed on
+    every seed (a two-stage sweep) wins, read in the sweep's order or sorted by rate."""
+    row = lambda lr, s, v: {"lr": lr, "seed": s, "final_val_accuracy": v, "diverged": False}
+    tuned = [row(0.3, s, v) for s, v in enumerate((0.099, 0.102, 0.1))]
+    confirmed = [row(0.3, s, 0.1) for s in range(3, 10)]
+    extension = [row(0.18, s, v) for s, v in enumerate((0.099, 0.102, 0.1))]
+    sweep_order = tuned + extension + confirmed
+    by_rate = sorted(sweep_order, key=lambda r: (r["lr"], r["seed"]))
+    for rows in (sweep_order, by_rate):
+        assert stats.select(rows, by=(), chance=0.1) == {(): 0.3}
+    # before the confirmation, the first seen wins the tie
+    assert stats.select(extension + tuned, by=(), chance=0.1) == {(): 0.18}
+    assert stats.select(tuned + extension, by=(), chance=0.1) == {(): 0.3}
+
+
 def test_score_by_hand():
     rows = _rows()[:3]
     assert stats.score(rows, "final_val_accuracy", 0.1) == pytest.approx((0.1 + 0.99 + 0.99) / 3)
