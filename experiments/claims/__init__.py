@@ -213,8 +213,9 @@ def report(
         "has converged ([Budget](#budget)). Cells are test accuracy %, mean ± 95 % CI over the "
         "seeds that trained, "
         "`[k/n div.]` the seeds that diverged, `@` the selected rate, `(edge)` when it is still "
-        "the smallest or largest rate of its grid after the extensions (a comparison with that "
-        "arm is then a bound, and a verdict whose primary reads one says **a bound**). A "
+        "the smallest or largest rate of its grid after the extensions, or no rate of the grid "
+        "beats chance by 2 points (a comparison with that arm is then a bound, and a verdict "
+        "whose primary reads one says **a bound**). A "
         "difference is "
         "**beyond noise** when the 95 % t interval of the per-seed paired difference (a seed "
         "fixes initial weights and data order for every method) excludes 0; where the rows "
@@ -442,7 +443,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 p.error(f"argument {flag}: applies with --run only (nothing would be run)")
         # a configuration's folder may be a link to another worktree's (README): no glob,
         # whose "**" does not follow links
-        if not any((results / n / "summary.json").exists() for n in RUNS):
+        finished = any((results / n / "summary.json").exists() for n in RUNS)
+        if not finished and not any(results.glob("**/summary.json")):
             if args.results is None and provenance.read_index(rows) is not None:
                 from_rows = True
                 print(

@@ -280,13 +280,13 @@ def paired(
 
 
 def arm_edges(arms: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> tuple[str, ...]:
-    """``"<arm> at its grid's smallest rate"`` (or largest) for every arm whose rows carry a
-    ``rate_edge`` mark (:func:`experiments.claims.core.selected` sets it)."""
+    """``"<arm> <why>"`` (e.g. ``"asgd at its grid's smallest rate"``) for every arm whose rows
+    carry a ``rate_edge`` mark (:func:`experiments.claims.core.selected` sets it)."""
     out = []
     for name, rows in arms:
         side = next((r.get("rate_edge") for r in rows if r.get("rate_edge")), None)
         if side:
-            out.append(f"{name} at its grid's {side} rate")
+            out.append(f"{name} {side}")
     return tuple(out)
 
 

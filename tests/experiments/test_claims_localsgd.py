@@ -158,3 +158,16 @@ def test_d6_eager_updates_match_diloco_and_beat_the_naive_overlap(tmp_path):
     _folder(tmp_path, "diloco-overlap", _rows(cells, lrs=(0.7,)))
     assert _assess(tmp_path, "D6").verdict == "did not hold"
     assert _assess(tmp_path / "none", "D6").verdict == "not run"
+
+
+def test_an_arm_at_chance_at_every_rate_makes_the_verdict_a_bound(tmp_path):
+    """A tie at chance can leave the selection inside the grid: it is a bound all the same."""
+    cells = {("diloco", 4, 10): _accs(0.86), ("async-nesterov", 4, 10): _accs(0.10)}
+    rows = _rows(cells, lrs=(0.3, 0.1, 0.5))
+    for r in rows:
+        if r["method"] == "async-nesterov":
+            r["final_val_accuracy"] = r["final_test_accuracy"] = 0.1 + 0.001 * (r["lr"] == 0.3)
+    _folder(tmp_path, "diloco", rows)
+    v = _assess(tmp_path, "D2")
+    assert v.verdict == "held"
+    assert v.caveat == "a bound: async-nesterov at chance at every rate of its grid", v.caveat
