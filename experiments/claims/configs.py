@@ -306,6 +306,21 @@ LOCAL_RUNS: dict[str, Run] = {
         what="M = 4, H = 10: Streaming DiLoCo (P = 2, α = 0.5), overlap τ = 0, 2, 4, Δ in fp32, "
         "fp8 and fp4",
     ),
+    "diloco-streaming-a0": Run(
+        local_sgd,
+        _LS(
+            **LOCAL,
+            workers=(4,),
+            inner_steps=(10,),
+            methods=("diloco", "streaming", "streaming-fp8", "streaming-fp4"),
+            fragments=2,
+            overlaps=(0, 2, 4),
+            alpha=0.0,
+        ),
+        LOCAL_QUICK,
+        what="D4's set-up check, added after diloco-streaming ran: the same with the merge "
+        "α = 0 (a 3-seed pilot put D4's loss on α = 0.5, not on the fragments)",
+    ),
     "diloco-async": Run(
         local_sgd,
         _LS(

@@ -90,6 +90,13 @@ def test_d4_takes_the_lowest_precision_at_the_largest_overlap(tmp_path):
     v = _assess(tmp_path, "D4")
     assert "**primary**: streaming-fp4 τ=4 − diloco + 1 point" in v.evidence
     assert v.verdict.startswith("did not hold"), v.evidence
+    # the set-up check added after the run (merge α = 0) is a secondary, never the primary
+    check = {k: _accs(0.859) for k in cells}
+    _folder(tmp_path, "diloco-streaming-a0", _rows(check))
+    v = _assess(tmp_path, "D4")
+    assert v.verdict == "did not hold", v.evidence
+    assert "set-up check added after the run: merge α = 0 (diloco-streaming-a0)" in v.evidence
+    assert "streaming-fp4 τ=4 (α = 0) − diloco + 1 point" in v.evidence
     cells[("streaming-fp4 τ=4", 4, 10)] = _accs(0.855)
     _folder(tmp_path, "diloco-streaming", _rows(cells))
     assert _assess(tmp_path, "D4").verdict == "held"
@@ -119,7 +126,9 @@ def test_a_claim_without_its_run_is_not_run_and_the_report_lists_them(tmp_path):
     assert "Expected effect: 1 point (the paper: DiLoCo matches" in text
 
 
-@pytest.mark.parametrize("name", ["diloco", "diloco-streaming", "diloco-async"])
+@pytest.mark.parametrize(
+    "name", ["diloco", "diloco-streaming", "diloco-streaming-a0", "diloco-async", "diloco-overlap"]
+)
 def test_the_configurations_resolve_and_their_smoke_versions_too(name):
     run = claims.RUNS[name]
     assert run.config.resolved()["dataset"] == "mnist1d"
