@@ -125,10 +125,9 @@ def _legend(fig: Any, expected: float | None, primary: Diff, itt: bool) -> None:
         texts.append("intention to treat (diverged seeds at chance)")
     if expected is not None and math.isfinite(expected):
         handles.append(Line2D([], [], color=_EXPECTED, linestyle="--"))
-        texts.append(
-            f"expected effect: {primary.scale * expected:.2g} {primary.unit}\n(the paper's, "
-            "rescaled)"
-        )
+        value = f"{primary.scale * expected:.2g}"
+        unit = primary.unit[:-1] if value == "1" and primary.unit == "points" else primary.unit
+        texts.append(f"expected effect: {value} {unit}\n(the paper's, rescaled)")
     fig.legend(handles, texts, fontsize="small", loc="outside lower center", ncols=3)
 
 
