@@ -40,6 +40,8 @@ import numpy as np
 import optax
 
 from jaxstale.localsgd import overlap as overlapped
+from jaxstale.localsgd._trees import stack as _stack
+from jaxstale.localsgd._trees import where as _where
 from jaxstale.localsgd.quantize import exchange_mean, exchange_one
 from jaxstale.localsgd.schedule import LocalSchedule
 from jaxstale.localsgd.streaming import fragment_ids, init_outer, round_fn
@@ -51,10 +53,6 @@ __all__ = ["EXCHANGES", "check_model_state", "executor", "inner_job"]
 
 #: the pseudo-gradients' precision on the wire
 EXCHANGES = ("fp32", "fp8", "fp4")
-
-
-def _where(pred: jax.Array, a: Any, b: Any) -> Any:
-    return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
 
 
 def inner_job(
@@ -96,10 +94,6 @@ def check_model_state(model_state: Any) -> None:
             "the local-SGD executor takes models without non-parameter state (batch norm): "
             "each worker's running statistics would be dropped"
         )
-
-
-def _stack(tree: Any, m: int) -> Any:
-    return jax.tree.map(lambda a: jnp.broadcast_to(a, (m, *jnp.shape(a))).copy(), tree)
 
 
 def _tables(schedules: Sequence[LocalSchedule]) -> dict[str, jax.Array]:

@@ -40,13 +40,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxstale.asyncdp.mesh import async_rounds, default_data_mesh
 from jaxstale.localsgd import overlap as overlapped
-from jaxstale.localsgd.emulator import (
-    EXCHANGES,
-    _check_streaming,
-    _stack,
-    check_model_state,
-    inner_job,
-)
+from jaxstale.localsgd._trees import stack as _stack
+from jaxstale.localsgd.emulator import EXCHANGES, _check_streaming, check_model_state, inner_job
 from jaxstale.localsgd.quantize import exchange_mean, exchange_one
 from jaxstale.localsgd.schedule import LocalSchedule
 from jaxstale.localsgd.streaming import fragment_ids, init_outer, sync_step

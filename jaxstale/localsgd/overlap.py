@@ -47,6 +47,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxstale.localsgd._trees import stack, where
 from jaxstale.localsgd.quantize import exchange_mean
 
 __all__ = ["OUTER_OVERLAPS", "ROW_KEYS", "check_overlap", "init_state", "sync_step"]
@@ -76,10 +77,6 @@ def check_overlap(outer_overlap: str, synchronous: bool, streaming: int) -> str:
     return outer_overlap
 
 
-def _stack(tree: Any, m: int) -> Any:
-    return jax.tree.map(lambda a: jnp.broadcast_to(a, (m, *jnp.shape(a))).copy(), tree)
-
-
 def init_state(state: dict[str, Any], mode: str, m: int) -> dict[str, Any]:
     """The synchronous executor state ``state`` with what ``mode`` keeps: the mean in flight
     (``"pending"``), and for eager each worker's outer weights ``"rows"``, outer state
@@ -89,18 +86,14 @@ def init_state(state: dict[str, Any], mode: str, m: int) -> dict[str, Any]:
     zeros = jax.tree.map(jnp.zeros_like, state["theta"])
     out = {**state, "pending": zeros}
     if mode == "eager":
-        out["rows"] = _stack(state["theta"], m)
-        out["outer"] = _stack(state["outer"], m)
-        out["own"] = _stack(zeros, m)
+        out["rows"] = stack(state["theta"], m)
+        out["outer"] = stack(state["outer"], m)
+        out["own"] = stack(zeros, m)
     return out
 
 
 #: the keys of :func:`init_state` that hold one row per worker (sharded on a mesh)
 ROW_KEYS = ("rows", "outer", "own")
-
-
-def _where(pred: jax.Array, a: Any, b: Any) -> Any:
-    return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
 
 
 def sync_step(
@@ -124,8 +117,8 @@ def sync_step(
         fresh = exchange_mean(gather(deltas), exchange)
         u, o = outer.update(st["pending"], st["outer"], st["theta"], staleness=jnp.int32(1))
         arrived = version > 0  # round 0 has nothing in flight
-        theta = _where(arrived, optax.apply_updates(st["theta"], u), st["theta"])
-        o = _where(arrived, o, st["outer"])
+        theta = where(arrived, optax.apply_updates(st["theta"], u), st["theta"])
+        o = where(arrived, o, st["outer"])
         new = {**st, "theta": theta, "outer": o, "inner": inner, "pending": fresh}
         return {**new, "version": version + 1}, loss
     rows = st["rows"]
