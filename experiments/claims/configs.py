@@ -279,6 +279,21 @@ LOCAL: dict[str, Any] = {"dataset": "mnist1d", "steps": 2250, "seeds": 10, "tune
 LOCAL_QUICK: tuple[tuple[str, Any], ...] = (("steps", 50), ("seeds", 2), ("tune_seeds", 1))
 _LS = local_sgd.Config
 
+_STREAMING = Run(
+    local_sgd,
+    _LS(
+        **LOCAL,
+        workers=(4,),
+        inner_steps=(10,),
+        methods=("diloco", "streaming", "streaming-fp8", "streaming-fp4"),
+        fragments=2,
+        overlaps=(0, 2, 4),
+    ),
+    LOCAL_QUICK,
+    what="M = 4, H = 10: Streaming DiLoCo (P = 2, α = 0.5), overlap τ = 0, 2, 4, Δ in fp32, "
+    "fp8 and fp4",
+)
+
 LOCAL_RUNS: dict[str, Run] = {
     "diloco": Run(
         local_sgd,
@@ -292,32 +307,11 @@ LOCAL_RUNS: dict[str, Run] = {
         what="M = 4, H = 10 and 50: data parallelism, synchronous DiLoCo, asynchronous outer "
         "Nesterov and Delayed Nesterov with dynamic local updates",
     ),
-    "diloco-streaming": Run(
-        local_sgd,
-        _LS(
-            **LOCAL,
-            workers=(4,),
-            inner_steps=(10,),
-            methods=("diloco", "streaming", "streaming-fp8", "streaming-fp4"),
-            fragments=2,
-            overlaps=(0, 2, 4),
-        ),
-        LOCAL_QUICK,
-        what="M = 4, H = 10: Streaming DiLoCo (P = 2, α = 0.5), overlap τ = 0, 2, 4, Δ in fp32, "
-        "fp8 and fp4",
-    ),
-    "diloco-streaming-a0": Run(
-        local_sgd,
-        _LS(
-            **LOCAL,
-            workers=(4,),
-            inner_steps=(10,),
-            methods=("diloco", "streaming", "streaming-fp8", "streaming-fp4"),
-            fragments=2,
-            overlaps=(0, 2, 4),
-            alpha=0.0,
-        ),
-        LOCAL_QUICK,
+    "diloco-streaming": _STREAMING,
+    # D4's set-up check, added after diloco-streaming ran: the same with the merge α = 0
+    "diloco-streaming-a0": dataclasses.replace(
+        _STREAMING,
+        config=dataclasses.replace(_STREAMING.config, alpha=0.0),
         what="D4's set-up check, added after diloco-streaming ran: the same with the merge "
         "α = 0 (a 3-seed pilot put D4's loss on α = 0.5, not on the fragments)",
     ),
