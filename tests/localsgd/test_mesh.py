@@ -25,26 +25,23 @@ def _both(f, inner, outer, sched, xb, yb, d, **kw):
 
 
 @needs8
-@pytest.mark.parametrize("exchange", ["fp32", pytest.param("fp8", marks=pytest.mark.slow)])
-def test_synchronous_diloco_on_the_mesh_is_the_emulator(exchange):
+@pytest.mark.parametrize(
+    "d, kw",
+    [
+        (4, {"exchange": "fp32"}),
+        pytest.param(4, {"exchange": "fp8"}, marks=pytest.mark.slow),
+        # eager updates keep each worker's outer weights and state on its device
+        (2, {"outer_overlap": "eager"}),
+        pytest.param(2, {"outer_overlap": "delayed"}, marks=pytest.mark.slow),
+    ],
+    ids=["fp32", "fp8", "eager", "delayed"],
+)
+def test_synchronous_diloco_on_the_mesh_is_the_emulator(d, kw):
     sched = synchronous(4, 3, 3)
     f, xb, yb = _setup(sched.num_batches)
-    em, me = _both(f, optax.adam(0.01), outer_nesterov(0.7, 0.9), sched, xb, yb, 4,
-                   exchange=exchange)  # fmt: skip
+    em, me = _both(f, optax.adam(0.01), outer_nesterov(0.7, 0.9), sched, xb, yb, d, **kw)
     # the jobs agree to the bit (D = 1 is bit-identical); the devices' vmaps of other sizes
     # round the last bits of a few weights differently
-    np.testing.assert_allclose(_flat(me.params), _flat(em.params), atol=5e-7)
-    np.testing.assert_allclose(me.losses, em.losses, rtol=1e-6)
-
-
-@needs8
-@pytest.mark.parametrize("mode", ["eager", pytest.param("delayed", marks=pytest.mark.slow)])
-def test_overlapped_outer_updates_on_the_mesh_are_the_emulator(mode):
-    """Eager updates keep each worker's outer weights and state on its device."""
-    sched = synchronous(4, 3, 2)
-    f, xb, yb = _setup(sched.num_batches)
-    em, me = _both(f, optax.adam(0.01), outer_nesterov(0.7, 0.9), sched, xb, yb, 2,
-                   outer_overlap=mode)  # fmt: skip
     np.testing.assert_allclose(_flat(me.params), _flat(em.params), atol=5e-7)
     np.testing.assert_allclose(me.losses, em.losses, rtol=1e-6)
 
