@@ -27,6 +27,9 @@ Methods (``--methods``):
   ``--alpha``; Δ exchanged in fp32, fp8 (e4m3) or fp4 (e2m1).
 - ``async-nesterov``: asynchronous local SGD (each arrival one outer update, ``M·steps/H`` of
   them), outer Nesterov as if nothing were stale.
+- ``async-lookahead``: momentum look-ahead (:func:`jaxstale.momentum_lookahead`): outer
+  Nesterov whose workers pull the weights extrapolated ``M − 1`` outer updates (their expected
+  staleness) along the negative outer momentum.
 - ``async-delayed``: Delayed Nesterov (buffer ``N = M``) with dynamic local updates (DyLU).
 - ``async-poly``: the polynomial staleness weight ``(1 + τ)^{-1/2}`` before outer Nesterov.
 - ``async-cgad``: CGAD (:func:`jaxstale.cgad`) — the arrival weighed by ``γ(τ)e^{−ατ}``
@@ -71,6 +74,7 @@ import optax
 from jaxstale import data, localsgd, loop, models, optimizers, runs, tasks
 from jaxstale.localsgd import mesh as localsgd_mesh
 from jaxstale.localsgd.emulator import check_model_state
+from jaxstale.transforms.lookahead import momentum_lookahead
 from jaxstale.transforms.outer import cgad, delayed_nesterov, staleness_weight
 
 from . import grids, reports
@@ -87,6 +91,7 @@ METHODS = (
     "streaming-fp8",
     "streaming-fp4",
     "async-nesterov",
+    "async-lookahead",
     "async-delayed",
     "async-poly",
     "async-cgad",
@@ -256,6 +261,9 @@ def outer_tx(method: str, workers: int, lr: float = 1.0) -> Any:
     if method == "async-delayed":
         dn = optax.inject_hyperparams(delayed_nesterov, static_args=("buffer_size",))
         return dn(learning_rate=lr, beta=0.9, buffer_size=workers)
+    if method == "async-lookahead":  # the expected staleness of M equally fast workers
+        la = optax.inject_hyperparams(momentum_lookahead, static_args=("horizon",))
+        return la(learning_rate=lr, momentum=0.9, horizon=workers - 1)
     if method == "async-poly":
         return optax.chain(staleness_weight("polynomial"), nesterov)
     if method == "async-cgad":

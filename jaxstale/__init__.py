@@ -31,9 +31,12 @@ from jaxstale.transforms import weight_prediction as weight_prediction
 
 # --- outer optimizers over pseudo-gradients (issue 24) ---
 from jaxstale.transforms import DelayedNesterovState as DelayedNesterovState
+from jaxstale.transforms import MomentumLookaheadState as MomentumLookaheadState
 from jaxstale.transforms import StalenessWeightState as StalenessWeightState
 from jaxstale.transforms import cgad as cgad
 from jaxstale.transforms import delayed_nesterov as delayed_nesterov
+from jaxstale.transforms import lookahead_point as lookahead_point
+from jaxstale.transforms import momentum_lookahead as momentum_lookahead
 from jaxstale.transforms import outer_nesterov as outer_nesterov
 from jaxstale.transforms import staleness_weight as staleness_weight
 

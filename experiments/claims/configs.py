@@ -327,6 +327,15 @@ LOCAL_RUNS: dict[str, Run] = {
         what="H = 10, M = 4, 8, 16 (staleness grows with M): outer Nesterov and CGAD on "
         "arrival, synchronous DiLoCo as the reference",
     ),
+    # added after diloco-async ran: momentum look-ahead on its seeds (the same data and
+    # workers' timing), so that D5's secondary pairs it with async-nesterov there
+    "diloco-lookahead": Run(
+        local_sgd,
+        _LS(**LOCAL, workers=(4, 8, 16), inner_steps=(10,), methods=("async-lookahead",)),
+        (*LOCAL_QUICK, ("workers", (2, 4))),
+        what="H = 10, M = 4, 8, 16: momentum look-ahead (workers pull θ extrapolated M − 1 "
+        "outer updates along the negative momentum), paired with diloco-async's seeds",
+    ),
     "diloco-overlap": Run(
         local_sgd,
         _LS(

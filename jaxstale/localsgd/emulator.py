@@ -10,7 +10,8 @@ across its jobs**. A job (a row of a :class:`~jaxstale.localsgd.schedule.LocalSc
   ``Δ`` are averaged (never the parameters) and ``outer_tx`` applies the mean once
   (``staleness = 0``); every worker then starts from the new ``θ``.
 - **asynchronous** (Liu et al.): each arrival is one outer update of its own ``Δ`` with
-  ``staleness = t − pulled``; the worker pulls the new ``θ`` at once.
+  ``staleness = t − pulled``; the worker pulls the new ``θ`` at once (with
+  :func:`~jaxstale.transforms.lookahead.momentum_lookahead`, its look-ahead point).
 - **overlapped** synchronous rounds (``outer_overlap``, :mod:`~jaxstale.localsgd.overlap`): the
   round's mean applied one round late (``"delayed"``), or Kale et al.'s eager updates.
 
@@ -48,8 +49,9 @@ from jaxstale.localsgd.streaming import fragment_ids, init_outer, round_fn
 from jaxstale.loop import Executor, Stats, jit
 from jaxstale.losses import cross_entropy
 from jaxstale.optimizers import set_hyperparams
+from jaxstale.transforms.lookahead import lookahead_point, uses_lookahead
 
-__all__ = ["EXCHANGES", "check_model_state", "executor", "inner_job"]
+__all__ = ["EXCHANGES", "check_lookahead", "check_model_state", "executor", "inner_job"]
 
 #: the pseudo-gradients' precision on the wire
 EXCHANGES = ("fp32", "fp8", "fp4")
@@ -93,6 +95,17 @@ def check_model_state(model_state: Any) -> None:
         raise ValueError(
             "the local-SGD executor takes models without non-parameter state (batch norm): "
             "each worker's running statistics would be dropped"
+        )
+
+
+def check_lookahead(outer_state: Any, synchronous: bool) -> None:
+    """Raises ``ValueError`` for a momentum look-ahead outer optimizer
+    (:func:`~jaxstale.transforms.lookahead.momentum_lookahead`) on a synchronous schedule: its
+    pull point is for asynchronous workers, and synchronous rounds would ignore it."""
+    if synchronous and uses_lookahead(outer_state):
+        raise ValueError(
+            "momentum_lookahead's pull point is for asynchronous schedules; a synchronous "
+            "(or streaming, or overlapped) run would ignore it: use outer_nesterov there"
         )
 
 
@@ -306,7 +319,7 @@ def executor(
             **st,
             "theta": theta,
             "outer": o,
-            "dispatch": put(st["dispatch"], theta),
+            "dispatch": put(st["dispatch"], lookahead_point(theta, o)),
             "inner": put(st["inner"], s_new),
             "version": st["version"] + 1,
         }
@@ -347,6 +360,7 @@ def executor(
             o = init_outer(outer, params, fragment_ids(params, fragments or 1))
         else:
             o = outer.init(params)
+        check_lookahead(o, sync)
         o = set_hyperparams(o, values["outer"]) if values["outer"] else o
         i = set_hyperparams(i, values["inner"]) if values["inner"] else i
         state = {

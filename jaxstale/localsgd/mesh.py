@@ -41,13 +41,20 @@ from jax.sharding import NamedSharding, PartitionSpec
 from jaxstale.asyncdp.mesh import async_rounds, default_data_mesh
 from jaxstale.localsgd import overlap as overlapped
 from jaxstale.localsgd._trees import stack as _stack
-from jaxstale.localsgd.emulator import EXCHANGES, _check_streaming, check_model_state, inner_job
+from jaxstale.localsgd.emulator import (
+    EXCHANGES,
+    _check_streaming,
+    check_lookahead,
+    check_model_state,
+    inner_job,
+)
 from jaxstale.localsgd.quantize import exchange_mean, exchange_one
 from jaxstale.localsgd.schedule import LocalSchedule
 from jaxstale.localsgd.streaming import fragment_ids, init_outer, sync_step
 from jaxstale.loop import Executor, Stats, jit
 from jaxstale.losses import cross_entropy
 from jaxstale.mesh import check_mesh, check_processes, fetch_global, to_mesh
+from jaxstale.transforms.lookahead import lookahead_point
 
 __all__ = ["executor", "local_rounds"]
 
@@ -208,7 +215,8 @@ def executor(
                 tau = s["version"] - pulled
                 u, o = outer.update(delta, s["outer"], s["theta"], staleness=tau)
                 theta = optax.apply_updates(s["theta"], u)
-                disp = jax.tree.map(lambda a, b: a.at[w].set(b), s["dispatch"], theta)
+                pull = lookahead_point(theta, o)
+                disp = jax.tree.map(lambda a, b: a.at[w].set(b), s["dispatch"], pull)
                 new = {**s, "theta": theta, "outer": o, "dispatch": disp}
                 return {**new, "version": s["version"] + 1}, totals[w] / steps[w].astype(
                     jnp.float32
@@ -248,6 +256,7 @@ def executor(
             "version": jnp.int32(0),
             "model_state": model_state,
         }
+        check_lookahead(state["outer"], sync)
         shard = {k: jax.tree.map(lambda _: rep, v) for k, v in state.items()}
         shard["inner"] = jax.tree.map(lambda _: data, state["inner"])
         for rows in ("dispatch",) if not sync else ("replicas",) if streaming else ():

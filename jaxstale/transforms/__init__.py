@@ -11,6 +11,9 @@ from jaxstale.transforms.dc_asgd import DCASGDState as DCASGDState
 from jaxstale.transforms.dc_asgd import dc_asgd as dc_asgd
 from jaxstale.transforms.gap_aware import GapAwareState as GapAwareState
 from jaxstale.transforms.gap_aware import gap_aware as gap_aware
+from jaxstale.transforms.lookahead import MomentumLookaheadState as MomentumLookaheadState
+from jaxstale.transforms.lookahead import lookahead_point as lookahead_point
+from jaxstale.transforms.lookahead import momentum_lookahead as momentum_lookahead
 from jaxstale.transforms.outer import DelayedNesterovState as DelayedNesterovState
 from jaxstale.transforms.outer import StalenessWeightState as StalenessWeightState
 from jaxstale.transforms.outer import cgad as cgad

@@ -18,8 +18,8 @@ arrival — so that every one of them composes and runs in the same executors.
   of "Adam-Decay", or CGAD's gated decay γ(τ)e^{−ατ}.
 - :func:`cgad`: Cosine-Gated Adam-Decay, the gated decay chained before ``optax.adam``.
 
-Not here yet: momentum look-ahead (its paper's update rule could not be read here, and no public
-code of it exists to check against).
+Momentum look-ahead (outer Nesterov whose asynchronous workers pull an extrapolated point) is
+:func:`jaxstale.transforms.lookahead.momentum_lookahead`.
 
 References:
     Douillard et al., "DiLoCo: Distributed Low-Communication Training of Language Models",

@@ -118,6 +118,28 @@ def test_d5_is_cgad_against_nesterov_at_the_largest_m_with_a_trend(tmp_path):
     )
 
 
+def test_d7_reads_momentum_look_ahead_against_nesterov_on_diloco_asyncs_seeds(tmp_path):
+    cells = {}
+    for w in (4, 16):
+        cells[("diloco", w, 10)] = _accs(0.75)
+        cells[("async-nesterov", w, 10)] = _accs(0.7)
+    _folder(tmp_path, "diloco-async", _rows(cells))
+    assert _assess(tmp_path, "D7").verdict == "not run"  # its own run is missing
+    look = {("async-lookahead", 4, 10): _accs(0.72), ("async-lookahead", 16, 10): _accs(0.78)}
+    _folder(tmp_path, "diloco-lookahead", _rows(look))
+    v = _assess(tmp_path, "D7")
+    assert v.verdict == "mixed (reversed: it beats synchronous DiLoCo)", v.evidence
+    assert "async-lookahead (M=16) − async-nesterov (M=16) = +8.0" in v.evidence
+    assert "the other M" in v.evidence and "async-lookahead (M=4) − async-nesterov" in v.evidence
+    assert "async-lookahead (M=4) − diloco (M=4) = -3.0" in v.evidence
+    look[("async-lookahead", 4, 10)] = _accs(0.77)
+    _folder(tmp_path, "diloco-lookahead", _rows(look))
+    assert _assess(tmp_path, "D7").verdict == "held"
+    look[("async-lookahead", 16, 10)] = _accs(0.6)
+    _folder(tmp_path, "diloco-lookahead", _rows(look))
+    assert _assess(tmp_path, "D7").verdict == "did not hold"
+
+
 def test_a_claim_without_its_run_is_not_run_and_the_report_lists_them(tmp_path):
     assert _assess(tmp_path, "D1").verdict == "not run"
     text = claims.report(claims.Context(tmp_path, quick=False), tmp_path / "docs" / "claims.md")
@@ -127,7 +149,15 @@ def test_a_claim_without_its_run_is_not_run_and_the_report_lists_them(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name", ["diloco", "diloco-streaming", "diloco-streaming-a0", "diloco-async", "diloco-overlap"]
+    "name",
+    [
+        "diloco",
+        "diloco-streaming",
+        "diloco-streaming-a0",
+        "diloco-async",
+        "diloco-lookahead",
+        "diloco-overlap",
+    ],
 )
 def test_the_configurations_resolve_and_their_smoke_versions_too(name):
     run = claims.RUNS[name]
