@@ -169,6 +169,20 @@ def tuned_tables(
     )
 
 
+#: the phrases of :func:`edge_notes`' lines (the claims report's "Grid edges" section,
+#: :mod:`experiments.claims.edges`, reads them back): its paragraph's heading, a selection
+#: made interior, and the four ways a selection stays open — still at the edge after the
+#: extensions, at an edge that was not extended, where every seed diverged, or an extension an
+#: interrupted run has yet to run
+EDGE_HEAD = "**Grid edges**"
+NOW_INTERIOR = "now interior"
+STILL_AT_EDGE = "still at the edge"
+NOT_EXTENDED = "at the edge, not extended"
+ALL_DIVERGED = "where every seed diverged"
+PENDING = "extension pending"
+EDGE_OPEN = (STILL_AT_EDGE, NOT_EXTENDED, ALL_DIVERGED, PENDING)
+
+
 def edge_notes(
     rows: Sequence[dict[str, Any]],
     *,
@@ -202,29 +216,28 @@ def edge_notes(
                 f"{_fmt_lr(x)} ({_best(per, x, knob, chance_acc, task)})" for x in e.added
             )
             state = {
-                "interior": "now interior",
-                "capped": f"**still at the edge after {limit} extension{'s' * (limit != 1)}** "
+                "interior": NOW_INTERIOR,
+                "capped": f"**{STILL_AT_EDGE} after {limit} extension{'s' * (limit != 1)}** "
                 f"(the grid's {where}; the optimum may lie beyond)",
-                "diverged": f"at the grid's {where}, where every seed diverged",
-            }.get(e.state, "extension pending (an interrupted run: re-run to finish)")
+                "diverged": f"at the grid's {where}, {ALL_DIVERGED}",
+            }.get(e.state, f"{PENDING} (an interrupted run: re-run to finish)")
             lines.append(
                 f"- grid extended: {name(g)}: lr {added} added (the selection was at the "
                 f"edge); {sel}, {state}."
             )
         elif e.state == "capped":
             lines.append(
-                f"- at the edge, not extended (--extend-edges {limit}): {name(g)}: {sel}, the "
-                f"grid's {where}; the optimum may lie beyond."
+                f"- {NOT_EXTENDED} (--extend-edges {limit}): {name(g)}: {sel}, the grid's "
+                f"{where}; the optimum may lie beyond."
             )
         elif e.state == "diverged":
             lines.append(
-                f"- at the edge, not extended: {name(g)}: {sel}, the grid's {where}, where every "
-                "seed diverged."
+                f"- {NOT_EXTENDED}: {name(g)}: {sel}, the grid's {where}, {ALL_DIVERGED}."
             )
     if not states or all(s == "fixed" for s in states):
         return ""
     head = (
-        f"**Grid edges** (--extend-edges {limit}: where the rate selected on validation is "
+        f"{EDGE_HEAD} (--extend-edges {limit}: where the rate selected on validation is "
         "the grid's smallest or largest and trained, the next rate beyond it by the grid's "
         f"ratio at that end runs for that row only, up to {limit} per side; in parentheses the "
         f"mean validation {tasks.or_default(task).label}; summary.json marks those rows "

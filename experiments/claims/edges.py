@@ -3,8 +3,8 @@
 Every sweep extends a rate grid whose winner on validation sits at its smallest or largest
 value (``--extend-edges``, :func:`experiments.grids.extend_grid`) and its ``table.md`` says, per
 method and setting, what that did: "now interior", or still at the edge after the extensions
-(or at an edge that was not extended, or where every seed diverged). A selection still at an
-edge does not bracket the optimum — the arm may do better at a rate not run — so a comparison
+(or at an edge that was not extended, where every seed diverged, or an extension an interrupted
+run has yet to run). A selection still at an edge does not bracket the optimum — the arm may do better at a rate not run — so a comparison
 that reads it is a bound, not a measurement, and a reviewer needs to see it beside the verdicts.
 :func:`section` lists those lines for every configuration from its committed ``table.md``
 (copied with the rows), so ``--from-rows`` rebuilds it too; an extension that made the selection
@@ -16,13 +16,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..reports import EDGE_HEAD as HEAD
+from ..reports import EDGE_OPEN, NOW_INTERIOR
+
 __all__ = ["HEAD", "edge_lines", "section"]
-
-#: the heading of an experiment's grid-edge paragraph in its ``table.md``
-HEAD = "**Grid edges**"
-
-#: the phrases of a line whose selection was not made interior
-_OPEN = ("still at the edge", "at the edge, not extended")
 
 
 def edge_lines(table: str) -> tuple[list[str], int]:
@@ -56,9 +53,9 @@ def edge_lines(table: str) -> tuple[list[str], int]:
                 inside = False
             continue
         item = line[2:].strip()
-        if any(p in item for p in _OPEN):
+        if any(p in item for p in EDGE_OPEN):
             out.append(item)
-        elif "now interior" in item:
+        elif NOW_INTERIOR in item:
             interior += 1
     return out, interior
 

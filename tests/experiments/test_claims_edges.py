@@ -36,3 +36,26 @@ def test_only_selections_still_at_an_edge_are_listed_interior_ones_counted(tmp_p
 
 def test_no_table_no_section(tmp_path):
     assert edges.section(tmp_path, ["a"]) == []
+
+
+def test_every_open_line_the_sweeps_write_is_listed():
+    """The sweeps' own lines (experiments.reports.edge_notes), not copies of their words: an
+    edge not extended, and an arm where every seed diverged, are both open."""
+    from experiments import reports
+
+    def row(method, lr, acc):
+        bad = acc is None
+        return {"method": method, "lr": lr, "seed": 0, "diverged": bad,
+                "final_val_accuracy": None if bad else acc}  # fmt: skip
+
+    rows = [row("sgd", 0.01, 0.5), row("sgd", 0.1, 0.8), row("dana", 0.01, None),
+            row("dana", 0.1, None), row("asgd", 0.01, 0.5), row("asgd", 0.03, 0.7),
+            row("asgd", 0.1, 0.6)]  # fmt: skip
+    text = reports.edge_notes(rows, by=("method",), grid=[0.01, 0.03, 0.1], limit=0,
+                              chance_acc=0.1)  # fmt: skip
+    lines, interior = edges.edge_lines(text)
+    assert len(lines) == 2 and interior == 0, text
+    assert any("method sgd" in x and reports.NOT_EXTENDED in x for x in lines)
+    assert any("method dana" in x and reports.ALL_DIVERGED in x for x in lines)
+    pending = f"- grid extended: method x: lr 1 added; selected 1, {reports.PENDING} (...)."
+    assert edges.edge_lines(f"{reports.EDGE_HEAD} (...)\n{pending}\n")[0] == [pending[2:]]
