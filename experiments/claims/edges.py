@@ -4,8 +4,9 @@ Every sweep extends a rate grid whose winner on validation sits at its smallest 
 value (``--extend-edges``, :func:`experiments.grids.extend_grid`) and its ``table.md`` says, per
 method and setting, what that did: "now interior", or still at the edge after the extensions
 (or at an edge that was not extended, where every seed diverged, or an extension an interrupted
-run has yet to run). A selection still at an edge does not bracket the optimum — the arm may do better at a rate not run — so a comparison
-that reads it is a bound, not a measurement, and a reviewer needs to see it beside the verdicts.
+run has yet to run). A selection still at an edge does not bracket the optimum — the arm may
+do better at a rate not run — so a comparison that reads it is a bound, not a measurement, and a
+reviewer needs to see it beside the verdicts.
 :func:`section` lists those lines for every configuration from its committed ``table.md``
 (copied with the rows), so ``--from-rows`` rebuilds it too; an extension that made the selection
 interior is counted, not listed.
