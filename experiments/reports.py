@@ -231,9 +231,7 @@ def edge_notes(
                 f"{where}; the optimum may lie beyond."
             )
         elif e.state == "diverged":
-            lines.append(
-                f"- {NOT_EXTENDED}: {name(g)}: {sel}, the grid's {where}, {ALL_DIVERGED}."
-            )
+            lines.append(f"- {NOT_EXTENDED}: {name(g)}: {sel}, the grid's {where}, {ALL_DIVERGED}.")
     if not states or all(s == "fixed" for s in states):
         return ""
     head = (
