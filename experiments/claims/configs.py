@@ -336,6 +336,22 @@ LOCAL_RUNS: dict[str, Run] = {
         what="H = 10, M = 4, 8, 16: momentum look-ahead (workers pull θ extrapolated M − 1 "
         "outer updates along the negative momentum), paired with diloco-async's seeds",
     ),
+    # D7's set-up check, added after diloco-lookahead ran: at M = 8 and 16 neither asynchronous
+    # arm trained at any outer rate of the grid (0.108–1; the edge rule stops where every rate
+    # sits at chance), so both run again on a grid two decades lower
+    "diloco-async-low": Run(
+        local_sgd,
+        _LS(
+            **LOCAL,
+            workers=(4, 8, 16),
+            inner_steps=(10,),
+            methods=("async-nesterov", "async-lookahead"),
+            lrs=(0.01, 0.03, 0.1),
+        ),
+        (*LOCAL_QUICK, ("workers", (2, 4))),
+        what="D7's set-up check, added after diloco-lookahead ran: asynchronous outer Nesterov "
+        "and momentum look-ahead on outer rates 0.01–0.1 (extended at an edge)",
+    ),
     "diloco-overlap": Run(
         local_sgd,
         _LS(

@@ -307,6 +307,8 @@ def judge_eager(ctx: Context) -> Evidence:
 #: D7's run, added after ``diloco-async`` ran: momentum look-ahead on its seeds (same data and
 #: workers' timing), compared with that run's arms
 LOOKAHEAD = "diloco-lookahead"
+#: D7's set-up check, added after its run: both asynchronous arms on a lower outer-rate grid
+CHECK_LOW = "diloco-async-low"
 
 
 def judge_lookahead(ctx: Context) -> Evidence:
@@ -334,13 +336,18 @@ def judge_lookahead(ctx: Context) -> Evidence:
     ]
     rows = [*ref, *look]
     methods = [x for x in ("diloco", "async-nesterov", "async-lookahead") if x in _methods(rows)]
-    return Evidence(
-        d[-1],
-        {"the other M": d[:-1], "it beats synchronous DiLoCo": sync},
-        notes,
-        [_table(rows, methods, _settings(look))],
-        [(LOOKAHEAD, "plot")],
-    )
+    secondary = {"the other M": d[:-1], "it beats synchronous DiLoCo": sync}
+    tables = [_table(rows, methods, _settings(look))]
+    if ctx.has(CHECK_LOW):  # added after the run: a set-up check, never the primary
+        low = ctx.rows(CHECK_LOW)
+        secondary[f"set-up check added after the run: outer rates 0.01–0.1 ({CHECK_LOW})"] = [
+            diff(g, n, f"async-lookahead (M={m}, low grid)", f"async-nesterov (M={m}, low grid)")
+            for m, h in _settings(low)
+            if (g := _arm(low, "async-lookahead", m, h))
+            and (n := _arm(low, "async-nesterov", m, h))
+        ]
+        tables.append(_table(low, ["async-nesterov", "async-lookahead"], _settings(low)))
+    return Evidence(d[-1], secondary, notes, tables, [(LOOKAHEAD, "plot")])
 
 
 D_CLAIMS: list[Claim] = [
@@ -442,7 +449,7 @@ D_CLAIMS: list[Claim] = [
         "Ajanthan et al., ICLR 2025 workshop MCDC (openreview 4O8nzTkHPI)",
         "Starting each worker from the global weights extrapolated along the negative outer "
         "momentum consistently outperforms asynchronous (and synchronous) DiLoCo.",
-        (LOOKAHEAD, "diloco-async"),
+        (LOOKAHEAD, "diloco-async", CHECK_LOW),
         judge_lookahead,
         primary="async-lookahead − async-nesterov test accuracy at M = 16 (the largest "
         "staleness), H = 10, intention to treat, each at its own outer rate selected on "
@@ -453,6 +460,7 @@ D_CLAIMS: list[Claim] = [
 
 __all__ = [
     "CHECK_ALPHA",
+    "CHECK_LOW",
     "D_CLAIMS",
     "LOOKAHEAD",
     "MARGIN",

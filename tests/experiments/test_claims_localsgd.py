@@ -135,6 +135,16 @@ def test_d7_reads_momentum_look_ahead_against_nesterov_on_diloco_asyncs_seeds(tm
     look[("async-lookahead", 4, 10)] = _accs(0.77)
     _folder(tmp_path, "diloco-lookahead", _rows(look))
     assert _assess(tmp_path, "D7").verdict == "held"
+    low = {("async-nesterov", 16, 10): _accs(0.5), ("async-lookahead", 16, 10): _accs(0.45)}
+    _folder(tmp_path, "diloco-async-low", _rows(low))
+    v = _assess(tmp_path, "D7")
+    assert "set-up check added after the run: outer rates 0.01–0.1 (diloco-async-low)" in (
+        v.evidence
+    )
+    assert "async-lookahead (M=16, low grid) − async-nesterov (M=16, low grid) = -5.0" in (
+        v.evidence
+    )
+    assert v.verdict.startswith("mixed"), v.verdict  # a reversed secondary reaches the headline
     look[("async-lookahead", 16, 10)] = _accs(0.6)
     _folder(tmp_path, "diloco-lookahead", _rows(look))
     assert _assess(tmp_path, "D7").verdict == "did not hold"
@@ -156,6 +166,7 @@ def test_a_claim_without_its_run_is_not_run_and_the_report_lists_them(tmp_path):
         "diloco-streaming-a0",
         "diloco-async",
         "diloco-lookahead",
+        "diloco-async-low",
         "diloco-overlap",
     ],
 )
