@@ -17,6 +17,7 @@ from .config import ConfigError
 
 __all__ = [
     "EXTEND_HELP",
+    "TRAINS_BY",
     "TUNE_HELP",
     "Edge",
     "confirm_selected",
@@ -25,6 +26,7 @@ __all__ = [
     "edge_state",
     "extend_grid",
     "grid_seeds",
+    "never_trains",
     "tune_seeds",
 ]
 
@@ -79,11 +81,38 @@ def edge_rates(grid: Sequence[float], limit: int) -> tuple[list[float], list[flo
     return out
 
 
+#: how far from chance a validation value must be to count as trained: 2 accuracy points, or
+#: 0.05 nats below the uniform loss
+TRAINS_BY = {"accuracy": 0.02, "loss": 0.05}
+
+
+def never_trains(rows: Sequence[dict], chance: float, task: tasks.Task | None = None) -> bool:
+    """Whether no row beats ``chance`` on validation by :data:`TRAINS_BY` (diverged rows and
+    rows without a value never do): a grid where nothing trained has no winner, whatever a tie
+    at chance selects.
+
+    Example:
+        >>> never_trains([{"final_val_accuracy": 0.11, "diverged": False}], chance=0.1)
+        True
+    """
+    t = tasks.or_default(task)
+    field = t.final("val")
+    vals = [r[field] for r in rows if not r.get("diverged") and r.get(field) is not None]
+    if not vals:
+        return True
+    margin = TRAINS_BY[t.metric]
+    if t.higher_is_better:
+        return max(vals) <= chance + margin
+    return min(vals) >= chance - margin
+
+
 class Edge(NamedTuple):
     """Where one method × setting's selected rate sits in its grid (:func:`edge_state`):
     ``state`` ``"fixed"`` (a one-rate grid), ``"interior"``, ``"extend"`` (``rate``: the next to
     run), ``"capped"`` (``limit`` added on that side), ``"diverged"`` (every seed diverged at
-    the edge); ``side`` −1 / +1 / 0; ``added``: the extension rates present, ascending."""
+    the edge), ``"untrained"`` (no rate trained: extended downwards from the smallest,
+    ``rate`` None once ``limit`` were added); ``side`` −1 / +1 / 0; ``added``: the extension
+    rates present, ascending."""
 
     state: str
     side: int
@@ -114,9 +143,11 @@ def edge_state(
     ``knob`` may be joint (``("lr", "lam")``), its first field the rate. At the smallest rate
     present the grid is extended downwards, at the largest upwards (a diverged rate above the
     selected one makes it interior), unless every seed diverged at the selected value or
-    ``limit`` rates were added on that side already. A function of the rows: a resume decides
-    the same. ``task``: the metric selected on (default accuracy; a language model's loss,
-    lower is better).
+    ``limit`` rates were added on that side already. Where no rate trained
+    (:func:`never_trains`) the grid is extended downwards from its smallest rate: a tie at
+    chance would otherwise leave the selection inside a grid that bracketed nothing. A
+    function of the rows: a resume decides the same. ``task``: the metric selected on (default
+    accuracy; a language model's loss, lower is better).
 
     Example:
         >>> rows = [{"lr": lr, "seed": 0, "final_val_accuracy": a, "diverged": False}
@@ -131,6 +162,10 @@ def edge_state(
     present = sorted({r["lr"] for r in rows})
     lo, hi = min(grid), max(grid)
     added = tuple(x for x in present if x < lo or x > hi)
+    if never_trains(rows, chance, task):  # too large a rate is what stops training here
+        done = sum(x < lo for x in added)
+        nxt = edge_rates(grid, limit)[0][done] if done < limit else None
+        return Edge("untrained", -1, present[0], nxt, added)
     side = -1 if lr == present[0] else 1 if lr == present[-1] else 0
     if side == 0:
         return Edge("interior", 0, lr, None, added)

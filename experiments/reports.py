@@ -171,16 +171,17 @@ def tuned_tables(
 
 #: the phrases of :func:`edge_notes`' lines (the claims report's "Grid edges" section,
 #: :mod:`experiments.claims.edges`, reads them back): its paragraph's heading, a selection
-#: made interior, and the four ways a selection stays open — still at the edge after the
-#: extensions, at an edge that was not extended, where every seed diverged, or an extension an
-#: interrupted run has yet to run
+#: made interior, and the five ways a selection stays open — still at the edge after the
+#: extensions, at an edge that was not extended, where every seed diverged, an extension an
+#: interrupted run has yet to run, or a grid where no rate trained
 EDGE_HEAD = "**Grid edges**"
 NOW_INTERIOR = "now interior"
 STILL_AT_EDGE = "still at the edge"
 NOT_EXTENDED = "at the edge, not extended"
 ALL_DIVERGED = "where every seed diverged"
 PENDING = "extension pending"
-EDGE_OPEN = (STILL_AT_EDGE, NOT_EXTENDED, ALL_DIVERGED, PENDING)
+UNTRAINED = "no rate trained"
+EDGE_OPEN = (STILL_AT_EDGE, NOT_EXTENDED, ALL_DIVERGED, PENDING, UNTRAINED)
 
 
 def edge_notes(
@@ -211,7 +212,17 @@ def edge_notes(
         states.append(e.state)
         where = "smallest" if e.side < 0 else "largest"
         sel = f"selected {_fmt_lr(e.selected)}"
-        if e.added:
+        if e.state == "untrained":
+            rates = ", ".join(
+                f"{_fmt_lr(x)} ({_best(per, x, knob, chance_acc, task)})" for x in e.added
+            )
+            how = f"lr {rates} added downwards; " if rates else f"(--extend-edges {limit}) "
+            left = f"; {PENDING} (an interrupted run: re-run to finish)" if e.rate else ""
+            lines.append(
+                f"- {name(g)}: {how}**{UNTRAINED}** (every rate at chance on validation: the "
+                f"grid brackets no optimum){left}."
+            )
+        elif e.added:
             added = ", ".join(
                 f"{_fmt_lr(x)} ({_best(per, x, knob, chance_acc, task)})" for x in e.added
             )

@@ -13,6 +13,7 @@ from typing import Any
 
 from jaxstale import runs, tasks
 
+from ..grids import never_trains
 from . import verdicts
 from .verdicts import Diff
 
@@ -292,26 +293,15 @@ def selected(
     return [{**r, "rate_edge": side} for r in out] if side else out
 
 
-#: an arm trains at some rate when its validation metric beats chance by more than this
-#: (accuracy: 2 points; a language model: 0.05 nats below the uniform loss)
-TRAINS_BY = {"accuracy": 0.02, "loss": 0.05}
-
-
 def _never_trains(group: Sequence[dict[str, Any]]) -> bool:
-    """Whether no rate of the group beats chance on validation (:data:`TRAINS_BY`); False
-    when the rows do not say their task (hand-built rows without a dataset)."""
+    """Whether no rate of the group beats chance on validation (:func:`experiments.grids.
+    never_trains`, the sweeps' own rule); False when the rows do not say their task (hand-built
+    rows without a dataset)."""
     try:
         t = task_of(group)
     except ValueError:
         return False
-    field = t.final("val")
-    vals = [r[field] for r in group if not r.get("diverged") and r.get(field) is not None]
-    if not vals:
-        return True
-    margin = TRAINS_BY[t.metric]
-    if t.higher_is_better:
-        return max(vals) <= t.chance + margin
-    return min(vals) >= t.chance - margin
+    return never_trains(group, t.chance, t)
 
 
 def rate_edge(group: Sequence[dict[str, Any]], picked: Sequence[dict[str, Any]]) -> str | None:

@@ -54,9 +54,21 @@ def test_a_diverged_neighbour_above_makes_the_edge_interior():
     assert (e.state, e.selected, e.added) == ("interior", 0.1, (0.333,))
 
 
-def test_an_edge_where_every_seed_diverged_is_not_chased():
+def test_a_grid_where_nothing_trained_is_extended_downwards_until_the_cap():
+    """Every seed diverged, or every rate at chance: a tie at chance would select a rate inside
+    a grid that brackets nothing, so the grid goes down from its smallest rate."""
+    down = edge_rates(GRID, 2)[0]
     e = edge_state(_rows({0.01: None, 0.03: None, 0.1: None}), GRID, limit=2, chance=0.1)
-    assert (e.state, e.side, e.rate) == ("diverged", -1, None)  # ties: the first rate
+    assert (e.state, e.side, e.selected, e.rate) == ("untrained", -1, 0.01, down[0])
+    flat = _rows({0.01: 0.105, 0.03: 0.11, 0.1: 0.1, down[0]: 0.1, down[1]: 0.11})
+    e = edge_state(flat, GRID, limit=2, chance=0.1)
+    assert (e.state, e.rate, e.added) == ("untrained", None, tuple(sorted(down)))
+    notes = edge_notes(flat, by=(), grid=GRID, limit=2, chance_acc=0.1)
+    assert "**no rate trained** (every rate at chance on validation" in notes
+    # one rate that trains (3 points above chance) makes it an ordinary selection
+    assert edge_state(
+        _rows({0.01: 0.13, 0.03: 0.1, 0.1: 0.1}), GRID, limit=2, chance=0.1
+    ).state == ("extend")
 
 
 def test_the_cap_stops_the_extension_and_says_so():
