@@ -30,6 +30,11 @@ MARGIN = 0.01
 WITHIN = 0.02
 #: D4's set-up check, a configuration added after ``diloco-streaming`` ran: the merge α = 0
 CHECK_ALPHA = "diloco-streaming-a0"
+#: D7's set-up check, added after its run (read by D2 and D5 too): both asynchronous arms on an
+#: outer-rate grid below the one where asynchronous Nesterov sat at its edge or at chance
+CHECK_LOW = "diloco-async-low"
+#: the heading of that check's secondaries
+LOW_LABEL = f"set-up check added after the run: outer rates 0.01–0.1 ({CHECK_LOW})"
 #: the order in which exchanges lose precision (D4's primary takes the last one run)
 PRECISIONS = ("streaming", "streaming-fp8", "streaming-fp4")
 
@@ -129,6 +134,21 @@ def _async_at(ctx: Context, name: str, method: str) -> list[tuple[int, list, lis
     return out
 
 
+def _low_nesterov(ctx: Context, name: str, method: str) -> dict[str, list[Diff]]:
+    """The set-up check's secondary: ``method`` of run ``name`` − async-nesterov on the low
+    grid (:data:`CHECK_LOW`, the same seeds, data and timing) at every M both ran; ``{}``
+    without the check's run."""
+    if not (ctx.has(CHECK_LOW) and ctx.has(name)):
+        return {}
+    low, rows = ctx.rows(CHECK_LOW), ctx.rows(name)
+    out = [
+        diff(got, ref, f"{method} (M={m})", f"async-nesterov (M={m}, low grid)")
+        for m, h in _settings(low)
+        if (got := _arm(rows, method, m, h)) and (ref := _arm(low, "async-nesterov", m, h))
+    ]
+    return {LOW_LABEL: out} if out else {}
+
+
 def judge_naive_async(ctx: Context) -> Evidence:
     """D2. Primary: diloco − async-nesterov at the ``diloco`` run's smallest M and H;
     secondaries: its other H, and every M of ``diloco-async``."""
@@ -151,7 +171,11 @@ def judge_naive_async(ctx: Context) -> Evidence:
     methods = [x for x in ("diloco", "async-nesterov") if x in _methods(rows)]
     return Evidence(
         d[sets[0]],
-        {"at the other H": [v for s, v in d.items() if s != sets[0]], "more workers": more},
+        {
+            "at the other H": [v for s, v in d.items() if s != sets[0]],
+            "more workers": more,
+            **_low_nesterov(ctx, "diloco-async", "diloco"),
+        },
         [],
         [_table(rows, methods, sets)],
         [("diloco", "plot")],
@@ -248,6 +272,7 @@ def judge_age_aware(ctx: Context) -> Evidence:
     sec: dict[str, list[Diff]] = {"the other M": d[:-1]}
     if len(pts) >= 2:
         sec["the gain grows with M"] = [trend(pts, "async-cgad", "async-nesterov", "M")]
+    sec.update(_low_nesterov(ctx, "diloco-async", "async-cgad"))
     stale = {r["workers"]: r.get("mean_staleness") for r in rows if r["method"] == "async-nesterov"}
     taus = ", ".join(f"{m}: {t:.1f}" for m, t in sorted(stale.items()) if t is not None)
     notes = [f"- mean staleness τ of async-nesterov's arrivals by M: {taus}"]
@@ -307,8 +332,6 @@ def judge_eager(ctx: Context) -> Evidence:
 #: D7's run, added after ``diloco-async`` ran: momentum look-ahead on its seeds (same data and
 #: workers' timing), compared with that run's arms
 LOOKAHEAD = "diloco-lookahead"
-#: D7's set-up check, added after its run: both asynchronous arms on a lower outer-rate grid
-CHECK_LOW = "diloco-async-low"
 
 
 def judge_lookahead(ctx: Context) -> Evidence:
@@ -340,7 +363,7 @@ def judge_lookahead(ctx: Context) -> Evidence:
     tables = [_table(rows, methods, _settings(look))]
     if ctx.has(CHECK_LOW):  # added after the run: a set-up check, never the primary
         low = ctx.rows(CHECK_LOW)
-        secondary[f"set-up check added after the run: outer rates 0.01–0.1 ({CHECK_LOW})"] = [
+        secondary[LOW_LABEL] = [
             diff(g, n, f"async-lookahead (M={m}, low grid)", f"async-nesterov (M={m}, low grid)")
             for m, h in _settings(low)
             if (g := _arm(low, "async-lookahead", m, h))
@@ -375,7 +398,7 @@ D_CLAIMS: list[Claim] = [
         "Liu et al., arXiv 2401.09135",
         "Applying each worker's pseudo-gradient on arrival with the outer Nesterov of "
         "synchronous DiLoCo trains worse per update: its momentum is pushed by stale updates.",
-        ("diloco", "diloco-async"),
+        ("diloco", "diloco-async", CHECK_LOW),
         judge_naive_async,
         primary="diloco − async-nesterov test accuracy at M = 4, H = 10, equal inner steps per "
         "worker, each at its own outer rate selected on validation",
@@ -418,7 +441,7 @@ D_CLAIMS: list[Claim] = [
         "Shah & Sun, arXiv 2605.09126 (CGAD)",
         "Scaling each arriving pseudo-gradient by γ(τ)e^{−ατ} before an outer Adam trains stably "
         "across delays, where the published Nesterov recipe is the least stable.",
-        ("diloco-async",),
+        ("diloco-async", CHECK_LOW),
         judge_age_aware,
         primary="async-cgad − async-nesterov test accuracy at M = 16 (the largest staleness), "
         "H = 10, intention to treat (a diverged seed at chance), each at its own rate "
@@ -463,6 +486,7 @@ __all__ = [
     "CHECK_LOW",
     "D_CLAIMS",
     "LOOKAHEAD",
+    "LOW_LABEL",
     "MARGIN",
     "WITHIN",
     "judge_age_aware",

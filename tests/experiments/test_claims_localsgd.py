@@ -150,6 +150,25 @@ def test_d7_reads_momentum_look_ahead_against_nesterov_on_diloco_asyncs_seeds(tm
     assert _assess(tmp_path, "D7").verdict == "did not hold"
 
 
+def test_d2_and_d5_read_nesterov_on_the_low_grid_as_a_set_up_check(tmp_path):
+    cells = {}
+    for w in (4, 16):
+        cells[("diloco", w, 10)] = _accs(0.87)
+        cells[("async-nesterov", w, 10)] = _accs(0.1)  # at chance on the main grid
+        cells[("async-cgad", w, 10)] = _accs(0.75)
+    _folder(tmp_path, "diloco-async", _rows(cells))
+    _folder(tmp_path, "diloco", _rows({k: v for k, v in cells.items() if k[1] == 4}))
+    assert "low grid" not in _assess(tmp_path, "D5").evidence
+    low = {("async-nesterov", 4, 10): _accs(0.78), ("async-nesterov", 16, 10): _accs(0.81)}
+    _folder(tmp_path, "diloco-async-low", _rows(low))
+    d5 = _assess(tmp_path, "D5")
+    assert localsgd.LOW_LABEL in d5.evidence
+    assert "async-cgad (M=16) − async-nesterov (M=16, low grid) = -6.0" in d5.evidence
+    assert d5.verdict.startswith("mixed"), d5.verdict  # the primary held; the check reversed
+    d2 = _assess(tmp_path, "D2")
+    assert "diloco (M=4) − async-nesterov (M=4, low grid) = +9.0" in d2.evidence
+
+
 def test_a_claim_without_its_run_is_not_run_and_the_report_lists_them(tmp_path):
     assert _assess(tmp_path, "D1").verdict == "not run"
     text = claims.report(claims.Context(tmp_path, quick=False), tmp_path / "docs" / "claims.md")
