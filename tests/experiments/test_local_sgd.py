@@ -133,3 +133,17 @@ def test_the_mesh_executor_gives_the_emulators_rows(tmp_path):
             assert r[field] == pytest.approx(want[field], abs=1e-5), (key(r), field)
         assert (r["tokens"], r["models_sent"]) == (want["tokens"], want["models_sent"])
     assert {r["method"] for r in me} == {"dp", "diloco", "async-delayed", "streaming τ=1"}
+
+
+@pytest.mark.slow  # ~20 s: two GPT programs
+def test_the_language_model_runs_from_its_names_and_reads_loss(tmp_path):
+    """Issue 24's workload by name: the embedded Shakespeare with gpt-tiny, momentum look-ahead
+    beside DiLoCo, tables in nats per token (lower is better)."""
+    out = tmp_path / "run"
+    argv = ["--dataset", "shakespeare", "--model", "gpt-tiny", "--steps", "8", "--inner-steps"]
+    argv += ["4", "--workers", "2", "--seeds", "1", "--extend-edges", "0", "--lrs", "0.7"]
+    exp.main([*argv, "--methods", "diloco", "async-lookahead", "--out", str(out)])
+    rows = json.loads((out / "summary.json").read_text())["rows"]
+    assert {r["method"] for r in rows} == {"diloco", "async-lookahead"}
+    assert all(np.isfinite(r["final_test_loss"]) and r["final_test_loss"] > 0 for r in rows)
+    assert "Test loss (nats/token)" in (out / "table.md").read_text()
