@@ -212,20 +212,17 @@ def edge_notes(
         states.append(e.state)
         where = "smallest" if e.side < 0 else "largest"
         sel = f"selected {_fmt_lr(e.selected)}"
+        added = ", ".join(
+            f"{_fmt_lr(x)} ({_best(per, x, knob, chance_acc, task)})" for x in e.added
+        )
         if e.state == "untrained":
-            rates = ", ".join(
-                f"{_fmt_lr(x)} ({_best(per, x, knob, chance_acc, task)})" for x in e.added
-            )
-            how = f"lr {rates} added downwards; " if rates else f"(--extend-edges {limit}) "
+            how = f"lr {added} added downwards; " if added else f"(--extend-edges {limit}) "
             left = f"; {PENDING} (an interrupted run: re-run to finish)" if e.rate else ""
             lines.append(
                 f"- {name(g)}: {how}**{UNTRAINED}** (every rate at chance on validation: the "
                 f"grid brackets no optimum){left}."
             )
-        elif e.added:
-            added = ", ".join(
-                f"{_fmt_lr(x)} ({_best(per, x, knob, chance_acc, task)})" for x in e.added
-            )
+        elif added:
             state = {
                 "interior": NOW_INTERIOR,
                 "capped": f"**{STILL_AT_EDGE} after {limit} extension{'s' * (limit != 1)}** "

@@ -136,13 +136,14 @@ def _async_at(ctx: Context, name: str, method: str) -> list[tuple[int, list, lis
 
 def _low_nesterov(ctx: Context, name: str, method: str) -> dict[str, list[Diff]]:
     """The set-up check's secondary: ``method`` of run ``name`` − async-nesterov on the low
-    grid (:data:`CHECK_LOW`, the same seeds, data and timing) at every M both ran; ``{}``
-    without the check's run."""
+    grid (:data:`CHECK_LOW`, the same seeds, data and timing) at every M both ran (``name`` the
+    check itself: ``method``'s low-grid rows); ``{}`` without the check's run."""
     if not (ctx.has(CHECK_LOW) and ctx.has(name)):
         return {}
     low, rows = ctx.rows(CHECK_LOW), ctx.rows(name)
+    where = ", low grid" if name == CHECK_LOW else ""
     out = [
-        diff(got, ref, f"{method} (M={m})", f"async-nesterov (M={m}, low grid)")
+        diff(got, ref, f"{method} (M={m}{where})", f"async-nesterov (M={m}, low grid)")
         for m, h in _settings(low)
         if (got := _arm(rows, method, m, h)) and (ref := _arm(low, "async-nesterov", m, h))
     ]
@@ -362,13 +363,8 @@ def judge_lookahead(ctx: Context) -> Evidence:
     secondary = {"the other M": d[:-1], "it beats synchronous DiLoCo": sync}
     tables = [_table(rows, methods, _settings(look))]
     if ctx.has(CHECK_LOW):  # added after the run: a set-up check, never the primary
+        secondary.update(_low_nesterov(ctx, CHECK_LOW, "async-lookahead"))
         low = ctx.rows(CHECK_LOW)
-        secondary[LOW_LABEL] = [
-            diff(g, n, f"async-lookahead (M={m}, low grid)", f"async-nesterov (M={m}, low grid)")
-            for m, h in _settings(low)
-            if (g := _arm(low, "async-lookahead", m, h))
-            and (n := _arm(low, "async-nesterov", m, h))
-        ]
         tables.append(_table(low, ["async-nesterov", "async-lookahead"], _settings(low)))
     return Evidence(d[-1], secondary, notes, tables, [(LOOKAHEAD, "plot")])
 

@@ -36,14 +36,20 @@ class MomentumLookaheadState(NamedTuple):
 
     Attributes:
         count: outer updates so far (``int32``).
-        momentum: ``b``, the outer Nesterov momentum buffer.
+        outer: the state of the outer Nesterov step (``optax.sgd``'s; its ``trace`` is the
+            momentum buffer ``b``).
         reach: ``r = η·(μ − μ^{s+1})/(1 − μ)`` at the last update's rate (``0.0`` before the
             first): a worker's pull point is ``θ − r·b``.
     """
 
     count: jax.Array  # type: ignore[assignment]  # shadows tuple.count, as in optax
-    momentum: optax.Updates
+    outer: optax.OptState
     reach: jax.Array
+
+    @property
+    def momentum(self) -> optax.Updates | None:
+        """``b``, the outer momentum buffer (``None`` at ``μ = 0``: optax keeps none)."""
+        return optax.tree.get(self.outer, "trace")
 
 
 def momentum_lookahead(
@@ -53,8 +59,8 @@ def momentum_lookahead(
 ) -> optax.GradientTransformationExtraArgs:
     r"""Outer Nesterov SGD on pseudo-gradients whose workers pull a look-ahead point.
 
-    The update is DiLoCo's outer Nesterov (:func:`~jaxstale.transforms.outer.outer_nesterov`,
-    ``optax.sgd(η, μ, nesterov=True)``, bit for bit):
+    The update is DiLoCo's outer Nesterov (:func:`~jaxstale.transforms.outer.outer_nesterov`:
+    ``optax.sgd(η, μ, nesterov=True)``, which this wraps):
 
     .. math::
 
@@ -109,11 +115,11 @@ def momentum_lookahead(
     check_range(momentum, "momentum", name, 0.0, 1.0)
     if not callable(learning_rate):
         check_range(learning_rate, "learning_rate", name, 0.0)
-    mu = momentum
+    outer = optax.sgd(learning_rate, momentum=momentum, nesterov=True)
 
     def init_fn(params: optax.Params) -> MomentumLookaheadState:
         return MomentumLookaheadState(
-            jnp.zeros((), jnp.int32), optax.tree.zeros_like(params), jnp.zeros((), jnp.float32)
+            jnp.zeros((), jnp.int32), outer.init(params), jnp.zeros((), jnp.float32)
         )
 
     def update_fn(
@@ -122,14 +128,11 @@ def momentum_lookahead(
         params: optax.Params | None = None,
         **extra_args: Any,
     ) -> tuple[optax.Updates, MomentumLookaheadState]:
-        del params, extra_args
+        del extra_args
         lr = learning_rate(state.count) if callable(learning_rate) else learning_rate
-        # the same operations as optax.trace(nesterov=True) then scale_by_learning_rate
-        b = jax.tree.map(lambda d, m: d + mu * m, updates, state.momentum)
-        step = jax.tree.map(lambda d, m: d + mu * m, updates, b)
-        out = jax.tree.map(lambda g: (-1.0 * lr * g).astype(g.dtype), step)
-        reach = jnp.asarray(lr * _decayed_sum(mu, s), jnp.float32)
-        return out, MomentumLookaheadState(state.count + 1, b, reach)
+        out, inner = outer.update(updates, state.outer, params)
+        reach = jnp.asarray(lr * _decayed_sum(momentum, s), jnp.float32)
+        return out, MomentumLookaheadState(state.count + 1, inner, reach)
 
     return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
@@ -180,6 +183,7 @@ def lookahead_point(params: optax.Params, state: Any) -> optax.Params:
             "one momentum_lookahead per outer optimizer"
         )
     la = found[0]
-    return jax.tree.map(
-        lambda p, b: (p - la.reach.astype(p.dtype) * b).astype(p.dtype), params, la.momentum
-    )
+    b = la.momentum
+    if b is None:  # μ = 0: optax.sgd keeps no momentum, and the reach is 0
+        return params
+    return jax.tree.map(lambda p, m: (p - la.reach.astype(p.dtype) * m).astype(p.dtype), params, b)

@@ -9,7 +9,7 @@ import pytest
 
 from experiments import sync_baseline
 from experiments.grids import edge_limit, edge_rates, edge_state, extend_grid
-from experiments.reports import edge_notes, tuned_tables
+from experiments.reports import ALL_DIVERGED, NOT_EXTENDED, edge_notes, tuned_tables
 from jaxstale import runs
 
 GRID = [0.01, 0.03, 0.1]
@@ -235,3 +235,17 @@ def test_async_workers_and_pipeline_extend_per_setting(tmp_path):
     assert ext in ({("vanilla", 2, 0.001)}, {("vanilla", 2, 0.0333)})  # two rates: an edge wins
     lr = next(iter(ext))[2]
     assert f"- grid extended: model mlp, method vanilla, stages 2: lr {lr:g} (" in res["table"]
+
+
+def test_an_edge_where_every_seed_diverged_is_not_extended_and_says_so():
+    """Some seed trained somewhere (so the grid trains), yet the selected edge rate diverged on
+    every seed: a trained-but-below-chance mean at 0.01 (0.13 and 0.05) loses to the diverged
+    0.1 (at chance). The rule does not extend past a rate that diverged."""
+    rows = [
+        {"lr": 0.01, "seed": 0, "final_val_accuracy": 0.13, "diverged": False},
+        {"lr": 0.01, "seed": 1, "final_val_accuracy": 0.05, "diverged": False},
+    ] + [{"lr": 0.1, "seed": s, "final_val_accuracy": None, "diverged": True} for s in (0, 1)]
+    e = edge_state(rows, [0.01, 0.1], limit=2, chance=0.1)
+    assert (e.state, e.side, e.selected, e.rate) == ("diverged", 1, 0.1, None)
+    notes = edge_notes(rows, by=(), grid=[0.01, 0.1], limit=2, chance_acc=0.1)
+    assert notes.endswith(f"- {NOT_EXTENDED}: : selected 0.1, the grid's largest, {ALL_DIVERGED}.")

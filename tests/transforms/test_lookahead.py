@@ -89,7 +89,8 @@ def test_a_schedule_and_injected_rates_set_the_reach_and_the_point_is_found_in_a
 def test_without_a_lookahead_state_the_weights_pass_and_two_are_refused():
     theta = jnp.ones(2)
     assert lookahead_point(theta, optax.sgd(0.1).init(theta)) is theta
-    st = MomentumLookaheadState(jnp.int32(0), theta, jnp.float32(0.0))
+    st = momentum_lookahead(0.1).init(theta)
+    assert isinstance(st, MomentumLookaheadState)
     with pytest.raises(ValueError, match="holds 2 MomentumLookaheadStates"):
         lookahead_point(theta, (st, st))
 
