@@ -259,7 +259,7 @@ def report(
         "",
     ]
     for name, spec in RUNS.items():
-        lines.append(f"- `{name}`: `{spec.command}` — {spec.what}")
+        lines.append(f"- `{name}`: `{spec.command}` — {spec.what}" + _drift_note(ctx, name))
     lines += ["", "## Summary", ""]
     verdicts = {c.id: c.assess(ctx) for c in CLAIMS}
     lines.append(
@@ -308,6 +308,20 @@ def _rows_link(out: Path, snap: Snapshot | None) -> str | None:
     if snap is None:
         return None
     return Path(os.path.relpath(snap.rows, out.parent)).as_posix()
+
+
+def _drift_note(ctx: Context, name: str) -> str:
+    """A warning after a configuration whose rows a different configuration produced (the code's
+    was changed since: :func:`provenance.drift`); empty otherwise."""
+    if not ctx.has(name):
+        return ""
+    changed = provenance.drift(RUNS[name].at(ctx.quick).resolved(), ctx.config(name))
+    if not changed:
+        return ""
+    return (
+        f". **Its rows are from an earlier configuration** ({'; '.join(changed)}): every number "
+        "below from this run is that configuration's until it is re-run"
+    )
 
 
 def _source_lines(ctx: Context, out: Path, snap: Snapshot | None) -> list[str]:

@@ -259,3 +259,30 @@ def section(folders: Mapping[str, Path], snap: Snapshot | None, rows_link: str |
     if reused:
         lines += ["", *(f"- `{n}`: {r}." for n, r in reused)]
     return lines
+
+
+def drift(now: Mapping[str, Any], rows: Mapping[str, Any]) -> list[str]:
+    """The fields in which a configuration's rows (``rows``: the ``config`` of their
+    config.json) differ from the configuration the code declares now (``now``: its resolved
+    config), as ``"field old → new"``, sorted; empty when they are the same run. A report
+    must not present a run's numbers under a command that did not produce them.
+
+    Example:
+        >>> drift({"updates": 27000, "seeds": 10}, {"updates": 9000, "seeds": 10})
+        ['updates 9000 → 27000']
+    """
+    now, rows = json.loads(json.dumps(now)), json.loads(json.dumps(rows))
+    return [
+        f"{k} {_plain(rows.get(k))} → {_plain(now.get(k))}"
+        for k in sorted(set(now) | set(rows))
+        if now.get(k) != rows.get(k)
+    ]
+
+
+def _plain(value: Any) -> str:
+    """A config value as a flag would spell it (lists comma-separated, absent as "unset")."""
+    if value is None:
+        return "unset"
+    if isinstance(value, list):
+        return ",".join(_plain(v) for v in value)
+    return json.dumps(value) if isinstance(value, dict) else str(value)

@@ -292,3 +292,27 @@ def test_the_claims_report_reads_head_and_dirt_through_the_same_helper(tmp_path)
     (repo / "a.py").write_text("X = 2\n")
     (repo / "new.py").write_text("")  # untracked files do not make the checkout dirty
     assert provenance.git_state(repo) == (head, True)
+
+
+def test_a_configuration_whose_rows_another_configuration_produced_is_flagged(tmp_path):
+    """The configuration list prints the command the code declares now; rows computed under
+    another (e.g. a smaller budget) are marked, with the fields that differ."""
+    res = _results(tmp_path)
+    now = json.loads(json.dumps(claims.RUNS["async"].config.resolved()))
+    head = json.loads((res / "async" / "config.json").read_text())
+    (res / "async" / "config.json").write_text(json.dumps({**head, "config": now}))
+    text = claims.main(["--results", str(res), "--out", str(tmp_path / "c.md")])["text"]
+    line = next(x for x in text.splitlines() if x.startswith("- `async`: `python -m"))
+    assert "earlier configuration" not in line
+    old = {**now, "updates": now["updates"] // 3}
+    (res / "async" / "config.json").write_text(json.dumps({**head, "config": old}))
+    text = claims.main(["--results", str(res), "--out", str(tmp_path / "c.md")])["text"]
+    line = next(x for x in text.splitlines() if x.startswith("- `async`: `python -m"))
+    assert line.endswith(
+        f". **Its rows are from an earlier configuration** (updates {now['updates'] // 3} → "
+        f"{now['updates']}): every number below from this run is that configuration's until "
+        "it is re-run"
+    )
+    assert provenance.drift({"a": [1, 2], "b": None}, {"a": [1], "c": {"x": 1}}) == [
+        "a 1 → 1,2", 'c {"x": 1} → unset'
+    ]  # fmt: skip
