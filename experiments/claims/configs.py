@@ -193,13 +193,14 @@ RUNS: dict[str, Run] = {
 
 #: The language-model claims' workload (issue 23): the embedded Shakespeare (next character,
 #: 64-character windows, 83 characters), ``gpt-cpu`` (8 pre-norm blocks × 64, 415k parameters)
-#: at batch 16, 1,000 updates of warm-up + cosine, 5 seeds, each arm's peak rate tuned on the
+#: at batch 32 in the pipelines (pipeline_staleness's default) and 16 in the constant-delay
+#: sweeps, 1,000 updates of warm-up + cosine, 5 seeds, each arm's peak rate tuned on the
 #: first seed over a grid of 3 centred by the pilots (AdamW 0.003 and Muon 0.02 trained best on
 #: one seed; an edge winner extends it) and confirmed on all 5: 7 runs per arm. Equal updates,
 #: as the papers compare; at 1,000 updates the synchronous AdamW model is at 1.94 nats (test;
 #: 1.67 at 2,000), well below the corpus's unigram entropy (3.34 nats) and log V = 4.42.
-#: Budget (estimated from the pilots' wall times, ~0.16 s per pipeline lane-update at N = 8,
-#: ~0.13 s for a delayed step, twice that for the 16-block model): ≈ 9 hours on 2 cores.
+#: Budget: estimated from the pilots' wall times at ≈ 9 hours on 2 cores; measured in the
+#: sweeps at ~5.5 CPU-minutes per pipeline run at N = 8, ~19 CPU-hours for all six (README).
 LM: dict[str, Any] = {"dataset": "shakespeare", "steps": 1000, "seeds": 5, "tune_seeds": 1}
 #: their smoke versions: gpt-tiny, 40 updates, 2 seeds, the first seed tunes
 LM_QUICK: tuple[tuple[str, Any], ...] = (
