@@ -358,7 +358,8 @@ def _packing(p: runs.OneLineParser, args: Any, results: Path, cells_dir: Path) -
         verb, where = "packed", f"{results} -> {cells_dir}"
     else:
         try:
-            counts = dict(cells.restore(cells_dir, results, names))
+            want = {n: RUNS[n].config.resolved() for n in names}
+            counts = dict(cells.restore(cells_dir, results, names, want))
         except cells.CellsError as e:
             p.error(f"argument --restore: {e}")
         verb, where = "restored", f"{cells_dir} -> {results}"

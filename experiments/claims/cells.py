@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 import lzma
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,12 +77,30 @@ def _shards(cells: Path, name: str) -> list[Path]:
     return sorted((cells / name).glob(f"*{SUFFIX}"))
 
 
+def _groups(cells: Path, name: str) -> list[tuple[dict[str, Any], list[Path]]]:
+    """The archive files of ``name`` grouped by the configuration their first line records, in
+    the order each configuration first appears: a configuration changed in the code (a larger
+    budget, say) is swept again under the same name, and its files follow the old ones."""
+    groups: list[tuple[dict[str, Any], list[Path]]] = []
+    for shard in _shards(cells, name):
+        config = read(shard)[0].get("config")
+        for have, files in groups:
+            if have == config:
+                files.append(shard)
+                break
+        else:
+            groups.append((config, [shard]))
+    return groups
+
+
 def pack(results: Path, cells: Path, names: Sequence[str]) -> dict[str, tuple[int, int]]:
     """Appends to ``cells/<name>/`` one file ``NNNN.jsonl.xz`` holding the cells of the run
-    folder ``results/<name>/`` that the earlier files do not hold (new, or re-recorded), for
-    every configuration of ``names`` with a run folder; returns ``(new, total)`` cells per
-    name. Nothing is written when nothing changed: files are only ever added, so a commit of
-    the folder adds only what is new (git keeps every earlier version of a rewritten file)."""
+    folder ``results/<name>/`` that the earlier files of the same configuration do not hold
+    (new, or re-recorded), for every configuration of ``names`` with a run folder; returns
+    ``(new, total)`` cells per name. Nothing is written when nothing changed: files are only
+    ever added, so a commit of the folder adds only what is new (git keeps every earlier
+    version of a rewritten file). Files of another configuration of that name (an earlier
+    sweep's) are left as they are."""
     counts: dict[str, tuple[int, int]] = {}
     for name in names:
         folder = results / name
@@ -91,7 +109,8 @@ def pack(results: Path, cells: Path, names: Sequence[str]) -> dict[str, tuple[in
         header = json.loads((folder / "config.json").read_text())
         old: dict[str, str] = {}
         last_header = None
-        for shard in _shards(cells, name):
+        mine = [files for config, files in _groups(cells, name) if config == header.get("config")]
+        for shard in mine[0] if mine else []:
             last_header, found = read(shard)
             old.update((f, _dump(c)) for f, c in found)
         here = _folder_cells(folder)
@@ -126,37 +145,46 @@ def read(path: Path) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
     return header, found
 
 
-def restore(cells: Path, results: Path, names: Sequence[str]) -> dict[str, int]:
+def restore(
+    cells: Path,
+    results: Path,
+    names: Sequence[str],
+    want: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, int]:
     """Writes the archived config and cells of every configuration of ``names`` that has an
     archive into ``results/<name>/`` (a cell packed twice: its latest version), leaving every
     file that exists as it is; returns the number of cell files written per name. Checks
     every archive before writing anything.
 
+    Where a name's archive holds several configurations (the code's was changed and swept
+    again), the one restored is the run folder's own when it has a ``config.json``, else
+    ``want[name]`` (the configuration the checkout declares) when archived, else the latest.
+
     Raises:
-      CellsError: an archive that cannot be read, files of one configuration that disagree
-        on it, or a run folder holding another configuration than its archive.
+      CellsError: an archive that cannot be read, or a run folder holding a configuration that
+        its archive does not.
     """
     todo = []
     for name in names:
-        shards = _shards(cells, name)
-        if not shards:
+        groups = _groups(cells, name)
+        if not groups:
             continue
+        folder = results / name
+        have = None
+        if (folder / "config.json").exists():
+            have = json.loads((folder / "config.json").read_text()).get("config")
+        pick = have if have is not None else _plain(want.get(name)) if want else None
+        chosen = [files for config, files in groups if config == pick]
+        if have is not None and not chosen:
+            raise CellsError(
+                f"{cells / name}: {folder} holds another configuration; restore into an "
+                "empty --results folder"
+            )
         header: dict[str, Any] = {}
         merged: dict[str, dict[str, Any]] = {}
-        for shard in shards:
-            got, found = read(shard)
-            if header and got.get("config") != header.get("config"):
-                raise CellsError(f"{shard}: another configuration than {shards[0].name}")
-            header = got
+        for shard in chosen[0] if chosen else groups[-1][1]:
+            header, found = read(shard)
             merged.update(found)
-        folder = results / name
-        if (folder / "config.json").exists():
-            have = json.loads((folder / "config.json").read_text())
-            if have.get("config") != header.get("config"):
-                raise CellsError(
-                    f"{cells / name}: {folder} holds another configuration; restore into an "
-                    "empty --results folder"
-                )
         todo.append((name, header, merged))
     counts: dict[str, int] = {}
     for name, header, merged in todo:
@@ -172,3 +200,8 @@ def restore(cells: Path, results: Path, names: Sequence[str]) -> dict[str, int]:
                 written += 1
         counts[name] = written
     return counts
+
+
+def _plain(config: Mapping[str, Any] | None) -> Any:
+    """A configuration as its config.json spells it (JSON types: lists, string keys)."""
+    return None if config is None else json.loads(json.dumps(config))

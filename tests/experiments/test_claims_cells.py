@@ -137,14 +137,30 @@ def test_packing_flags_that_would_be_ignored_are_one_line_errors(argv, flag, tmp
     assert list(tmp_path.iterdir()) == []
 
 
-def test_files_of_one_configuration_that_disagree_are_refused(tmp_path):
+def test_a_configuration_swept_again_under_its_name_keeps_both_archives_apart(tmp_path):
+    """The code's configuration changed (a larger budget): its new sweep is packed after the old
+    one under the same name, each configuration's files hold its own cells, and restore picks
+    the run folder's configuration, else the one asked for, else the latest."""
     _sweep(tmp_path / "a" / "demo")
-    cells.pack(tmp_path / "a", tmp_path / "cells", ["demo"])
-    other = lzma.compress(b'{"config": {"config": {"lr": 1}}}\n')
-    (tmp_path / "cells" / "demo" / f"0001{cells.SUFFIX}").write_bytes(other)
-    with pytest.raises(cells.CellsError, match="another configuration than 0000"):
-        cells.restore(tmp_path / "cells", tmp_path / "b", ["demo"])
-    assert not (tmp_path / "b").exists()
+    box = tmp_path / "cells"
+    assert cells.pack(tmp_path / "a", box, ["demo"]) == {"demo": (6, 6)}
+    new = {**CONFIG, "steps": 15}
+    folder = runs.RunFolder("demo", new, out=tmp_path / "n" / "demo")
+    folder.run_grouped(KEYS[:3], _compute([]), vary=("seed",))
+    assert cells.pack(tmp_path / "n", box, ["demo"]) == {"demo": (3, 3)}  # not 3 of 9
+    assert cells.pack(tmp_path / "n", box, ["demo"]) == {"demo": (0, 3)}  # nothing new
+    assert cells.pack(tmp_path / "a", box, ["demo"]) == {"demo": (0, 6)}  # the old one's too
+    assert len(list((box / "demo").iterdir())) == 2
+    assert cells.restore(box, tmp_path / "latest", ["demo"]) == {"demo": 3}
+    assert cells.restore(box, tmp_path / "old", ["demo"], want={"demo": CONFIG}) == {"demo": 6}
+    back = runs.RunFolder("demo", CONFIG, out=tmp_path / "old" / "demo")  # resumes: no refusal
+    assert len(back.run_grouped(KEYS, _compute(calls := []), vary=("seed",))) == 6 and not calls
+    # a run folder of the new configuration resumes from the new cells, whatever is asked
+    assert cells.restore(box, tmp_path / "n", ["demo"], want={"demo": CONFIG}) == {"demo": 0}
+    other = runs.RunFolder("demo", {"lr": [9.0]}, out=tmp_path / "c" / "demo")
+    other.create()
+    with pytest.raises(cells.CellsError, match="holds another configuration"):
+        cells.restore(box, tmp_path / "c", ["demo"])
 
 
 def test_the_modules_examples_run():
