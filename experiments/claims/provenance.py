@@ -124,7 +124,9 @@ def snapshot(
     """Copies the small files of each configuration of ``names`` finished under ``results``
     into ``rows/<name>/`` and writes ``rows/index.json``. The folder becomes an exact copy: a
     configuration no longer under ``results`` has its copy removed (the report reads it as not
-    run, as it would read the results folder)."""
+    run, as it would read the results folder). The commit and whether the work tree had
+    uncommitted changes are read first, before this writes anything into it."""
+    commit, dirty = git_state()
     have = [n for n in names if (results / n / "summary.json").exists()]
     rows.mkdir(parents=True, exist_ok=True)
     for old in sorted(rows.iterdir()):
@@ -144,7 +146,6 @@ def snapshot(
             runs.atomic_write_text(dst / budget.FILE, json.dumps(found, indent=1) + "\n")
         elif (dst / budget.FILE).exists():
             (dst / budget.FILE).unlink()
-    commit, dirty = git_state()
     snap = Snapshot(rows, source or str(results), commit, dirty, quick)
     runs.atomic_write_text(rows / INDEX, json.dumps(snap.index(), indent=2) + "\n")
     return snap

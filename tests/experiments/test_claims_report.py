@@ -316,3 +316,16 @@ def test_a_configuration_whose_rows_another_configuration_produced_is_flagged(tm
     assert provenance.drift({"a": [1, 2], "b": None}, {"a": [1], "c": {"x": 1}}) == [
         "a 1 → 1,2", 'c {"x": 1} → unset'
     ]  # fmt: skip
+
+
+def test_the_recorded_commit_state_is_read_before_the_rows_are_written(tmp_path, monkeypatch):
+    """The report's own copy of the rows must not make the tree it records look dirty."""
+    res, rows = _results(tmp_path), tmp_path / "rows"
+    seen = []
+    monkeypatch.setattr(
+        provenance,
+        "git_state",
+        lambda where=None: (seen.append(rows.exists()), ("a" * 40, False))[1],
+    )
+    snap = provenance.snapshot(res, rows, list(claims.RUNS), quick=False)
+    assert seen == [False] and not snap.dirty and (rows / "async" / "summary.json").exists()
