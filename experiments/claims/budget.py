@@ -28,8 +28,9 @@ __all__ = ["FILE", "REFERENCES", "facts", "section"]
 
 #: the file beside a configuration's committed rows
 FILE = "budget.json"
-#: the methods that are a configuration's synchronous reference
-REFERENCES = ("sgd", "sync")
+#: the methods that are a configuration's synchronous reference (``dp``: ``local_sgd``'s data
+#: parallelism on the same tokens, whose "rate" is a multiple of the inner rate)
+REFERENCES = ("sgd", "sync", "dp")
 #: "flat": within this of the plateau (fraction of accuracy)
 TOL = 0.01
 #: a language model's "flat": within this of the plateau, nats
@@ -101,7 +102,7 @@ def _loss_line(name: str, setting: str, f: dict[str, Any]) -> str:
     """A language model's line: its validation loss at the budget against the corpus's
     unigram entropy and the uniform loss (the claims compare at equal updates)."""
     if f["plateau"] is None:
-        return f"- `{name}`, {setting}: no curve without divergence at lr {f['lr']:g}."
+        return f"- `{name}`, {setting}: no curve without divergence at {_rate(f)}."
     mean, half, n = f["delta_last_third"]
     change = (
         f"{mean:+.3f} ± {half:.3f} nats over {n} seeds"
@@ -116,10 +117,17 @@ def _loss_line(name: str, setting: str, f: dict[str, Any]) -> str:
             f"{f['uniform']:.2f})"
         )
     return (
-        f"- `{name}`, {setting}, lr {f['lr']:g}: validation loss {f['plateau']:.3f} nats over "
+        f"- `{name}`, {setting}, {_rate(f)}: validation loss {f['plateau']:.3f} nats over "
         f"the last third of {f['steps']:,} updates{refs}; change over the last third {change} "
         "(a language model is compared at equal updates, on its warm-up + cosine schedule)."
     )
+
+
+def _rate(f: dict[str, Any]) -> str:
+    """The selected rate in words (``dp``'s grid scales the inner rate)."""
+    if f["setting"].get("method") == "dp":
+        return f"rate {f['lr']:g} × the inner rate"
+    return f"lr {f['lr']:g}"
 
 
 def _line(name: str, f: dict[str, Any]) -> str:
@@ -133,14 +141,14 @@ def _line(name: str, f: dict[str, Any]) -> str:
         else "one seed"
     )
     if f["plateau"] is None:
-        return f"- `{name}`, {setting}: no curve without divergence at lr {f['lr']:g}."
+        return f"- `{name}`, {setting}: no curve without divergence at {_rate(f)}."
     flat = (
         f"flat (±{100 * TOL:g} point) since update {f['flat_since']:,} of {f['steps']:,}"
         if f["flat_since"] is not None
         else f"not within ±{100 * TOL:g} point of its plateau at the end ({f['steps']:,} updates)"
     )
     return (
-        f"- `{name}`, {setting}, lr {f['lr']:g}: {_verdict(f)}; validation plateau "
+        f"- `{name}`, {setting}, {_rate(f)}: {_verdict(f)}; validation plateau "
         f"{100 * f['plateau']:.1f} %, {flat}; change over the last third {change}."
     )
 

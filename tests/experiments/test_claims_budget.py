@@ -95,3 +95,24 @@ def _rows_of(root, fact):
     (rows / "lm-depth").mkdir(parents=True)
     (rows / "lm-depth" / budget.FILE).write_text(json.dumps([fact]))
     return rows
+
+
+def test_local_sgds_data_parallel_arm_is_a_reference_and_its_rate_a_multiple(tmp_path):
+    """``local_sgd``'s ``dp`` (data parallelism on the same tokens) is a synchronous reference;
+    its grid scales the inner rate, and the line says so rather than calling it a rate."""
+    folder = tmp_path / "diloco"
+    (folder / "cells").mkdir(parents=True)
+    for seed in range(3):
+        key = {"method": "dp", "workers": 4, "inner_steps": 10, "lr": 8.0, "seed": seed}
+        _cell(folder, key, 0.8, [0.3, 0.5, 0.6, 0.7, 0.75, 0.8 + 0.01 * seed])
+        _cell(folder, {**key, "method": "diloco", "lr": 0.7}, 0.8, [0.8] * 6)
+    (f,) = budget.facts(folder)
+    assert f["setting"] == {"method": "dp", "workers": 4, "inner_steps": 10} and f["lr"] == 8.0
+    rows = tmp_path / "rows" / "diloco"
+    rows.mkdir(parents=True)
+    (rows / budget.FILE).write_text(json.dumps([f]))
+    (line,) = [x for x in budget.section(tmp_path / "rows", ["diloco"]) if x.startswith("- ")]
+    assert line.startswith(
+        "- `diloco`, method dp, workers 4, inner_steps 10, rate 8 × the inner rate: "
+        "**not converged**"
+    )
