@@ -504,7 +504,7 @@ def make_figures(
         series,
         x="step",
         ys=("train_loss", task.key("val")),
-        title="Validation curves at the deepest N, each policy at its rate selected on validation",
+        title="Learning curves at the deepest N, each policy at its rate selected on validation",
         methods=cfg["methods"],
     )
     figs["accuracy_vs_stages"] = metric_vs_figure(

@@ -155,6 +155,8 @@ AXIS_LABELS: dict[str, str] = {
     "val_accuracy": "validation accuracy %",
     "test_accuracy": "test accuracy %",
     "train_accuracy": "training accuracy %",
+    "val_loss": "validation loss (nats/token)",
+    "test_loss": "test loss (nats/token)",
 }
 
 #: the mark every figure of a ``--quick`` run carries (:func:`finish_figure`)

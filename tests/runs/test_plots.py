@@ -157,3 +157,10 @@ def test_a_quick_run_marks_every_figure_it_saves(tmp_path):
     folder.record({"seed": 0}, {"final_test_accuracy": 0.5}, [])
     folder.finish("table", full)
     assert not full["plot"].texts
+
+
+def test_axis_labels_name_the_metric_and_its_unit():
+    assert runs.axis_label("val_accuracy") == "validation accuracy %"
+    assert runs.axis_label("val_loss") == "validation loss (nats/token)"  # a language model's
+    assert runs.axis_label("test_loss") == "test loss (nats/token)"
+    assert runs.axis_label("some_field") == "some field"
