@@ -77,13 +77,19 @@ def _shards(cells: Path, name: str) -> list[Path]:
     return sorted((cells / name).glob(f"*{SUFFIX}"))
 
 
-def _groups(cells: Path, name: str) -> list[tuple[dict[str, Any], list[Path]]]:
-    """The archive files of ``name`` grouped by the configuration their first line records, in
-    the order each configuration first appears: a configuration changed in the code (a larger
-    budget, say) is swept again under the same name, and its files follow the old ones."""
-    groups: list[tuple[dict[str, Any], list[Path]]] = []
-    for shard in _shards(cells, name):
-        config = read(shard)[0].get("config")
+#: one archive file, read: its ``config.json`` and its ``(file name, cell)`` pairs
+_Shard = tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]
+
+
+def _groups(cells: Path, name: str) -> list[tuple[Any, list[_Shard]]]:
+    """The archive files of ``name``, each read once, grouped by the configuration their first
+    line records, in the order each configuration first appears: a configuration changed in
+    the code (a larger budget, say) is swept again under the same name, and its files follow
+    the old ones."""
+    groups: list[tuple[Any, list[_Shard]]] = []
+    for path in _shards(cells, name):
+        shard = read(path)
+        config = shard[0].get("config")
         for have, files in groups:
             if have == config:
                 files.append(shard)
@@ -107,12 +113,10 @@ def pack(results: Path, cells: Path, names: Sequence[str]) -> dict[str, tuple[in
         if not (folder / "config.json").exists():
             continue
         header = json.loads((folder / "config.json").read_text())
-        old: dict[str, str] = {}
-        last_header = None
         mine = [files for config, files in _groups(cells, name) if config == header.get("config")]
-        for shard in mine[0] if mine else []:
-            last_header, found = read(shard)
-            old.update((f, _dump(c)) for f, c in found)
+        shards = mine[0] if mine else []
+        last_header = shards[-1][0] if shards else None
+        old = {f: _dump(c) for _, found in shards for f, c in found}
         here = _folder_cells(folder)
         new = [(f, c) for f, c in here if old.get(f) != _dump(c)]
         if new or (last_header is not None and last_header != header) or last_header is None:
@@ -173,19 +177,17 @@ def restore(
         have = None
         if (folder / "config.json").exists():
             have = json.loads((folder / "config.json").read_text()).get("config")
-        pick = have if have is not None else _plain(want.get(name)) if want else None
+        asked = want.get(name) if want else None
+        pick = have if have is not None else json.loads(runs.to_json(asked)) if asked else None
         chosen = [files for config, files in groups if config == pick]
         if have is not None and not chosen:
             raise CellsError(
                 f"{cells / name}: {folder} holds another configuration; restore into an "
                 "empty --results folder"
             )
-        header: dict[str, Any] = {}
-        merged: dict[str, dict[str, Any]] = {}
-        for shard in chosen[0] if chosen else groups[-1][1]:
-            header, found = read(shard)
-            merged.update(found)
-        todo.append((name, header, merged))
+        shards = chosen[0] if chosen else groups[-1][1]
+        merged = {f: c for _, found in shards for f, c in found}
+        todo.append((name, shards[-1][0], merged))
     counts: dict[str, int] = {}
     for name, header, merged in todo:
         folder = results / name
@@ -200,8 +202,3 @@ def restore(
                 written += 1
         counts[name] = written
     return counts
-
-
-def _plain(config: Mapping[str, Any] | None) -> Any:
-    """A configuration as its config.json spells it (JSON types: lists, string keys)."""
-    return None if config is None else json.loads(json.dumps(config))

@@ -272,7 +272,8 @@ def drift(now: Mapping[str, Any], rows: Mapping[str, Any]) -> list[str]:
         >>> drift({"updates": 27000, "seeds": 10}, {"updates": 9000, "seeds": 10})
         ['updates 9000 → 27000']
     """
-    now, rows = json.loads(json.dumps(now)), json.loads(json.dumps(rows))
+    # as config.json spells them (runs.to_json: lists, string keys, NaN as null)
+    now, rows = json.loads(runs.to_json(now)), json.loads(runs.to_json(rows))
     return [
         f"{k} {_plain(rows.get(k))} → {_plain(now.get(k))}"
         for k in sorted(set(now) | set(rows))
