@@ -99,6 +99,7 @@ __all__ = [
     "Run",
     "Snapshot",
     "Verdict",
+    "assess_all",
     "cell",
     "chance_of",
     "claim",
@@ -253,7 +254,10 @@ def report(
         "- **held** / **did not hold** for a threshold check (A1, P2): every threshold met / "
         "one missed;",
         "- **reached** / **not reached** for a moonshot (M1, M2, LM-M): the target met / missed;",
-        "- **not run**: the claim's run folder (or its primary comparison's cells) is missing.",
+        "- **not run**: the claim's run folder (or its primary comparison's cells) is missing;",
+        "- a verdict followed by **on rows of an earlier configuration of** a run rests on rows "
+        "that configuration produced before its settings changed in the code (listed below): "
+        "it stands until the re-run replaces them.",
         "",
         *_source_lines(ctx, out, snap),
         "",
@@ -261,7 +265,7 @@ def report(
     for name, spec in RUNS.items():
         lines.append(f"- `{name}`: `{spec.command}` — {spec.what}" + _drift_note(ctx, name))
     lines += ["", "## Summary", ""]
-    verdicts = {c.id: c.assess(ctx) for c in CLAIMS}
+    verdicts = assess_all(ctx)
     lines.append(
         runs.markdown_table(
             ["claim", "paper", "verdict"],
@@ -310,12 +314,33 @@ def _rows_link(out: Path, snap: Snapshot | None) -> str | None:
     return Path(os.path.relpath(snap.rows, out.parent)).as_posix()
 
 
+def _drifted(ctx: Context, name: str) -> list[str]:
+    """How the configuration behind ``name``'s rows differs from the one the code declares now
+    (:func:`provenance.drift`); empty when they are the same, or there are no rows."""
+    if not ctx.has(name):
+        return []
+    return provenance.drift(RUNS[name].at(ctx.quick).resolved(), ctx.config(name))
+
+
+def assess_all(ctx: Context) -> dict[str, Verdict]:
+    """Every claim's verdict, by id; a claim resting on rows of an earlier configuration of one
+    of its runs says so in its caveat (the Summary and the README print it beside the verdict),
+    so a verdict is never quoted as the current configuration's while its re-run is pending."""
+    out = {}
+    for c in CLAIMS:
+        v = c.assess(ctx)
+        old = [n for n in c.runs if _drifted(ctx, n)]
+        if old and v.verdict != "not run":
+            note = f"on rows of an earlier configuration of {', '.join(old)}"
+            v = dataclasses.replace(v, caveat=f"{v.caveat}; {note}" if v.caveat else note)
+        out[c.id] = v
+    return out
+
+
 def _drift_note(ctx: Context, name: str) -> str:
     """A warning after a configuration whose rows a different configuration produced (the code's
     was changed since: :func:`provenance.drift`); empty otherwise."""
-    if not ctx.has(name):
-        return ""
-    changed = provenance.drift(RUNS[name].at(ctx.quick).resolved(), ctx.config(name))
+    changed = _drifted(ctx, name)
     if not changed:
         return ""
     return (
@@ -485,7 +510,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     new_readme = None
     if readme is not None:  # before the report is written: a block it cannot fill is an error
         link = Path(os.path.relpath(out.resolve(), readme.resolve().parent)).as_posix()
-        filled = readme_mod.blocks(CLAIMS, {c.id: c.assess(ctx) for c in CLAIMS}, link)
+        filled = readme_mod.blocks(CLAIMS, assess_all(ctx), link)
         try:
             new_readme = readme_mod.rewrite(readme.read_text(), filled)
         except ValueError as e:

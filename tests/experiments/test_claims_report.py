@@ -304,9 +304,32 @@ def test_a_configuration_whose_rows_another_configuration_produced_is_flagged(tm
     text = claims.main(["--results", str(res), "--out", str(tmp_path / "c.md")])["text"]
     line = next(x for x in text.splitlines() if x.startswith("- `async`: `python -m"))
     assert "earlier configuration" not in line
+    fresh = claims.assess_all(claims.Context(res, quick=False))
     old = {**now, "updates": now["updates"] // 3}
     (res / "async" / "config.json").write_text(json.dumps({**head, "config": old}))
-    text = claims.main(["--results", str(res), "--out", str(tmp_path / "c.md")])["text"]
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- claims:start -->\n<!-- claims:end -->\n")
+    text = claims.main(
+        ["--results", str(res), "--out", str(tmp_path / "c.md"), "--readme", str(readme)]
+    )["text"]
+    # every verdict resting on the async rows carries it (Summary, README), no other one does
+    stale = claims.assess_all(claims.Context(res, quick=False))
+    tag = "on rows of an earlier configuration of "
+
+    def olds(v):  # the runs a verdict's caveat names as drifted
+        return set(v.caveat.partition(tag)[2].split(", ")) - {""}
+
+    for c in claims.CLAIMS:
+        v, was = stale[c.id], fresh[c.id]
+        assert v.verdict == was.verdict and v.caveat.split(tag)[0] == was.caveat.split(tag)[0]
+        assert "async" not in olds(was)  # (the fixture's other runs may be drifted)
+        if "async" in c.runs and v.verdict != "not run":
+            assert olds(v) == olds(was) | {"async"}, c.id
+            assert f"[{c.id}: {v.summary}](c.md#{c.id.lower()})" in readme.read_text()
+            assert f"**{v.summary}**" in text
+        else:
+            assert v.caveat == was.caveat, c.id
+    assert "C1" in {c for c in stale if "async" in olds(stale[c])}
     line = next(x for x in text.splitlines() if x.startswith("- `async`: `python -m"))
     assert line.endswith(
         f". **Its rows are from an earlier configuration** (updates {now['updates'] // 3} → "
