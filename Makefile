@@ -46,7 +46,7 @@ docs: $(STAMP)
 
 # Every claims-report configuration (resuming finished cells), then docs/claims.md, its figures,
 # a copy of each configuration's rows (docs/claims/rows/, committed) and README's verdict
-# lines. The image claims ~21 CPU-hours on 2 cores (MNIST-1D, 27,000 updates, 10 seeds), the
+# lines. The image claims ~22 CPU-hours on 2 cores (MNIST-1D, 27,000 updates, 10 seeds), the
 # DiLoCo and language-model ones more (README, "Running the claims");
 # `python -m experiments.claims` alone re-writes the report from the run folders in
 # results/claims/, `--from-rows` from the committed rows (byte for byte).

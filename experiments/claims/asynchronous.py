@@ -22,6 +22,7 @@ from .core import (
     _async_table,
     _at_sync_rate,
     _best,
+    _compare,
     _conditional,
     _methods_of,
     _ordering,
@@ -52,11 +53,29 @@ def _big(ctx: Context, pairs: list[tuple[str, str]]) -> tuple[str, list[Diff] | 
     return label, _ordering(ctx, BIG, pairs, ws)
 
 
+#: C1 and C4's set-up check, a configuration added after ``async`` ran (validation had selected
+#: DC-ASGD-a's λ0 and LC-ASGD's λ at their grids' edges): the λ beyond those grids at M = 8 and
+#: 16, read together with ``async``'s rows (a cell's numbers do not depend on the run it was
+#: computed in, so the seeds pair); a secondary, never the primary
+CHECK_LAM = "async-lambda"
+LAM_LABEL = f"set-up check added after the run: λ beyond the grid ({CHECK_LAM})"
+
+
+def _wide_rows(ctx: Context, methods: Sequence[str]) -> list[dict]:
+    """``async``'s rows (momentum 0.9) of ``methods`` with the set-up check's: each method's
+    (rate, λ) is then selected over both grids."""
+    rows = [r for r in ctx.rows("async") if r["momentum"] == 0.9 and r["method"] in methods]
+    if ctx.has(CHECK_LAM):
+        rows += [r for r in ctx.rows(CHECK_LAM) if r["method"] in methods]
+    return rows
+
+
 def _lambda_notes(
     ctx: Context, method: str, name: str, workers: Sequence[int], how: str
 ) -> list[str]:
     """Which ``lam`` (LC-ASGD's λ, DC-ASGD's λ0) validation selected at each M of the default
-    run, and where it sits at its grid's edge (the grid then does not bracket the optimum)."""
+    run, and where it sits at its grid's edge (the grid then does not bracket the optimum); with
+    the set-up check (:data:`CHECK_LAM`), the same over both grids at its worker counts."""
     rows = [r for r in ctx.rows("async") if r["method"] == method]
     lams = sorted({r["lam"] for r in rows if r.get("lam") is not None})
     if len(lams) < 2:
@@ -66,13 +85,43 @@ def _lambda_notes(
     picked = ", ".join(f"M={w}: {v:+g}" for w, v in sel.items())
     notes = [f"- {name} tuned on validation with the rate over {lams} {how}: {picked}"]
     edge = [w for w, v in sel.items() if v in (lams[0], lams[-1])]
+    checked = _workers(ctx, CHECK_LAM) if ctx.has(CHECK_LAM) else []
     if edge:
         notes.append(
             f"- {name} at its grid's edge at M = {', '.join(map(str, edge))}: the grid does not "
-            f"bracket {method}'s optimum there (it is not extended as rates are); check the "
-            "compensation before reading a verdict against it as a finding"
+            f"bracket {method}'s optimum there (it is not extended as rates are); "
+            + (
+                f"the set-up check ({CHECK_LAM}) runs λ beyond it at M = "
+                f"{', '.join(map(str, checked))}"
+                if checked
+                else "check the compensation before reading a verdict against it as a finding"
+            )
+        )
+    wide = _wide_rows(ctx, [method])
+    both = sorted({r["lam"] for r in wide if r.get("lam") is not None})
+    if checked and len(both) > len(lams):
+        sel = {w: selected(wide, method=method, workers=w) for w in checked}
+        sel = {w: x[0]["lam"] for w, x in sel.items() if x and x[0].get("lam") is not None}
+        out = [w for w, v in sel.items() if v in (both[0], both[-1])]
+        notes.append(
+            f"- {name} over both grids {both} ({CHECK_LAM} added): "
+            + ", ".join(f"M={w}: {v:+g}" for w, v in sel.items())
+            + (
+                f"; still at the widened grid's edge at M = {', '.join(map(str, out))}"
+                if out
+                else "; inside the widened grid"
+            )
         )
     return notes
+
+
+def _wide(ctx: Context, pairs: list[tuple[str, str]]) -> list[Diff] | None:
+    """The pairs at the set-up check's worker counts, every arm at its (rate, λ) selected over
+    ``async``'s grid and the check's together; None without the check."""
+    if not ctx.has(CHECK_LAM):
+        return None
+    rows = _wide_rows(ctx, sorted({m for p in pairs for m in p}))
+    return _compare(rows, pairs, _workers(ctx, CHECK_LAM), knob=("lr", "lam"))
 
 
 def judge_dc_asgd(ctx: Context) -> Evidence:
@@ -93,6 +142,7 @@ def judge_dc_asgd(ctx: Context) -> Evidence:
         "raw inputs, M = 16, 32": _conditional(
             ctx, "async-raw", lambda: _ordering(ctx, "async-raw", pairs[:1], [16, 32])
         ),
+        LAM_LABEL: _wide(ctx, pairs[:1]),
     }
     table = _async_table(
         ctx, "async", ["sgd", "ssgd", "asgd", "dc-asgd-c", "dc-asgd-a"], [1, *cfgw]
@@ -191,8 +241,10 @@ def judge_lc_asgd(ctx: Context) -> Evidence:
         "raw inputs, M = 16, 32": _conditional(
             ctx, "async-raw", lambda: _ordering(ctx, "async-raw", pairs, [16, 32])
         ),
+        LAM_LABEL: _wide(ctx, pairs),
     }
     notes = _lambda_notes(ctx, "lc-asgd", "LC-ASGD's λ", cfgw, "(sign included)")
+    notes += _lambda_notes(ctx, "dc-asgd-a", "DC-ASGD-a's λ0", cfgw, "(the paper's × 0.1, 1, 10)")
     table = _async_table(ctx, "async", ["sgd", "asgd", "dc-asgd-a", "lc-asgd"], [1, *cfgw])
     return Evidence(
         _one(_ordering(ctx, "async", pairs[:1], [16])),

@@ -55,6 +55,9 @@ LC_LAMBDAS = (-0.1, -0.03, -0.01, 0.01, 0.03, 0.1)
 #: constant, 2 adaptive): at the paper's λ0 DC-ASGD-c matched ASGD to the test example on digits
 #: (its compensation numerically inert at the rates chosen)
 DC_SCALES = (0.1, 1.0, 10.0)
+#: the set-up check's λ beyond those grids (``async-lambda``)
+DC_WIDE = (100.0, 1000.0)
+LC_WIDE = (-1.0, -0.3, 0.3, 1.0)
 _FIVE = ("sgd", "asgd", "sa-asgd", "dc-asgd-a", "gap-aware")
 
 #: The claims' workload (issue 22): MNIST-1D (``data.load("mnist1d")``: 18,000 training, 2,000
@@ -72,7 +75,7 @@ _FIVE = ("sgd", "asgd", "sa-asgd", "dc-asgd-a", "gap-aware")
 #: * a cosine decay to 0 does not make 9,000 enough: 88.0 at 9,000 (peak 0.1) but 90.6 at 27,000
 #:   and 91.0 at 54,000 (5 seeds) — still 2.6 points short at 9,000, and every method's rate
 #:   would need a schedule; so constant rates (the papers' ASGD / pipeline set-ups) at 3× the
-#:   updates, ~21 CPU-hours for every configuration below on 2 cores.
+#:   updates, ~21 CPU-hours for every configuration below on 2 cores (~1 more: async-lambda).
 #: Async-BN stays on digits: its claim needs a batch-norm CNN on images (ResNet-20).
 #: The pipelines' MLP is 7 hidden layers of 128 (``mlp_width``; 64 on digits): with 64 the
 #: synchronous reference is still rising at 9,000 mini-batches (2 seeds, lr 0.01: validation
@@ -137,6 +140,24 @@ RUNS: dict[str, Run] = {
         ),
         (*QUICK_TUNED, ("workers", (64,)), ("lrs", (0.001, 0.01))),
         what="the moonshot: round-robin workers, M = 64 and 128 (τ = M − 1), a wider rate grid",
+    ),
+    # C1 and C4's set-up check, added after `async` ran at 9,000 updates: validation selected
+    # DC-ASGD-a's largest λ0 (20, the paper's × 10) at every M and LC-ASGD's -0.1 at M = 8 and
+    # 32, so the grids may not bracket either's optimum; the λ beyond them, at the two primaries'
+    # worker counts (read beside `async`'s rows: a cell's numbers do not depend on the lanes it
+    # ran with, so its seeds pair with `async`'s)
+    "async-lambda": Run(
+        async_workers,
+        _AW(
+            **TUNED,
+            workers=(8, 16),
+            methods=("dc-asgd-a", "lc-asgd"),
+            dc_lambda_scales=DC_WIDE,
+            lc_lambdas=LC_WIDE,
+        ),
+        (*QUICK_TUNED, ("workers", (8,)), ("dc_lambda_scales", (100.0,)), ("lc_lambdas", (-0.3,))),
+        what="C1 and C4's set-up check, added after async ran: DC-ASGD-a's λ0 × 100, 1000 "
+        "(200, 2,000) and LC-ASGD's λ ±0.3, ±1, M = 8 and 16",
     ),
     "pipeline": Run(
         pipeline_staleness, _PS(**PIPE), QUICK_TUNED, what="N = 2, 4, 8, SGD momentum 0.9"

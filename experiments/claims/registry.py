@@ -31,7 +31,7 @@ CLAIMS: list[Claim] = [
         "Zheng et al., ICML 2017",
         "Delay compensation recovers the accuracy ASGD loses to stale gradients: at M = 4 and 8 "
         "(CIFAR-10, ResNet-20) DC-ASGD-a < DC-ASGD-c < SSGD < ASGD in test error.",
-        ("async", "async-fixed-lr", "async-raw", "async-m128"),
+        ("async", "async-fixed-lr", "async-raw", "async-m128", "async-lambda"),
         judge_dc_asgd,
         primary="DC-ASGD-a − ASGD at M = 8 (the paper's larger M), default run, each method at "
         "its own rate selected on validation",
@@ -76,7 +76,7 @@ CLAIMS: list[Claim] = [
         "Li et al., ICPP 2020",
         "Loss compensation beats delay compensation, which beats plain ASGD (test error, M = 4, "
         "8, 16; CIFAR-10, ResNet-18).",
-        ("async", "async-raw"),
+        ("async", "async-raw", "async-lambda"),
         judge_lc_asgd,
         primary="LC-ASGD − DC-ASGD-a at M = 16 (the paper's largest M), default run, each at "
         "its own rate (LC-ASGD's λ too) selected on validation",

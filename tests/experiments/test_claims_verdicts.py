@@ -170,6 +170,49 @@ def test_c1_uses_the_moonshots_64_and_128_workers(tmp_path):
     assert "dc-asgd-a (M=128) − asgd (M=128) = -5.0" in v.evidence
 
 
+def _lam(rows, lam):
+    return [{**r, "lam": lam} for r in rows]
+
+
+def test_c1_and_c4_read_the_lambda_set_up_check_beside_the_default_run(tmp_path):
+    """``async`` selects DC-ASGD-a's largest λ0 (an edge); ``async-lambda`` runs λ0 beyond it:
+    the secondary selects (rate, λ) over both grids, paired with ``async``'s ASGD by seed."""
+    gains = {"ssgd": NOISE, "dc-asgd-c": NOISE}
+    base = _rows(_async(gains))
+    dc = {("dc-asgd-a", m): _plus(BASE, 0.001) for m in (4, 8, 16, 32)}
+    small = {("dc-asgd-a", m): _plus(BASE, -0.01) for m in (4, 8, 16, 32)}
+    lc = {("lc-asgd", m): _plus(BASE, 0.002) for m in (4, 8, 16, 32)}
+    rows = [*base, *_lam(_rows(dc), 20.0), *_lam(_rows(small), 2.0), *_lam(_rows(lc), 0.1)]
+    rows += _lam(_rows(lc), -0.1)
+    _folder(tmp_path, "async", rows, [4, 8, 16, 32])
+    ctx = claims.Context(tmp_path, quick=False)
+    v = claims.claim("C1").assess(ctx)
+    assert "DC-ASGD-a's λ0 at its grid's edge at M = 4, 8, 16, 32" in v.evidence
+    assert "check the compensation" in v.evidence and "async-lambda" not in v.evidence
+    # the check: λ0 = 200 gains 2 points over ASGD at M = 8 and 16, λ0 = 2000 diverges
+    wide = {("dc-asgd-a", m): _plus(BASE, 0.02) for m in (8, 16)}
+    gone = {("dc-asgd-a", m): [None] * 5 for m in (8, 16)}
+    check = [*_lam(_rows(wide), 200.0), *_lam(_rows(gone), 2000.0)]
+    _folder(tmp_path, "async-lambda", check, [8, 16])
+    ctx = claims.Context(tmp_path, quick=False)
+    v = claims.claim("C1").assess(ctx)
+    label = "set-up check added after the run: λ beyond the grid (async-lambda) — for the claim"
+    assert f"- secondary, {label}: dc-asgd-a (M=8) − asgd (M=8) = +2.0" in v.evidence
+    assert "dc-asgd-a (M=16) − asgd (M=16) = +2.0" in v.evidence
+    assert "the set-up check (async-lambda) runs λ beyond it at M = 8, 16" in v.evidence
+    assert (
+        "DC-ASGD-a's λ0 over both grids [2.0, 20.0, 200.0, 2000.0] (async-lambda added): "
+        "M=8: +200, M=16: +200; inside the widened grid"
+    ) in v.evidence
+    # the primary still reads the default run alone (declared before the check existed)
+    assert "**primary**: dc-asgd-a (M=8) − asgd (M=8) = +0.1" in v.evidence
+    # C4: LC-ASGD (+0.2 over ASGD) against DC-ASGD-a over both grids (+2.0): reversed
+    v = claims.claim("C4").assess(ctx)
+    assert "lc-asgd (M=16) − dc-asgd-a (M=16) = -1.8" in v.evidence
+    assert f"- secondary, {label.split(' — ')[0]} — **against the claim**" in v.evidence
+    assert "reversed: " + label.split(" — ")[0] in v.verdict
+
+
 def test_c1_within_noise_and_untestable(tmp_path):
     gains = {"dc-asgd-a": NOISE, "ssgd": NOISE, "dc-asgd-c": NOISE}
     _folder(tmp_path, "async", _rows(_async(gains)), [4, 8, 16, 32])
