@@ -288,12 +288,19 @@ LM_RUNS: dict[str, Run] = {
         (*LM_QUICK, ("delays", (0, 1))),
         what="the same with Muon (on the hidden matrices; AdamW on the rest), τ = 0, 1, 4, 16",
     ),
+    # one lane at a time: an asynchronous round of gpt-deep at N = 16 carries the residuals of
+    # every in-flight mini-batch, 3.4 GiB per run at batch 32 (benchmarks/results/
+    # pipeline_memory_gpt.md: 1.7 at 16), ~1.4x that per vmapped lane as measured here (gpt-cpu
+    # N = 8, batch 16: 2.14 GiB peak for one lane, 2.75 for two); four vmapped lanes would need
+    # ~20 GiB of the machine's 24 and the other sweeps' share. A run's numbers do not depend on
+    # its lanes.
     "lm-deep": Run(
         pipeline_staleness,
         _PS(
             **{**_LM_PS, "model": DEEP},
             stages=(16,),
             methods=("sync", "vanilla", "2bw", "pipemare"),
+            seed_mode="sequential",
         ),
         _LM_PS_QUICK,
         what="the moonshot: a 16-block GPT at N = 16 (one block per stage), AdamW",
