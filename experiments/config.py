@@ -528,7 +528,7 @@ def machine_memory() -> int:
         return 1 << 62
 
 
-def _fmt_bytes(n: float) -> str:
+def fmt_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024:
             return f"{n:.3g} {unit}"
@@ -547,8 +547,8 @@ def check_memory(terms: dict[str, float], limit: int | None = None) -> None:
         field = max(terms, key=lambda k: terms[k])
         raise ConfigError(
             field,
-            f"this configuration needs about {_fmt_bytes(total)} of memory ({flag(field)}: "
-            f"{_fmt_bytes(terms[field])}), more than this machine's {_fmt_bytes(limit)}",
+            f"this configuration needs about {fmt_bytes(total)} of memory ({flag(field)}: "
+            f"{fmt_bytes(terms[field])}), more than this machine's {fmt_bytes(limit)}",
         )
 
 

@@ -93,13 +93,12 @@ import numpy as np
 
 from jaxstale import data, loop, models, optimizers, pipeline, runs, schedules, tasks
 
-from . import grids, reports
+from . import grids, memory, reports
 from .common import chance, load_checked, opened, outcome, seed_mode, splits, task_of, title
 from .config import (
     EVAL_HELP,
     Base,
     ConfigError,
-    check_memory,
     check_staged_model,
     cli,
     eval_every,
@@ -533,16 +532,14 @@ def _prepare(config: Config) -> tuple[dict[str, Any], data.Dataset]:
             "devices (on a CPU set XLA_FLAGS=--xla_force_host_platform_device_count=8)",
         )
     ds = load_checked(cfg, config, tasks.KINDS)
-    largest = max(
+    for name in cfg["models"]:
         check_staged_model("model", name, ds, cfg["model_kw"].get(name, {}), cfg)
-        for name in cfg["models"]
-    )
-    lanes, n = cfg["seeds"] * len(cfg["lrs"]), max(cfg["stages"])
-    example = ds.x_train[0].nbytes + ds.y_train[0].nbytes  # a run's batches are copied
-    per_step = 8.0 * (cfg["batch_size"] + 4 * n) + cfg["batch_size"] * example
-    # up to N weight versions (stashing) and N in-flight inputs per stage, per lane
-    stages = 4.0 * largest * (2 * n + 4)
-    check_memory({"stages": stages * lanes, "steps": cfg["steps"] * per_step * lanes})
+    create = lambda name: models.create(
+        name, input_shape=ds.x_train.shape[1:], num_classes=ds.num_classes, seed=0,
+        task=ds.task, **cfg["model_kw"].get(name, {}),
+    )  # fmt: skip
+    vmapped = lambda name: seed_mode(name, cfg["seed_mode"])
+    memory.check_pipeline(cfg, ds, create, schedule_factory, vmapped)
     return cfg, ds
 
 

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 import optax
 
 from jaxstale.loop import Executor
@@ -109,4 +110,46 @@ def make(
         raise ValueError("stage_trees applies to the mesh executor (the emulator updates pytrees)")
     return _emulator.executor(
         stages, program, tx, xb, yb, lanes=lanes, hyperparams=hyperparams, **kw
+    )
+
+
+def carried_bytes(
+    stages: Sequence[Any],
+    schedule: Schedule | Program,
+    policy: str | Policy | None,
+    tx: optax.GradientTransformation,
+    x_example: Any,
+    *,
+    backward: str = "saved",
+    target: str | None = None,
+) -> int:
+    """Bytes of one run's carried state in the emulator — every stage's weights (or stashed
+    versions), optimizer state, statistics and the slots of in-flight inputs, cotangents and
+    residuals — from abstract shapes (``jax.eval_shape``: nothing is allocated or compiled).
+    The residuals of the mini-batches in flight dominate for a deep model: stage ``k`` keeps
+    ``N − k`` forwards' activations until their backward passes (``backward="recompute"``
+    keeps only their inputs). ``x_example``: one mini-batch, or its
+    ``jax.ShapeDtypeStruct``; the other arguments as :func:`make`'s.
+
+    Example:
+        >>> from jaxstale import models, schedules
+        >>> model = models.create("mlp", input_shape=(8, 1), num_classes=3, hidden=(16, 16))
+        >>> stages = models.functional_stages(model, 2)
+        >>> x = jax.ShapeDtypeStruct((4, 8, 1), "float32")
+        >>> sched = schedules.one_f_one_b(2, 6)
+        >>> a = carried_bytes(stages, sched, "vanilla", optax.sgd(0.1), x)
+        >>> b = carried_bytes(stages, sched, "stash", optax.sgd(0.1), x)
+        >>> 0 < a < b   # stashing keeps N − k weight versions
+        True
+    """
+    if isinstance(schedule, Program):
+        program = schedule
+    elif policy is None:
+        raise ValueError("a policy is needed to compile a schedule")
+    else:
+        program = compile(schedule, policy, backward=backward, target=target)
+    em = _emulator.PipelineEmulator(stages, program, tx)
+    carry = jax.eval_shape(em.init, x_example)
+    return int(
+        sum(np.prod(a.shape, dtype=np.int64) * a.dtype.itemsize for a in jax.tree.leaves(carry))
     )
