@@ -25,7 +25,7 @@ from jaxstale import runs
 from .core import Claim, Evidence
 from .verdicts import Diff
 
-__all__ = ["COLORS", "copy_figure", "forest_figure", "forest_items", "save_png"]
+__all__ = ["COLORS", "copy_figure", "forest_figure", "forest_items", "save_png", "x_range"]
 
 #: colour of a difference by what it shows (beyond noise for / against the claim, within noise)
 COLORS = {"for": "#1f77b4", "against": "#d62728", "within": "#7f7f7f"}
@@ -54,9 +54,29 @@ def _tick(label: str, d: Diff, first: bool) -> str:
     return "\n".join(textwrap.wrap(text, 58)) or text
 
 
+def x_range(items: list[tuple[str, Diff]], expected: float | None) -> tuple[float, float]:
+    """A panel's x-limits: every row's mean, the primary's whole interval, zero and the expected
+    effect, padded by a fifth of that span; another row's interval or seeds reaching beyond are
+    cut at the edge with an arrow there (a secondary measured on 3 seeds can span ten times the
+    other rows and flatten them, the primary included)."""
+    xs = [0.0]
+    for label, d in items:
+        if d.n == 0:
+            continue
+        xs.append(d.scale * d.mean)
+        if label == "primary" and math.isfinite(d.half):
+            xs += [d.scale * (d.mean - d.half), d.scale * (d.mean + d.half)]
+    if expected is not None and math.isfinite(expected) and items:
+        xs.append(items[0][1].scale * expected)
+    lo, hi = min(xs), max(xs)
+    pad = max(0.2 * (hi - lo), 1e-3 * max(1.0, abs(lo), abs(hi)))
+    return lo - pad, hi + pad
+
+
 def _draw(ax: Any, items: list[tuple[str, Diff]], expected: float | None) -> None:
     """One panel (one unit): rows top to bottom in ``items``' order."""
     n = len(items)
+    left, right = x_range(items, expected)
     ticks = []
     for i, (label, d) in enumerate(items):
         y = n - 1 - i
@@ -85,6 +105,15 @@ def _draw(ax: Any, items: list[tuple[str, Diff]], expected: float | None) -> Non
         if d.dropped and d.itt:
             ax.plot(d.scale * float(np.mean(d.itt)), y, marker="o", markersize=8, zorder=3,
                     markerfacecolor="none", markeredgecolor=color, linestyle="none")  # fmt: skip
+        ends = [d.scale * v for v in d.values]
+        if half is not None:
+            ends += [d.scale * d.mean - half, d.scale * d.mean + half]
+        for edge, marker, beyond in ((left, "<", min(ends, default=0.0) < left),
+                                     (right, ">", max(ends, default=0.0) > right)):  # fmt: skip
+            if beyond:  # the interval or a seed reaches past the axis: cut there
+                ax.plot(edge, y, marker=marker, color=color, markersize=7, clip_on=False,
+                        linestyle="none", zorder=5)  # fmt: skip
+    ax.set_xlim(left, right)
     ax.axvline(0.0, color="black", linewidth=1.0, zorder=1)
     if expected is not None and math.isfinite(expected):
         ax.axvline(
@@ -120,6 +149,8 @@ def _legend(fig: Any, expected: float | None, primary: Diff, itt: bool) -> None:
         "within noise (95 % interval covers 0)",
         "one seed's paired difference",
     ]
+    handles.append(mark("0.3", ">", markersize=7))
+    texts.append("interval or seeds beyond the axis (cut)")
     if itt:
         handles.append(mark("0.3", markerfacecolor="none", markersize=8))
         texts.append("intention to treat (diverged seeds at chance)")

@@ -217,6 +217,24 @@ def test_forest_plot_shows_every_difference_with_the_primary_first_and_the_expec
     assert figures.forest_figure(c1, claims.Evidence(None)) is None
 
 
+def test_a_wide_secondary_is_cut_at_the_axis_instead_of_flattening_the_primary():
+    up = _d("dc-asgd-a (M=8)", [0.02, 0.021, 0.019, 0.02, 0.022])
+    wide = _d("dc-asgd-a (M=32)", [0.9, -0.8, 0.05])  # 3 seeds: an interval of ±2 (points ×100)
+    ev = claims.Evidence(up, {"one rate": [wide]})
+    fig = figures.forest_figure(claims.claim("C1"), ev, smoke=True)
+    ax = fig.axes[0]
+    lo, hi = ax.get_xlim()
+    mean = 100 * wide.mean
+    assert lo <= 0 < 1.9 < 2.1 < hi and lo < mean < hi  # zero, the primary's interval, the mean
+    assert hi < 100 * (wide.mean + wide.half) and lo > 100 * (wide.mean - wide.half)
+    cut = [ln for ln in ax.lines if ln.get_marker() in ("<", ">")]
+    assert {ln.get_marker() for ln in cut} == {"<", ">"}  # both ends of the wide row only
+    assert {float(ln.get_xdata()[0]) for ln in cut} == {lo, hi}
+    (legend,) = fig.legends
+    assert any("beyond the axis" in t.get_text() for t in legend.texts)
+    assert figures.x_range([("primary", up)], None)[0] < 0  # zero always shown
+
+
 def test_forest_plot_of_a_primary_without_pairs_is_still_drawn(tmp_path):
     empty = Diff("a", "b", (), (), b_error=float("nan"))
     fig = figures.forest_figure(claims.claim("C3"), claims.Evidence(empty))
