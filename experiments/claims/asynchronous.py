@@ -61,11 +61,30 @@ CHECK_LAM = "async-lambda"
 LAM_LABEL = f"set-up check added after the run: λ beyond the grid ({CHECK_LAM})"
 
 
+#: the fields the set-up check varies; every other field of its configuration must be
+#: ``async``'s for their rows to be read together (the same updates, data, model, delays, seeds)
+CHECK_VARIES = ("methods", "workers", "lc_lambdas", "dc_lambda_scales")
+
+
+def _check_differs(ctx: Context) -> list[str]:
+    """How the set-up check's configuration differs from ``async``'s outside
+    :data:`CHECK_VARIES` (``"field async → check"``); empty when their rows can be read
+    together. A check re-run at another budget than the rows of ``async`` is not combined."""
+    a, b = ctx.config("async"), ctx.config(CHECK_LAM)
+    keys = sorted((set(a) | set(b)) - set(CHECK_VARIES))
+    return [f"{k} {a.get(k)} → {b.get(k)}" for k in keys if a.get(k) != b.get(k)]
+
+
+def _checked(ctx: Context) -> bool:
+    """Whether the set-up check has rows that can be read with ``async``'s."""
+    return ctx.has(CHECK_LAM) and not _check_differs(ctx)
+
+
 def _wide_rows(ctx: Context, methods: Sequence[str]) -> list[dict]:
-    """``async``'s rows (momentum 0.9) of ``methods`` with the set-up check's: each method's
-    (rate, λ) is then selected over both grids."""
+    """``async``'s rows (momentum 0.9) of ``methods`` with the set-up check's (when they can be
+    read together): each method's (rate, λ) is then selected over both grids."""
     rows = [r for r in ctx.rows("async") if r["momentum"] == 0.9 and r["method"] in methods]
-    if ctx.has(CHECK_LAM):
+    if _checked(ctx):
         rows += [r for r in ctx.rows(CHECK_LAM) if r["method"] in methods]
     return rows
 
@@ -85,8 +104,14 @@ def _lambda_notes(
     picked = ", ".join(f"M={w}: {v:+g}" for w, v in sel.items())
     notes = [f"- {name} tuned on validation with the rate over {lams} {how}: {picked}"]
     edge = [w for w, v in sel.items() if v in (lams[0], lams[-1])]
-    checked = _workers(ctx, CHECK_LAM) if ctx.has(CHECK_LAM) else []
+    checked = _workers(ctx, CHECK_LAM) if _checked(ctx) else []
     if edge:
+        later = (
+            f"the set-up check ({CHECK_LAM}) ran under another configuration "
+            f"({'; '.join(_check_differs(ctx))}): not read with these rows until they match"
+            if ctx.has(CHECK_LAM) and not checked
+            else "check the compensation before reading a verdict against it as a finding"
+        )
         notes.append(
             f"- {name} at its grid's edge at M = {', '.join(map(str, edge))}: the grid does not "
             f"bracket {method}'s optimum there (it is not extended as rates are); "
@@ -94,7 +119,7 @@ def _lambda_notes(
                 f"the set-up check ({CHECK_LAM}) runs λ beyond it at M = "
                 f"{', '.join(map(str, checked))}"
                 if checked
-                else "check the compensation before reading a verdict against it as a finding"
+                else later
             )
         )
     wide = _wide_rows(ctx, [method])
@@ -118,7 +143,7 @@ def _lambda_notes(
 def _wide(ctx: Context, pairs: list[tuple[str, str]]) -> list[Diff] | None:
     """The pairs at the set-up check's worker counts, every arm at its (rate, λ) selected over
     ``async``'s grid and the check's together; None without the check."""
-    if not ctx.has(CHECK_LAM):
+    if not _checked(ctx):
         return None
     rows = _wide_rows(ctx, sorted({m for p in pairs for m in p}))
     return _compare(rows, pairs, _workers(ctx, CHECK_LAM), knob=("lr", "lam"))

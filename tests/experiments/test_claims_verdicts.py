@@ -211,6 +211,15 @@ def test_c1_and_c4_read_the_lambda_set_up_check_beside_the_default_run(tmp_path)
     assert "lc-asgd (M=16) − dc-asgd-a (M=16) = -1.8" in v.evidence
     assert f"- secondary, {label.split(' — ')[0]} — **against the claim**" in v.evidence
     assert "reversed: " + label.split(" — ")[0] in v.verdict
+    # a check run at another budget than async's rows is not read with them
+    _folder(tmp_path, "async-lambda", check, [8, 16], updates=27000)
+    v = claims.claim("C1").assess(claims.Context(tmp_path, quick=False))
+    assert "async-lambda" not in "".join(v.evidence.split("- DC-ASGD-a's λ0 at its grid")[0])
+    assert (
+        "the set-up check (async-lambda) ran under another configuration (updates None → "
+        "27000): not read with these rows until they match"
+    ) in v.evidence
+    assert "over both grids" not in v.evidence
 
 
 def test_c1_within_noise_and_untestable(tmp_path):
