@@ -104,12 +104,15 @@ def _lambda_notes(
     picked = ", ".join(f"M={w}: {v:+g}" for w, v in sel.items())
     notes = [f"- {name} tuned on validation with the rate over {lams} {how}: {picked}"]
     edge = [w for w, v in sel.items() if v in (lams[0], lams[-1])]
-    checked = _workers(ctx, CHECK_LAM) if _checked(ctx) else []
+    ran = _checked(ctx) and any(r["method"] == method for r in ctx.rows(CHECK_LAM))
+    checked = _workers(ctx, CHECK_LAM) if ran else []
     if edge:
         later = (
             f"the set-up check ({CHECK_LAM}) ran under another configuration "
             f"({'; '.join(_check_differs(ctx))}): not read with these rows until they match"
-            if ctx.has(CHECK_LAM) and not checked
+            if ctx.has(CHECK_LAM)
+            and not checked
+            and any(r["method"] == method for r in ctx.rows(CHECK_LAM))
             else "check the compensation before reading a verdict against it as a finding"
         )
         notes.append(

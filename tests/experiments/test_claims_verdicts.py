@@ -220,6 +220,14 @@ def test_c1_and_c4_read_the_lambda_set_up_check_beside_the_default_run(tmp_path)
         "27000): not read with these rows until they match"
     ) in v.evidence
     assert "over both grids" not in v.evidence
+    # DC-ASGD-c is not in the check: its edge note does not name it
+    rows = [r for r in rows if r["method"] != "dc-asgd-c"]
+    rows.extend(_lam(_rows({("dc-asgd-c", m): BASE for m in (4, 8, 16, 32)}), 0.4))
+    rows.extend(_lam(_rows({("dc-asgd-c", m): _plus(BASE, -0.01) for m in (4, 8, 16, 32)}), 0.04))
+    _folder(tmp_path, "async", rows, [4, 8, 16, 32])
+    v = claims.claim("C1").assess(claims.Context(tmp_path, quick=False))
+    (line,) = [x for x in v.evidence.splitlines() if x.startswith("- DC-ASGD-c's λ0 at its grid")]
+    assert "async-lambda" not in line and "check the compensation" in line
 
 
 def test_c1_within_noise_and_untestable(tmp_path):
