@@ -498,11 +498,11 @@ def check_staged_model(
     model_kw: dict[str, Any],
     cfg: dict[str, Any],
     stages_field: str = "stages",
-) -> int:
+) -> models.StagedModel:
     """:func:`check_model`, and model ``name`` is a :class:`jaxstale.models.StagedModel` of at
     least ``min(cfg["stages"])`` blocks (else an error on ``stages_field``), with 2-D weights for
     Muon when ``cfg["optimizer"]`` is ``"muon"`` (:func:`jaxstale.optimizers.muon_weights`);
-    returns its number of parameters."""
+    returns the model (seed 0), built once for every check."""
     model = _built(field, name, ds, model_kw)
     if not isinstance(model, models.StagedModel):
         raise ConfigError(
@@ -517,7 +517,7 @@ def check_staged_model(
             f"{name!r} has {len(model.blocks)} blocks, fewer than N={min(cfg['stages'])} stages",
         )
     _check_muon(model, name, cfg.get("optimizer"))
-    return int(models.param_count(model))
+    return model
 
 
 def machine_memory() -> int:

@@ -333,7 +333,9 @@ def _prepare(config: Config) -> tuple[dict[str, Any], data.Dataset]:
     most = max((profile(d)[0] for d in cfg["delays"]), default=1)
     need = {"stages": [most], "optimizer": cfg["optimizer"]}
     size = max(
-        check_staged_model("model", name, ds, {}, need, stages_field="stage_profiles")
+        models.param_count(
+            check_staged_model("model", name, ds, {}, need, stages_field="stage_profiles")
+        )
         for name in cfg["models"]
     )
     taus = [delayed.capacity(profile(d)[1], predict=True) for d in cfg["delays"]]

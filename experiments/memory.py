@@ -12,7 +12,7 @@ so a configuration it refuses cannot run on this machine.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -39,29 +39,30 @@ def group_lanes(cfg: dict[str, Any], vmapped: bool) -> int:
 def check_pipeline(
     cfg: dict[str, Any],
     ds: data.Dataset,
-    create: Callable[[str], Any],
+    built: Mapping[str, models.StagedModel],
     factory: Callable[[str], Callable[[int, int], Any]],
     vmapped: Callable[[str], bool],
     limit: int | None = None,
 ) -> None:
     """Raises :class:`~experiments.config.ConfigError` when the largest group of runs cannot
     fit in memory (``limit``, default :func:`~experiments.config.machine_memory`): every model
-    of ``cfg`` (``create(name)``) at its deepest N, every policy (``factory(method)(N,
+    of ``cfg`` (``built[name]``, as :func:`~experiments.config.check_staged_model` returns it)
+    at its deepest N, every policy (``factory(method)(N,
     updates)``: its schedule), ``vmapped(name)``: whether its runs are lanes of one round. With
     vmapped lanes that fit one at a time, the error names ``--seed-mode sequential``."""
     limit = machine_memory() if limit is None else limit
     tx = optimizers.per_stage(cfg["optimizer"], cfg["lrs"][0], cfg["momentum"], cfg["steps"])
     x = jax.ShapeDtypeStruct((cfg["batch_size"], *ds.x_train.shape[1:]), ds.x_train.dtype)
     batches = cfg["steps"] * cfg["batch_size"] * (ds.x_train[0].nbytes + ds.y_train[0].nbytes)
+    mesh = cfg.get("executor") == "mesh"
     worst: tuple[int, int, int, str, int, str] | None = None  # total, lanes, run, model, N, …
     for name in cfg["models"]:
-        model = create(name)
+        model = built[name]
         depths = [n for n in cfg["stages"] if n <= len(model.blocks)]
         if not depths:
             continue
         n = max(depths)
         stages = models.functional_stages(model, n)
-        mesh = cfg.get("executor") == "mesh"
         lanes = 1 if mesh else group_lanes(cfg, vmapped(name))
         # a short timeline reaches the steady state: the slots are those of the full run
         steps = min(cfg["steps"], 4 * n + 4)

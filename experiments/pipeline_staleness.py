@@ -532,14 +532,12 @@ def _prepare(config: Config) -> tuple[dict[str, Any], data.Dataset]:
             "devices (on a CPU set XLA_FLAGS=--xla_force_host_platform_device_count=8)",
         )
     ds = load_checked(cfg, config, tasks.KINDS)
-    for name in cfg["models"]:
-        check_staged_model("model", name, ds, cfg["model_kw"].get(name, {}), cfg)
-    create = lambda name: models.create(
-        name, input_shape=ds.x_train.shape[1:], num_classes=ds.num_classes, seed=0,
-        task=ds.task, **cfg["model_kw"].get(name, {}),
-    )  # fmt: skip
+    built = {
+        name: check_staged_model("model", name, ds, cfg["model_kw"].get(name, {}), cfg)
+        for name in cfg["models"]
+    }
     vmapped = lambda name: seed_mode(name, cfg["seed_mode"])
-    memory.check_pipeline(cfg, ds, create, schedule_factory, vmapped)
+    memory.check_pipeline(cfg, ds, built, schedule_factory, vmapped)
     return cfg, ds
 
 

@@ -45,6 +45,20 @@ from jaxstale.schedules import Schedule
 EXECUTORS: tuple[str, ...] = ("emulate", "mesh")
 
 
+def _program(
+    schedule: Schedule | Program, policy: str | Policy | None, backward: str, target: str | None
+) -> Program:
+    """``schedule`` compiled with ``policy`` (``backward``, ``target``), or a ready
+    :class:`Program` with ``policy=None``."""
+    if isinstance(schedule, Program):
+        if policy is not None:
+            raise ValueError("pass policy=None with a compiled Program")
+        return schedule
+    if policy is None:
+        raise ValueError("a policy is needed to compile a schedule")
+    return compile(schedule, policy, backward=backward, target=target)
+
+
 def make(
     executor: str,
     stages: Sequence[Any],
@@ -82,14 +96,7 @@ def make(
     """
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; choose one of {EXECUTORS}")
-    if isinstance(schedule, Program):
-        if policy is not None:
-            raise ValueError("pass policy=None with a compiled Program")
-        program = schedule
-    else:
-        if policy is None:
-            raise ValueError("a policy is needed to compile a schedule")
-        program = compile(schedule, policy, backward=backward, target=target)
+    program = _program(schedule, policy, backward, target)
     kw: dict[str, Any] = {"momentum": momentum, "loss_fn": loss_fn}
     if executor == "mesh":
         if lanes is not None:
@@ -142,13 +149,7 @@ def carried_bytes(
         >>> 0 < a < b   # stashing keeps N − k weight versions
         True
     """
-    if isinstance(schedule, Program):
-        program = schedule
-    elif policy is None:
-        raise ValueError("a policy is needed to compile a schedule")
-    else:
-        program = compile(schedule, policy, backward=backward, target=target)
-    em = _emulator.PipelineEmulator(stages, program, tx)
+    em = _emulator.PipelineEmulator(stages, _program(schedule, policy, backward, target), tx)
     carry = jax.eval_shape(em.init, x_example)
     return int(
         sum(np.prod(a.shape, dtype=np.int64) * a.dtype.itemsize for a in jax.tree.leaves(carry))

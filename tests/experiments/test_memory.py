@@ -67,13 +67,14 @@ def test_the_carry_counts_the_in_flight_activations(text):
 
 def test_a_sweep_that_cannot_fit_is_refused_naming_what_would_fix_it(text):
     cfg, create = _cfg(), _create(text)
+    built = {"gpt-tiny": create("gpt-tiny")}
     one = pipeline.carried_bytes(
         models.functional_stages(create("gpt-tiny"), 2), schedule_factory("stash")(2, 12),
         "stash", optimizers.per_stage("adamw", 1e-3, 0.9, 40),
         jax.ShapeDtypeStruct((8, 64), "uint8"),
     )  # fmt: skip
     check = lambda limit, vmapped=True, **kw: memory.check_pipeline(
-        {**cfg, **kw}, text, create, schedule_factory, lambda name: vmapped, limit=limit
+        {**cfg, **kw}, text, built, schedule_factory, lambda name: vmapped, limit=limit
     )
     check(10**12)  # fits
     with pytest.raises(ConfigError) as e:  # 15 lanes do not fit, one does
