@@ -89,6 +89,13 @@ def _wide_rows(ctx: Context, methods: Sequence[str]) -> list[dict]:
     return rows
 
 
+def _picked(rows: Sequence[dict], method: str, workers: Sequence[int]) -> dict[int, float]:
+    """The ``lam`` validation selects (with the rate) for ``method`` at each M of ``workers``
+    where it selects one."""
+    sel = {w: selected(rows, method=method, workers=w) for w in workers}
+    return {w: x[0]["lam"] for w, x in sel.items() if x and x[0].get("lam") is not None}
+
+
 def _lambda_notes(
     ctx: Context, method: str, name: str, workers: Sequence[int], how: str
 ) -> list[str]:
@@ -99,47 +106,44 @@ def _lambda_notes(
     lams = sorted({r["lam"] for r in rows if r.get("lam") is not None})
     if len(lams) < 2:
         return []
-    sel = {w: selected(rows, method=method, workers=w) for w in workers}
-    sel = {w: x[0]["lam"] for w, x in sel.items() if x and x[0].get("lam") is not None}
+    sel = _picked(rows, method, workers)
     picked = ", ".join(f"M={w}: {v:+g}" for w, v in sel.items())
     notes = [f"- {name} tuned on validation with the rate over {lams} {how}: {picked}"]
     edge = [w for w, v in sel.items() if v in (lams[0], lams[-1])]
-    ran = _checked(ctx) and any(r["method"] == method for r in ctx.rows(CHECK_LAM))
-    checked = _workers(ctx, CHECK_LAM) if ran else []
+    # the set-up check ran this method: read with these rows, or why not
+    ran = ctx.has(CHECK_LAM) and any(r["method"] == method for r in ctx.rows(CHECK_LAM))
+    differs = _check_differs(ctx) if ran else []
+    checked = _workers(ctx, CHECK_LAM) if ran and not differs else []
     if edge:
-        later = (
-            f"the set-up check ({CHECK_LAM}) ran under another configuration "
-            f"({'; '.join(_check_differs(ctx))}): not read with these rows until they match"
-            if ctx.has(CHECK_LAM)
-            and not checked
-            and any(r["method"] == method for r in ctx.rows(CHECK_LAM))
-            else "check the compensation before reading a verdict against it as a finding"
-        )
+        if checked:
+            then = f"the set-up check ({CHECK_LAM}) runs λ beyond it at M = "
+            then += ", ".join(map(str, checked))
+        elif differs:
+            then = (
+                f"the set-up check ({CHECK_LAM}) ran under another configuration "
+                f"({'; '.join(differs)}): not read with these rows until they match"
+            )
+        else:
+            then = "check the compensation before reading a verdict against it as a finding"
         notes.append(
             f"- {name} at its grid's edge at M = {', '.join(map(str, edge))}: the grid does not "
-            f"bracket {method}'s optimum there (it is not extended as rates are); "
-            + (
-                f"the set-up check ({CHECK_LAM}) runs λ beyond it at M = "
-                f"{', '.join(map(str, checked))}"
-                if checked
-                else later
-            )
+            f"bracket {method}'s optimum there (it is not extended as rates are); {then}"
         )
-    wide = _wide_rows(ctx, [method])
-    both = sorted({r["lam"] for r in wide if r.get("lam") is not None})
-    if checked and len(both) > len(lams):
-        sel = {w: selected(wide, method=method, workers=w) for w in checked}
-        sel = {w: x[0]["lam"] for w, x in sel.items() if x and x[0].get("lam") is not None}
-        out = [w for w, v in sel.items() if v in (both[0], both[-1])]
-        notes.append(
-            f"- {name} over both grids {both} ({CHECK_LAM} added): "
-            + ", ".join(f"M={w}: {v:+g}" for w, v in sel.items())
-            + (
-                f"; still at the widened grid's edge at M = {', '.join(map(str, out))}"
-                if out
-                else "; inside the widened grid"
+    if checked:
+        wide = _wide_rows(ctx, [method])
+        both = sorted({r["lam"] for r in wide if r.get("lam") is not None})
+        if len(both) > len(lams):
+            sel = _picked(wide, method, checked)
+            out = [w for w, v in sel.items() if v in (both[0], both[-1])]
+            notes.append(
+                f"- {name} over both grids {both} ({CHECK_LAM} added): "
+                + ", ".join(f"M={w}: {v:+g}" for w, v in sel.items())
+                + (
+                    f"; still at the widened grid's edge at M = {', '.join(map(str, out))}"
+                    if out
+                    else "; inside the widened grid"
+                )
             )
-        )
     return notes
 
 
