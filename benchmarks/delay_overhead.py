@@ -15,10 +15,15 @@ Run: ``python benchmarks/delay_overhead.py [--quick] [--preset cpu] [--out DIR]`
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
+
+if __package__ in (None, ""):  # `python benchmarks/<name>.py` (make bench)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax
 import jax.numpy as jnp
