@@ -230,7 +230,9 @@ def section(folders: Mapping[str, Path], snap: Snapshot | None, rows_link: str |
     lines += [
         "**Fingerprint of the runs**, as each run folder recorded it (`config.json`, `code`): "
         "the code hash that decides results (jaxstale, experiment and user sources, the datasets' "
-        "content digest, jax / jaxlib / optax / flax versions), the git commit checked out when "
+        "content digest, jax / jaxlib / optax / flax versions and, in run folders that record it, "
+        "the backend: platform, device kind, matmul precision, GPU deterministic ops), the git "
+        "commit checked out when "
         "the run folder was last started (the fingerprint's `git_commit`; it does not enter the "
         "hash, so cells computed at an earlier commit with the same code hash are kept) and the "
         "datasets' content digest.",

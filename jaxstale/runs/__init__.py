@@ -21,6 +21,7 @@ from jaxstale.runs.cli import number as number
 from jaxstale.runs.cli import progress as progress
 from jaxstale.runs.files import atomic_write_bytes as atomic_write_bytes
 from jaxstale.runs.fingerprint import RESULT_PARTS as RESULT_PARTS
+from jaxstale.runs.fingerprint import backend_fingerprint as backend_fingerprint
 from jaxstale.runs.fingerprint import code_changes as code_changes
 from jaxstale.runs.fingerprint import code_fingerprint as code_fingerprint
 from jaxstale.runs.fingerprint import code_hash as code_hash
@@ -61,6 +62,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "axis_label",
+    "backend_fingerprint",
     "cli_parser",
     "clipped_errorbar",
     "code_changes",

@@ -9,10 +9,11 @@ the datasets' content digests, the library versions and the git commit);
 code (:class:`~jaxstale.runs.StaleResultsError`).
 
 The parts that decide whether two fingerprints compute the same results are
-:data:`RESULT_PARTS`: the three source hashes, the data digest and the versions of jax, jaxlib,
-optax and flax. The git commit and the numpy/Python versions are recorded for the reader but do
-not decide (a commit that only edits the README changes no result; a changed source file shows
-up in the source hashes, committed or not).
+:data:`RESULT_PARTS`: the three source hashes, the data digest, the versions of jax, jaxlib,
+optax and flax, and the backend that computes (:func:`backend_fingerprint`: platform, device
+kind, matmul precision, GPU deterministic ops). The git commit and the numpy/Python versions
+are recorded for the reader but do not decide (a commit that only edits the README changes no
+result; a changed source file shows up in the source hashes, committed or not).
 
 **Code, not text.** A Python file is hashed by its syntax tree with docstrings removed
 (:func:`source_digest`): comments, docstrings, blank lines and formatting change no hash, any
@@ -36,7 +37,8 @@ Example:
     >>> from jaxstale.runs import code_fingerprint, code_hash
     >>> fp = code_fingerprint(sources=["def build(hp): return hp"])
     >>> sorted(fp)
-    ['data_sha', 'experiment_sha', 'git_commit', 'jaxstale', 'source_sha', 'user_sha', 'versions']
+    ['backend', 'data_sha', 'experiment_sha', 'git_commit', 'jaxstale', 'source_sha', 'user_sha',
+     'versions']
     >>> sorted(fp["versions"])
     ['flax', 'jax', 'jaxlib', 'numpy', 'optax', 'python']
     >>> fp["experiment_sha"] is None  # no experiment modules given
@@ -66,8 +68,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import jax
+
 __all__ = [
     "RESULT_PARTS",
+    "backend_fingerprint",
     "code_changes",
     "code_fingerprint",
     "code_hash",
@@ -90,6 +95,10 @@ RESULT_PARTS: dict[str, str] = {
     "versions.jaxlib": "jaxlib",
     "versions.optax": "optax",
     "versions.flax": "flax",
+    "backend.platform": "backend",
+    "backend.device": "device",
+    "backend.matmul_precision": "matmul precision",
+    "backend.deterministic_ops": "GPU deterministic ops",
 }
 
 _VERSIONED = ("jax", "jaxlib", "optax", "flax", "numpy")
@@ -376,6 +385,47 @@ def git_head(folder: str | os.PathLike[str]) -> str | None:
     return commit if re.fullmatch(r"[0-9a-f]{40,64}", commit) else None
 
 
+def _xla_flag(name: str) -> str | None:
+    """The value of ``--name`` in the environment's ``XLA_FLAGS`` (the last one wins), or None."""
+    value = None
+    for flag in os.environ.get("XLA_FLAGS", "").split():
+        key, _, val = flag.lstrip("-").partition("=")
+        if key == name:
+            value = val or "true"
+    return value
+
+
+def backend_fingerprint() -> dict[str, Any]:
+    """What computes the numbers, beside the code: ``{"platform", "device", "matmul_precision",
+    "deterministic_ops"}``.
+
+    ``platform`` is ``jax.default_backend()`` (``cpu``, ``gpu``, ``tpu``), ``device`` the first
+    device's kind (``cpu``, ``NVIDIA H200``), ``matmul_precision`` jax's
+    ``jax_default_matmul_precision`` (``None``: the backend's default — TF32 for float32 dots on
+    recent NVIDIA GPUs) and ``deterministic_ops`` the ``--xla_gpu_deterministic_ops`` of
+    ``XLA_FLAGS`` on a GPU (None elsewhere: it changes nothing there). Measured on one H200
+    (``benchmarks/results/gpu/``): an LM pipeline cell's loss after 40 updates moves by up to
+    8.7e-5 between the CPU and the GPU at the default precision, by 2.4e-7 at ``"highest"``,
+    and by 1e-5 between two GPU runs unless deterministic ops are on — so a sweep never mixes
+    cells of two backends.
+
+    Example:
+      >>> b = backend_fingerprint()
+      >>> sorted(b), b["platform"] == jax.default_backend()
+      (['deterministic_ops', 'device', 'matmul_precision', 'platform'], True)
+    """
+    platform_name = jax.default_backend()
+    precision = jax.config.jax_default_matmul_precision  # type: ignore[attr-defined]
+    return {
+        "platform": platform_name,
+        "device": jax.devices()[0].device_kind,
+        "matmul_precision": None if precision is None else str(precision),
+        "deterministic_ops": _xla_flag("xla_gpu_deterministic_ops")
+        if platform_name == "gpu"
+        else None,
+    }
+
+
 def code_fingerprint(
     *,
     modules: Iterable[ModuleType | str | os.PathLike[str]] = (),
@@ -403,7 +453,8 @@ def code_fingerprint(
       (sorted by relative path), "experiment_sha": sha256 of ``modules``' files (None if none
       given), "user_sha": sha256 of ``sources`` (None if none given), "data_sha": sha256 of
       ``data`` (None if none given), "versions": {"jax",
-      "jaxlib", "optax", "flax", "numpy", "python"}, "git_commit": HEAD of the repository of the
+      "jaxlib", "optax", "flax", "numpy", "python"}, "backend": :func:`backend_fingerprint`,
+      "git_commit": HEAD of the repository of the
       first module (else of the jaxstale package), or None when not in a git checkout or git is
       missing}``. Plain JSON; :func:`code_hash` condenses the parts that decide results.
 
@@ -433,6 +484,7 @@ def code_fingerprint(
             **{name: _version(name) for name in _VERSIONED},
             "python": platform.python_version(),
         },
+        "backend": backend_fingerprint(),
         "git_commit": git_head(where),
     }
 
@@ -488,5 +540,6 @@ def code_changes(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[
     for dotted, label in RESULT_PARTS.items():
         a, b = _part(old, dotted), _part(new, dotted)
         if a != b:
-            changed.append(f"{label} {a} -> {b}" if dotted.startswith("versions.") else label)
+            named = dotted.startswith(("versions.", "backend."))
+            changed.append(f"{label} {a} -> {b}" if named else label)
     return changed

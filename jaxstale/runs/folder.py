@@ -39,7 +39,8 @@ Example:
     >>> run.run_id
     'edf980217e'
     >>> sorted(run.code)  # the fingerprint of the code computing it, recorded in config.json
-    ['data_sha', 'experiment_sha', 'git_commit', 'jaxstale', 'source_sha', 'user_sha', 'versions']
+    ['backend', 'data_sha', 'experiment_sha', 'git_commit', 'jaxstale', 'source_sha', 'user_sha',
+     'versions']
     >>> run.done({"seed": 0}) is None
     True
     >>> run.record({"seed": 0}, {"final_test_accuracy": float("nan")}, [{"step": 1, "loss": 2.0}])

@@ -8,9 +8,11 @@ import shutil
 import subprocess
 import sys
 
+import jax
 import pytest
 
 from jaxstale import runs
+from jaxstale.runs import fingerprint
 
 
 def _build(hp):
@@ -34,6 +36,7 @@ def test_fingerprint_fields_versions_and_cache(tmp_path):
         "user_sha",
         "data_sha",
         "versions",
+        "backend",
         "git_commit",
     }
     for name in ("jax", "jaxlib", "optax", "flax", "numpy"):
@@ -80,6 +83,30 @@ def test_code_hash_ignores_git_commit_and_names_changes():
     assert runs.code_changes(fp, changed) == [f"jax {fp['versions']['jax']} -> 9.9"]
     assert runs.code_changes(fp, _fp(_build_changed)) == ["user sources"]
     assert "no code fingerprint" in runs.code_changes(None, fp)[0]
+
+
+def test_the_backend_decides_results(monkeypatch):
+    fp = runs.code_fingerprint()
+    device = jax.devices()[0].device_kind
+    assert fp["backend"] == {
+        "platform": "cpu", "device": device, "matmul_precision": None, "deterministic_ops": None
+    }  # fmt: skip
+    gpu = {**fp, "backend": {**fp["backend"], "platform": "gpu", "device": "NVIDIA H200"}}
+    assert runs.code_hash(gpu) != runs.code_hash(fp)
+    assert runs.code_changes(fp, gpu) == ["backend cpu -> gpu", f"device {device} -> NVIDIA H200"]
+    old = {k: v for k, v in fp.items() if k != "backend"}  # written before the backend counted
+    assert runs.code_changes(old, fp)[0] == "backend None -> cpu"
+    with jax.default_matmul_precision("highest"):
+        assert runs.code_fingerprint()["backend"]["matmul_precision"] == "highest"
+    # the GPU flag is read from XLA_FLAGS (the last one wins), and counts only on a GPU
+    monkeypatch.setenv(
+        "XLA_FLAGS", "--a=1 --xla_gpu_deterministic_ops=false --xla_gpu_deterministic_ops"
+    )
+    assert fingerprint._xla_flag("xla_gpu_deterministic_ops") == "true"
+    assert fingerprint._xla_flag("xla_missing") is None
+    assert runs.backend_fingerprint()["deterministic_ops"] is None  # on the CPU
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert runs.backend_fingerprint()["deterministic_ops"] == "true"
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
