@@ -25,3 +25,17 @@ SLOW = [i for i, b in enumerate(BLOCKS) if ".main(" in b or '"shakespeare"' in b
 def test_readme_example_runs(index, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # examples that write run folders write them here
     exec(compile(BLOCKS[index], f"README.md[python block {index}]", "exec"), {"__name__": "readme"})
+
+
+def test_the_diloco_paragraphs_quote_only_the_reports_numbers():
+    """README's D1–D7 paragraphs are written by hand from docs/claims.md: every decimal number
+    in them is the report's, so a re-run that changes the report fails here until they are
+    rewritten."""
+    text = README.read_text()
+    start = text.index("**The DiLoCo-family claims**")
+    part = text[start : text.index("\n### ", start)]
+    report = (README.parent / "docs" / "claims.md").read_text()
+    numbers = re.findall(r"(?<![\w.])[−+-]?(\d+\.\d+)", part)
+    assert len(numbers) > 20
+    missing = sorted({n for n in numbers if n not in report})
+    assert not missing, f"not in docs/claims.md: {missing}"
