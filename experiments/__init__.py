@@ -8,6 +8,8 @@ scripts import their shared helpers relatively (``from .common import ...``).
 import os as _os
 from collections.abc import MutableMapping as _MutableMapping
 
+from jaxstale.runs.fingerprint import xla_flag as _xla_flag  # how the fingerprint reads it
+
 
 def deterministic_gpu_ops(environ: _MutableMapping[str, str] = _os.environ) -> None:
     """Ask XLA for deterministic GPU kernels (``--xla_gpu_deterministic_ops=true`` in
@@ -23,7 +25,7 @@ def deterministic_gpu_ops(environ: _MutableMapping[str, str] = _os.environ) -> N
     run folders record it: :func:`jaxstale.runs.backend_fingerprint`).
     """
     flags = environ.get("XLA_FLAGS", "")
-    if "xla_gpu_deterministic_ops" not in flags:
+    if _xla_flag("xla_gpu_deterministic_ops", flags) is None:
         environ["XLA_FLAGS"] = (flags + " --xla_gpu_deterministic_ops=true").strip()
 
 

@@ -80,6 +80,7 @@ __all__ = [
     "git_head",
     "source_digest",
     "user_source_text",
+    "xla_flag",
 ]
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the jaxstale package folder
@@ -385,10 +386,17 @@ def git_head(folder: str | os.PathLike[str]) -> str | None:
     return commit if re.fullmatch(r"[0-9a-f]{40,64}", commit) else None
 
 
-def _xla_flag(name: str) -> str | None:
-    """The value of ``--name`` in the environment's ``XLA_FLAGS`` (the last one wins), or None."""
+def xla_flag(name: str, flags: str | None = None) -> str | None:
+    """The value of ``--name`` in ``flags`` (default: the environment's ``XLA_FLAGS``; the last
+    one wins, a bare ``--name`` is ``"true"``), or None when it is not named.
+
+    Example:
+      >>> xla_flag("xla_b", "--xla_a=1 --xla_b=false --xla_b"), xla_flag("xla_c", "--xla_a=1")
+      ('true', None)
+    """
     value = None
-    for flag in os.environ.get("XLA_FLAGS", "").split():
+    flags = os.environ.get("XLA_FLAGS", "") if flags is None else flags
+    for flag in flags.split():
         key, _, val = flag.lstrip("-").partition("=")
         if key == name:
             value = val or "true"
@@ -416,13 +424,12 @@ def backend_fingerprint() -> dict[str, Any]:
     """
     platform_name = jax.default_backend()
     precision = jax.config.jax_default_matmul_precision  # type: ignore[attr-defined]
+    deterministic = xla_flag("xla_gpu_deterministic_ops") if platform_name == "gpu" else None
     return {
         "platform": platform_name,
         "device": jax.devices()[0].device_kind,
         "matmul_precision": None if precision is None else str(precision),
-        "deterministic_ops": _xla_flag("xla_gpu_deterministic_ops")
-        if platform_name == "gpu"
-        else None,
+        "deterministic_ops": deterministic,
     }
 
 

@@ -102,8 +102,8 @@ def test_the_backend_decides_results(monkeypatch):
     monkeypatch.setenv(
         "XLA_FLAGS", "--a=1 --xla_gpu_deterministic_ops=false --xla_gpu_deterministic_ops"
     )
-    assert fingerprint._xla_flag("xla_gpu_deterministic_ops") == "true"
-    assert fingerprint._xla_flag("xla_missing") is None
+    assert fingerprint.xla_flag("xla_gpu_deterministic_ops") == "true"
+    assert fingerprint.xla_flag("xla_missing") is None
     assert runs.backend_fingerprint()["deterministic_ops"] is None  # on the CPU
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     assert runs.backend_fingerprint()["deterministic_ops"] == "true"
