@@ -17,7 +17,10 @@ on both sides (``--optimizer adamw``; SGD momentum otherwise); the table then gi
 second, and every policy's compile time (``lower().compile()`` of its round, the target for an
 ``N = 16`` program being ≤ 60 s on 2 cores). A round whose ticks repeat a shorter pattern (2BW:
 ``2N`` ticks, ``N`` micro-batches per stage) runs as a loop over its chunks; ``--unrolled`` also
-times it unrolled (its compile time grows like ``N²``).
+times it unrolled (its compile time grows like ``N²``). A schedule that splits the mini-batch
+into ``M`` micro-batches (GPipe's ``sync``, 2BW) does smaller passes than the unsplit step: its
+second ratio is to the unsplit step over the same ``M`` micro-batches, gradients accumulated,
+which separates the cost of micro-batching from the emulator's.
 
 Run: ``python benchmarks/pipeline_emulation.py [--model cnn] [--stages 4] [--batch 128]``;
 ``python benchmarks/pipeline_emulation.py --model gpt-deep --stages 16 --batch 16``.
@@ -123,11 +126,33 @@ def main(argv: list[str] | None = None) -> str:
     sync_mem = sync.lower(*sync_state, xb[0], yb[0]).compile().memory_analysis()
     sync_carry = _bytes(sync_state)
 
+    def micro_step(m: int):
+        """The same synchronous step over ``m`` micro-batches of the mini-batch, their
+        gradients accumulated (unrolled, as the emulator unrolls a tick's passes): the
+        arithmetic of a schedule that splits the mini-batch (GPipe, 2BW), without a pipeline."""
+
+        def step(p, o, st, x, y):
+            xs, ys = x.reshape(m, bs // m, *x.shape[1:]), y.reshape(m, bs // m, *y.shape[1:])
+            acc = None
+            for i in range(m):
+
+                def loss(p, i=i):
+                    out, nst = f.apply(p, st, xs[i], True)
+                    return cross_entropy(out, ys[i]), nst
+
+                (_, st), g = jax.value_and_grad(loss, has_aux=True)(p)
+                acc = g if acc is None else jax.tree.map(jnp.add, acc, g)
+            u, o = tx.update(jax.tree.map(lambda a: a / m, acc), o, p)
+            return optax.apply_updates(p, u), o, st, jnp.zeros(())
+
+        return jax.jit(step, donate_argnums=(0, 1, 2))
+
     stages = models.functional_stages(model, n)
     sched = schedules.one_f_one_b(n, nb)
     rows = []
     ems: dict = {}
     compile_s: dict[str, float] = {}
+    num_micro: dict[str, int] = {}
     for policy in args.policies.split(","):
         for backward, loop_ticks in (("saved", None), ("saved", False), ("recompute", None)):
             pol = pipeline.get_policy(policy)
@@ -149,6 +174,22 @@ def main(argv: list[str] | None = None) -> str:
             compile_s[label] = time.perf_counter() - t0
             mem = compiled.memory_analysis()  # em.memory_analysis's, without a second compile
             ems[label] = [compiled, carry, mem, tables, prog.num_rounds]
+            num_micro[label] = prog.schedule.num_micro
+    # the unsplit step over each policy's micro-batches (where a schedule splits the mini-batch)
+    micro = sorted({m for m in num_micro.values() if m > 1 and bs % m == 0})
+    micro_steps, micro_state = {m: micro_step(m) for m in micro}, {}
+    for m in micro:
+        sp = jax.tree.map(jnp.array, f.params)
+        micro_state[m] = [sp, tx.init(sp), jax.tree.map(jnp.array, f.state)]
+
+    def run_micro(m):
+        for i in range(args.rounds):
+            p, o, st, lv = micro_steps[m](*micro_state[m], xb[i], yb[i])
+            micro_state[m][:] = [p, o, st]
+        jax.block_until_ready(lv)
+
+    for m in micro:
+        run_micro(m)  # compile
     # steady-state rounds: after warm-up, before cool-down
     first = {p: ems[p][4] // 2 - args.rounds // 2 for p in ems}
     for p in ems:  # compile + warm
@@ -165,9 +206,11 @@ def main(argv: list[str] | None = None) -> str:
         ems[p][1] = carry
 
     # interleave sync and emulator timings so machine load affects both alike
-    t_sync, t_pol = [], {p: [] for p in ems}
+    t_sync, t_pol, t_micro = [], {p: [] for p in ems}, {m: [] for m in micro}
     for _ in range(args.reps):
         t_sync.append(_time(run_sync, 1) / args.rounds)
+        for m in micro:
+            t_micro[m].append(_time(lambda m=m: run_micro(m), 1) / args.rounds)
         for p in ems:
             t_pol[p].append(_time(lambda p=p: run_policy(p), 1) / args.rounds)
     ts = float(np.median(t_sync))
@@ -178,18 +221,25 @@ def main(argv: list[str] | None = None) -> str:
         f"{opt_name}, N={n} stages, async 1F1B (sync: GPipe), backend {jax.default_backend()}; "
         f"median of {args.reps} x {args.rounds} steady-state rounds.",
         "",
-        f"| policy | ms / step | {unit} / s | vs sync step | carried state (MB) | XLA temp (MB) "
-        "| compile (s) |",
-        "|---|---|---|---|---|---|---|",
-        f"| plain sync step (unsplit) | {ts * 1e3:.2f} | {tokens / ts:,.0f} | 1.00x | "
+        f"| policy | ms / step | {unit} / s | vs sync step | vs sync step, same micro-batches "
+        "| carried state (MB) | XLA temp (MB) | compile (s) |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| plain sync step (unsplit) | {ts * 1e3:.2f} | {tokens / ts:,.0f} | 1.00x | – | "
         f"{sync_carry / 2**20:.2f} | {sync_mem.temp_size_in_bytes / 2**20:.2f} | – |",
     ]
+    tm = {m: float(np.median(t_micro[m])) for m in micro}
+    for m in micro:
+        lines.append(
+            f"| plain sync step, {m} micro-batches accumulated | {tm[m] * 1e3:.2f} | "
+            f"{tokens / tm[m]:,.0f} | {tm[m] / ts:.2f}x | 1.00x | – | – | – |"
+        )
     for p in ems:
         tp = float(np.median(t_pol[p]))
         _, carry, mem, _, _ = ems[p]
         rows.append((p, tp / ts))
+        same = f"{tp / tm[num_micro[p]]:.2f}x" if num_micro[p] in tm else "–"
         lines.append(
-            f"| {p} | {tp * 1e3:.2f} | {tokens / tp:,.0f} | {tp / ts:.2f}x | "
+            f"| {p} | {tp * 1e3:.2f} | {tokens / tp:,.0f} | {tp / ts:.2f}x | {same} | "
             f"{_bytes(carry) / 2**20:.2f} | {mem.temp_size_in_bytes / 2**20:.2f} | "
             f"{compile_s[p]:.1f} |"
         )

@@ -238,9 +238,9 @@ _CD = constant_delay.Config
 _LM_PS: dict[str, Any] = {**LM, "model": ("gpt-cpu",), "optimizer": "adamw", "lrs": _ADAMW}
 _LM_PS_QUICK: tuple[tuple[str, Any], ...] = (*LM_QUICK, ("stages", (2,)))
 #: a 16-block GPT (``gpt-deep``: the CPU preset's width, twice its depth) for N = 16, one block
-#: per stage. Its rounds compile in 55 s (vanilla), 31 s (sync) and 73 s (2BW, a loop over its
-#: 2N ticks; unrolled it had not compiled after 12 minutes) on 2 cores
-#: (benchmarks/results/pipeline_emulation_gpt.md)
+#: per stage. Its rounds compile in 24 s (vanilla), 16 s (sync) and 36 s (2BW, a loop over its
+#: 2N ticks; unrolled it had not compiled after 12 minutes) on 2 cores, idle; about twice that
+#: beside the other sweeps (benchmarks/results/pipeline_emulation_gpt.md)
 DEEP = ("gpt-deep",)
 
 LM_RUNS: dict[str, Run] = {
