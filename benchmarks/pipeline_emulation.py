@@ -103,25 +103,34 @@ def main(argv: list[str] | None = None) -> str:
     # the plain synchronous step of the unsplit model
     f = models.functional(model)
 
-    def sync_step(p, o, st, x, y):
+    def loss_grad(p, st, x, y):
+        """``((loss, new model state), gradient)`` of the unsplit model on one batch."""
+
         def loss(p):
             out, nst = f.apply(p, st, x, True)
             return cross_entropy(out, y), nst
 
-        (lv, nst), g = jax.value_and_grad(loss, has_aux=True)(p)
+        return jax.value_and_grad(loss, has_aux=True)(p)
+
+    def sync_step(p, o, st, x, y):
+        (lv, nst), g = loss_grad(p, st, x, y)
         u, o = tx.update(g, o, p)
         return optax.apply_updates(p, u), o, nst, lv
 
-    sync = jax.jit(sync_step, donate_argnums=(0, 1, 2))
-    sp = jax.tree.map(jnp.array, f.params)
-    sync_state = [sp, tx.init(sp), jax.tree.map(jnp.array, f.state)]
+    def fresh_state() -> list:
+        sp = jax.tree.map(jnp.array, f.params)
+        return [sp, tx.init(sp), jax.tree.map(jnp.array, f.state)]
 
-    def run_sync():
+    def run_steps(step, state: list) -> None:
+        """``args.rounds`` steps of a jitted synchronous ``step``, ``state`` updated in place."""
         for i in range(args.rounds):
-            p, o, st, lv = sync(*sync_state, xb[i], yb[i])
-            sync_state[:] = [p, o, st]
+            p, o, st, lv = step(*state, xb[i], yb[i])
+            state[:] = [p, o, st]
         jax.block_until_ready(lv)
 
+    sync = jax.jit(sync_step, donate_argnums=(0, 1, 2))
+    sync_state = fresh_state()
+    run_sync = lambda: run_steps(sync, sync_state)
     run_sync()  # compile
     sync_mem = sync.lower(*sync_state, xb[0], yb[0]).compile().memory_analysis()
     sync_carry = _bytes(sync_state)
@@ -133,17 +142,13 @@ def main(argv: list[str] | None = None) -> str:
 
         def step(p, o, st, x, y):
             xs, ys = x.reshape(m, bs // m, *x.shape[1:]), y.reshape(m, bs // m, *y.shape[1:])
-            acc = None
+            acc, lsum = None, 0.0
             for i in range(m):
-
-                def loss(p, i=i):
-                    out, nst = f.apply(p, st, xs[i], True)
-                    return cross_entropy(out, ys[i]), nst
-
-                (_, st), g = jax.value_and_grad(loss, has_aux=True)(p)
+                (lv, st), g = loss_grad(p, st, xs[i], ys[i])
                 acc = g if acc is None else jax.tree.map(jnp.add, acc, g)
+                lsum = lsum + lv
             u, o = tx.update(jax.tree.map(lambda a: a / m, acc), o, p)
-            return optax.apply_updates(p, u), o, st, jnp.zeros(())
+            return optax.apply_updates(p, u), o, st, lsum / m
 
         return jax.jit(step, donate_argnums=(0, 1, 2))
 
@@ -177,17 +182,9 @@ def main(argv: list[str] | None = None) -> str:
             num_micro[label] = prog.schedule.num_micro
     # the unsplit step over each policy's micro-batches (where a schedule splits the mini-batch)
     micro = sorted({m for m in num_micro.values() if m > 1 and bs % m == 0})
-    micro_steps, micro_state = {m: micro_step(m) for m in micro}, {}
-    for m in micro:
-        sp = jax.tree.map(jnp.array, f.params)
-        micro_state[m] = [sp, tx.init(sp), jax.tree.map(jnp.array, f.state)]
-
-    def run_micro(m):
-        for i in range(args.rounds):
-            p, o, st, lv = micro_steps[m](*micro_state[m], xb[i], yb[i])
-            micro_state[m][:] = [p, o, st]
-        jax.block_until_ready(lv)
-
+    micro_steps = {m: micro_step(m) for m in micro}
+    micro_state = {m: fresh_state() for m in micro}
+    run_micro = lambda m: run_steps(micro_steps[m], micro_state[m])
     for m in micro:
         run_micro(m)  # compile
     # steady-state rounds: after warm-up, before cool-down
