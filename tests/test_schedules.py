@@ -110,6 +110,31 @@ def test_dependencies_and_tables(sched):
     assert (S.get(s.name, num_batches=nb, **s.options).table == s.table).all()
     assert (s.fwd_staleness >= 0).all() and (s.bwd_staleness >= 0).all()
     assert s.target_version.tolist() == [[b] * n for b in range(nb)]
+    # the round-trip target: b plus the later updates that landed by stage 0's last backward
+    end = bw[:, :, 0].max(axis=1)
+    for b in range(nb):
+        for k in range(n):
+            later = np.sum((np.arange(nb) > b) & (s.update_tick[:, k] <= end[b]))
+            assert s.roundtrip_target[b, k] == b + later
+
+
+def test_version_counts_without_the_pairwise_arrays():
+    """The sorted-search counts equal the pairwise ones for any update order (the schedules
+    here update in order; a shuffled order takes the block-wise path)."""
+    from jaxstale.schedules.timeline import _later_landed, _updates_before
+
+    rng = np.random.default_rng(0)
+    for shuffled in (False, True):
+        u = np.sort(rng.choice(5000, size=(1500, 3), replace=False), axis=0)
+        if shuffled:
+            u = rng.permuted(u, axis=0)
+        ticks = rng.integers(0, 5000, size=(1500, 2, 3))
+        end = rng.integers(0, 5000, size=1500)
+        want = (u[None, None, :, :] < ticks[:, :, None, :]).sum(axis=2)
+        np.testing.assert_array_equal(_updates_before(u, ticks), want)
+        later = np.arange(1500)[None, :, None] > np.arange(1500)[:, None, None]
+        want = (later & (u[None, :, :] <= end[:, None, None])).sum(axis=1)
+        np.testing.assert_array_equal(_later_landed(u, end), want)
 
 
 @pytest.mark.parametrize("name,kw", [("gpipe", {"num_micro": 3}), ("1f1b-flush", {"num_micro": 5})])
