@@ -307,13 +307,15 @@ class _Runner:
             self.inits[(name, n, seed)] = ([f.params for f in fs], [f.state for f in fs])
         return self.inits[(name, n, seed)]
 
-    def data(self, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        """The seed's mini-batches ``(xb [steps, B, ...], yb [steps, B])``."""
+    def data(self, seeds: list[int]) -> tuple[data.Indexed, data.Indexed]:
+        """The seeds' mini-batches ``(xb, yb)`` as indices into the training split (``idx``
+        ``[seeds, steps, B]``, the examples held once), gathered by the executor."""
         cfg, ds = self.cfg, self.ds
-        idx = data.batch_indices(
-            len(ds.x_train), batch_size=cfg["batch_size"], num_steps=cfg["steps"], seed=seed
+        n, b, steps = len(ds.x_train), cfg["batch_size"], cfg["steps"]
+        idx = np.stack(
+            [data.batch_indices(n, batch_size=b, num_steps=steps, seed=s) for s in seeds]
         )
-        return ds.x_train[idx], ds.y_train[idx]
+        return data.Indexed(ds.x_train, idx), data.Indexed(ds.y_train, idx)
 
     def group(self, keys: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict]]]:
         """All pending cells of one (model, N, policy): every rate and seed."""
@@ -326,7 +328,7 @@ class _Runner:
         results: list[loop.Result] = []
         if cfg["executor"] == "mesh":  # one run at a time, its own optimizer object
             for k in keys:
-                xb, yb = self.data(k["seed"])
+                xb, yb = (a._replace(idx=a.idx[0]) for a in self.data([k["seed"]]))
                 tx = optimizers.per_stage(cfg["optimizer"], k["lr"], cfg["momentum"], cfg["steps"])
                 trees: dict[str, Any] = {}  # the optimizer on each stage's pytree where needed
                 if cfg.get("momentum_rule") == "asyncpp":
@@ -338,8 +340,7 @@ class _Runner:
         else:
             vmap = seed_mode(name, cfg["seed_mode"])
             for part in [keys] if vmap else [[k] for k in keys]:
-                pairs = [self.data(k["seed"]) for k in part]
-                xb, yb = (np.stack([p[i] for p in pairs]) for i in (0, 1))
+                xb, yb = self.data([k["seed"] for k in part])
                 lrs: dict[str, list[Any]] = {"learning_rate": [k["lr"] for k in part]}
                 if cfg.get("momentum_rule") == "asyncpp":  # AsyncPP's β1 per stage
                     lrs["b1"] = [optimizers.asyncpp_b1(cfg["momentum"], n)] * len(part)

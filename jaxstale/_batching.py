@@ -1,11 +1,48 @@
-"""Seeded batching for ``lax.scan``: :func:`batch_indices` and :func:`batches` (re-exported by
-:mod:`jaxstale.data`, where they are documented with the datasets)."""
+"""Seeded batching for ``lax.scan``: :func:`batch_indices`, :func:`batches` and
+:class:`Indexed` (re-exported by :mod:`jaxstale.data`, where they are documented with the
+datasets)."""
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import numpy as np
 
-__all__ = ["batch_indices", "batches"]
+__all__ = ["Indexed", "batch_indices", "batches"]
+
+
+class Indexed(NamedTuple):
+    """Mini-batches as indices into one copy of the data: mini-batch ``b`` is ``x[idx[b]]``.
+
+    The pipeline executors take it wherever they take pre-batched ``xb`` / ``yb``
+    (``[nb, B, ...]``): the emulator keeps ``x`` once on the device and gathers each
+    micro-batch inside the jitted round (bit-identical to the pre-batched copy), so a long run
+    costs ``idx`` (``nb * B`` integers) instead of ``nb * B`` examples; with ``lanes = L`` only
+    ``idx`` carries the lane axis (``[L, nb, B]``) and every lane shares ``x``. The mesh
+    executor materialises it (:meth:`gathered`).
+
+    Example:
+      >>> import numpy as np
+      >>> from jaxstale.data import Indexed, batch_indices
+      >>> x = np.arange(10, dtype=np.float32).reshape(5, 2)
+      >>> xb = Indexed(x, batch_indices(5, batch_size=2, num_steps=3, seed=0))
+      >>> xb.shape, xb.gathered()[0].tolist()
+      ((3, 2, 2), [[4.0, 5.0], [8.0, 9.0]])
+    """
+
+    x: Any
+    """``[N, ...]`` examples (or labels), shared by every lane."""
+    idx: Any
+    """``[nb, B]`` (or ``[L, nb, B]``) integer indices into ``x``."""
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of the pre-batched copy, ``idx.shape + x.shape[1:]``."""
+        return tuple(np.shape(self.idx)) + tuple(np.shape(self.x)[1:])
+
+    def gathered(self) -> np.ndarray:
+        """The pre-batched copy ``x[idx]`` (NumPy)."""
+        return np.asarray(self.x)[np.asarray(self.idx)]
 
 
 def batch_indices(n: int, *, batch_size: int, num_steps: int, seed: int) -> np.ndarray:

@@ -62,7 +62,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jaxstale._batching import batch_indices, batches
+from jaxstale._batching import Indexed, batch_indices, batches
 from jaxstale._checks import check_name
 from jaxstale._mnist1d import load_mnist1d
 from jaxstale._tfds import load_tfds
@@ -74,6 +74,7 @@ __all__ = [
     "STANDARDIZE_MODES",
     "VALIDATION_SEED",
     "Dataset",
+    "Indexed",
     "Stats",
     "batch_indices",
     "batches",

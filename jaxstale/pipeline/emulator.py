@@ -49,6 +49,7 @@ import numpy as np
 import optax
 
 from jaxstale import schedules as S
+from jaxstale._batching import Indexed
 from jaxstale.loop import Executor, Stats, jit
 from jaxstale.losses import cross_entropy
 from jaxstale.optimizers import set_hyperparams
@@ -142,7 +143,7 @@ class PipelineEmulator:
                 f"loop_ticks: the {program.schedule.name!r} round's ticks repeat no shorter pattern"
             )
         self.step = jit(self._round, donate_argnums=(0,))
-        self.lane_fns: tuple[Callable[..., Any], Callable[..., Any]] | None = None  # lanes
+        self.lane_fns: dict[tuple, tuple[Callable[..., Any], Callable[..., Any]]] = {}  # lanes
 
     def init(
         self,
@@ -203,8 +204,11 @@ class PipelineEmulator:
             w = pass_weights(w, carry["opt"][k], h, rule, self.momentum)
         return w
 
-    def _micro(self, a: jax.Array, b: Any, m: Any) -> jax.Array:
-        """Micro-batch ``m`` of mini-batch ``b`` of ``a`` (``[nb, B, ...]``)."""
+    def _micro(self, a: Any, b: Any, m: Any) -> jax.Array:
+        """Micro-batch ``m`` of mini-batch ``b`` of ``a`` (``[nb, B, ...]``, or
+        :class:`~jaxstale.data.Indexed`: its indices' micro-batch, gathered from ``a.x``)."""
+        if isinstance(a, Indexed):
+            return jnp.take(a.x, self._micro(a.idx, b, m), axis=0)
         nm = self.prog.schedule.num_micro
         xa = jax.lax.dynamic_index_in_dim(a, jnp.clip(b, 0, a.shape[0] - 1), 0, keepdims=False)
         if nm == 1:
@@ -414,7 +418,8 @@ class PipelineEmulator:
         ``carry``, ``xb`` and ``yb`` may be arrays or ``jax.ShapeDtypeStruct`` (e.g.
         ``jax.eval_shape(self.init, x0)``: nothing is allocated)."""
         tables = {k: jnp.asarray(v) for k, v in self.prog.tables.items()}
-        xb, yb = (a if isinstance(a, jax.ShapeDtypeStruct) else jnp.asarray(a) for a in (xb, yb))
+        put = lambda a: a if isinstance(a, jax.ShapeDtypeStruct) else jnp.asarray(a)
+        xb, yb = (jax.tree.map(put, a) for a in (xb, yb))
         lowered = self.step.lower(carry, jnp.int32(0), tables, xb, yb)
         return lowered.compile().memory_analysis()
 
@@ -450,14 +455,18 @@ def for_program(
     return _CORES[key][0]
 
 
-def _lane_fns(core: PipelineEmulator) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """The vmapped round (lanes share the program, each has its carry and data) and weights
-    read-out of ``core``, compiled once per core."""
-    if core.lane_fns is None:
-        vround = jax.vmap(core._round, in_axes=(0, None, None, 0, 0))
+def _lane_fns(
+    core: PipelineEmulator, xb: Any, yb: Any
+) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The vmapped round (lanes share the program, each has its carry and data; the examples of
+    :class:`~jaxstale.data.Indexed` data are shared, their indices per lane) and weights
+    read-out of ``core``, compiled once per core and data kind."""
+    axes = tuple(Indexed(None, 0) if isinstance(a, Indexed) else 0 for a in (xb, yb))
+    if axes not in core.lane_fns:
+        vround = jax.vmap(core._round, in_axes=(0, None, None, *axes))
         read = lambda c: ([core.current(c, k) for k in range(core.num_stages)], list(c["bn"]))
-        core.lane_fns = (jit(vround, donate_argnums=(0,)), jit(jax.vmap(read)))
-    return core.lane_fns
+        core.lane_fns[axes] = (jit(vround, donate_argnums=(0,)), jit(jax.vmap(read)))
+    return core.lane_fns[axes]
 
 
 def _of_stage(value: Any, stage: int) -> Any:
@@ -478,7 +487,10 @@ def executor(
     hyperparams: Mapping[str, Sequence[float]] | None = None,
     loop_ticks: bool | None = None,
 ) -> Executor:
-    """An :class:`~jaxstale.loop.Executor` of ``program`` on ``(xb [nb, B, ...], yb [nb, B])``.
+    """An :class:`~jaxstale.loop.Executor` of ``program`` on ``(xb [nb, B, ...], yb [nb, B])``,
+    arrays or :class:`~jaxstale.data.Indexed` (one copy of the data and per-step indices,
+    gathered inside the round: bit-identical, and a long run no longer holds ``nb * B``
+    examples; ``idx`` then carries the lane axis, ``x`` is shared by the lanes).
 
     A round is one period of the schedule; ``init`` takes per-stage weights and batch-norm
     statistics, ``params`` returns them. ``tx`` is the per-stage optimizer (e.g.
@@ -507,20 +519,36 @@ def executor(
         if any(isinstance(x, Sequence | np.ndarray) and len(x) != n for x in v):
             raise ValueError(f"hyperparams[{k!r}]: a lane's per-stage values must be {n}")
     lead = (lanes,) if lanes is not None else ()
+    shape = lambda a: tuple(a.shape if isinstance(a, Indexed) else np.shape(a))
+    if isinstance(xb, Indexed) != isinstance(yb, Indexed):
+        raise ValueError("xb and yb must both be arrays or both be Indexed")
     for name, a in (("xb", xb), ("yb", yb)):
-        shp = tuple(np.shape(a))
+        shp = shape(a)
         if shp[: len(lead)] != lead or len(shp) <= len(lead):
             raise ValueError(f"{name} has shape {shp}, expected a leading lane axis of {lanes}")
-    if int(np.shape(xb)[len(lead)]) != s.num_batches:
+        if isinstance(a, Indexed):
+            idx, rows = np.asarray(a.idx), len(a.x)
+            if not np.issubdtype(idx.dtype, np.integer):
+                raise ValueError(f"{name}.idx must hold integer indices, got {idx.dtype}")
+            if idx.size and (idx.min() < 0 or idx.max() >= rows):
+                raise ValueError(
+                    f"{name}.idx must index its {rows} rows: found {idx.min()}..{idx.max()}"
+                )
+    if shape(xb)[len(lead)] != s.num_batches:
         raise ValueError(
-            f"xb has {np.shape(xb)[len(lead)]} mini-batches, the schedule {s.num_batches}"
+            f"xb has {shape(xb)[len(lead)]} mini-batches, the schedule {s.num_batches}"
         )
     core = for_program(
         stages, program, tx, momentum=momentum or 0.0, loss_fn=loss_fn, loop_ticks=loop_ticks
     )
     tables = {k: jnp.asarray(v) for k, v in program.tables.items()}
-    x0, nm = np.asarray(xb[(0,) * (len(lead) + 1)]), s.num_micro
-    xb, yb = jnp.asarray(xb), jnp.asarray(yb)
+    first = (0,) * (len(lead) + 1)
+    if isinstance(xb, Indexed):
+        x0 = np.asarray(xb.x)[np.asarray(xb.idx)[first]]
+    else:
+        x0 = np.asarray(xb[first])
+    nm = s.num_micro
+    xb, yb = (jax.tree.map(jnp.asarray, a) for a in (xb, yb))
     apply = compose(stages)
     n_lanes = 1 if lanes is None else lanes
     round_fn: Callable[..., Any]
@@ -529,7 +557,7 @@ def executor(
         read = lambda c: ([core.current(c, k) for k in range(core.num_stages)], list(c["bn"]))
         init = lambda params, states: core.init(x0, params, states)
     else:
-        round_fn, read = _lane_fns(core)
+        round_fn, read = _lane_fns(core, xb, yb)
 
         def init(params: Sequence[Any], states: Sequence[Any]) -> dict[str, Any]:
             carries = []

@@ -48,6 +48,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 from jax.sharding import NamedSharding, PartitionSpec
 
+from jaxstale._batching import Indexed
 from jaxstale.loop import Executor, Stats, jit
 from jaxstale.losses import cross_entropy
 from jaxstale.mesh import check_mesh, make_mesh, to_host, to_mesh
@@ -495,11 +496,12 @@ def executor(
     """An :class:`~jaxstale.loop.Executor` of ``program`` on ``(xb, yb)`` on a ``"stage"`` mesh
     (default: the first ``N`` devices): the emulator executor's arguments, rounds, stats,
     ``init`` and ``params`` (as :func:`jaxstale.pipeline.emulator.executor`); ``stage_trees``
-    and ``hyperparams`` as :class:`MeshPipeline` takes them."""
+    and ``hyperparams`` as :class:`MeshPipeline` takes them. :class:`~jaxstale.data.Indexed`
+    data are materialised (each stage's device holds the run's mini-batches)."""
     s = program.schedule
     if program.policy.predict == "nesterov" and momentum is None:
         raise ValueError(f"policy {program.policy.name!r} needs momentum=μ (the optimizer's μ)")
-    xb, yb = np.asarray(xb), np.asarray(yb)
+    xb, yb = (a.gathered() if isinstance(a, Indexed) else np.asarray(a) for a in (xb, yb))
     nb, nm = s.num_batches, s.num_micro
     if xb.shape[0] != nb or yb.shape[0] != nb:
         raise ValueError(f"xb has {xb.shape[0]} mini-batches, the schedule {nb}")

@@ -7,7 +7,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxstale import loop, models, optimizers, pipeline, schedules
+from jaxstale import data, loop, models, optimizers, pipeline, schedules
 from jaxstale.pipeline import emulator
 from tests.pipeline import mlp_helpers
 
@@ -166,3 +166,50 @@ def test_a_lane_may_set_a_hyperparameter_per_stage():
     with pytest.raises(ValueError, match="per-stage values must be 3"):
         pipeline.make("emulate", stages, prog, None, tx, np.stack([xb, xb]), np.stack([yb, yb]),
                       lanes=2, hyperparams={"b1": [[0.9, 0.9], 0.9]})  # fmt: skip
+
+
+@pytest.mark.parametrize("policy", ["vanilla", "2bw"])
+def test_indexed_data_equals_pre_batched_copies(policy):
+    """``data.Indexed`` (one copy of the examples, per-step indices gathered inside the round)
+    gives the pre-batched copy's run bit for bit — alone, split into micro-batches (2BW) and in
+    lanes whose indices differ while they share the examples."""
+    stages = _stages(3, 3)
+    prog = pipeline.compile(schedules.one_f_one_b(3, 6), policy)
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(20, 4, 4, 1)).astype(np.float32)
+    y = rng.integers(0, 3, size=20).astype(np.int32)
+    idx = [data.batch_indices(20, batch_size=6, num_steps=6, seed=s) for s in (0, 1)]
+    ref = _run(stages, prog, x[idx[0]], y[idx[0]])
+    got = _run(stages, prog, data.Indexed(x, idx[0]), data.Indexed(y, idx[0]))
+    assert _maxdiff(got.params, ref.params) == 0
+    np.testing.assert_array_equal(got.losses, ref.losses)
+    stack = lambda t: jax.tree.map(lambda a: np.stack([a, a]), t)
+    inits = ([stack(s.params) for s in stages], [stack(s.state) for s in stages])
+    lanes = [
+        loop.run(emulator.executor(stages, prog, _TX, xb, yb, momentum=MOM, lanes=2), *inits)
+        for xb, yb in [
+            (np.stack([x[i] for i in idx]), np.stack([y[i] for i in idx])),
+            (data.Indexed(x, np.stack(idx)), data.Indexed(y, np.stack(idx))),
+        ]
+    ]
+    for j in range(2):
+        assert _maxdiff(lanes[1][j].params, lanes[0][j].params) == 0
+    assert _maxdiff(lanes[1][0].params, ref.params) == 0
+    assert _maxdiff(lanes[1][1].params, ref.params) > 0  # lane 1's indices differ
+
+
+def test_indexed_data_bad_input():
+    stages = _stages(2, 2)
+    prog = pipeline.compile(schedules.one_f_one_b(2, 4), "vanilla")
+    x, y = np.zeros((10, 4, 4, 1), np.float32), np.zeros(10, np.int32)
+    idx = data.batch_indices(10, batch_size=2, num_steps=4, seed=0)
+    with pytest.raises(ValueError, match="both be arrays or both be Indexed"):
+        emulator.executor(stages, prog, _TX, data.Indexed(x, idx), y[idx])
+    with pytest.raises(ValueError, match="integer indices"):
+        emulator.executor(stages, prog, _TX, data.Indexed(x, idx * 1.0), data.Indexed(y, idx))
+    with pytest.raises(ValueError, match=r"xb.idx must index its 10 rows: found 1..10"):
+        emulator.executor(stages, prog, _TX, data.Indexed(x, idx + 1), data.Indexed(y, idx))
+    with pytest.raises(ValueError, match="3 mini-batches, the schedule 4"):
+        emulator.executor(stages, prog, _TX, data.Indexed(x, idx[:3]), data.Indexed(y, idx[:3]))
+    with pytest.raises(ValueError, match="leading lane axis of 2"):
+        emulator.executor(stages, prog, _TX, data.Indexed(x, idx), data.Indexed(y, idx), lanes=2)
