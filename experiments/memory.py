@@ -2,7 +2,8 @@
 carried state in the emulator from abstract shapes (:func:`jaxstale.pipeline.carried_bytes`:
 weights or stashes, optimizer state, and the in-flight mini-batches' inputs and residuals,
 which dominate for a deep model) times the runs one compiled round holds at once (its lanes),
-plus the lanes' mini-batches.
+plus the data: the emulator takes each lane's mini-batches as indices into one copy of the
+training split (:class:`jaxstale.data.Indexed`), the mesh a copy of the run's mini-batches.
 
 Measured (gpt-cpu, N = 8, vanilla): the carry is 446 MiB per run at batch 16; a process's peak
 grew by 0.22 GiB from batch 8 to 16 (the carry's growth) and by 0.61 GiB from one vmapped lane
@@ -53,8 +54,10 @@ def check_pipeline(
     limit = machine_memory() if limit is None else limit
     tx = optimizers.per_stage(cfg["optimizer"], cfg["lrs"][0], cfg["momentum"], cfg["steps"])
     x = jax.ShapeDtypeStruct((cfg["batch_size"], *ds.x_train.shape[1:]), ds.x_train.dtype)
-    batches = cfg["steps"] * cfg["batch_size"] * (ds.x_train[0].nbytes + ds.y_train[0].nbytes)
     mesh = cfg.get("executor") == "mesh"
+    per_example = ds.x_train[0].nbytes + ds.y_train[0].nbytes if mesh else 8  # int64 indices
+    batches = cfg["steps"] * cfg["batch_size"] * per_example  # per run
+    shared = 0 if mesh else ds.x_train.nbytes + ds.y_train.nbytes
     worst: tuple[int, int, int, str, int, str] | None = None  # total, lanes, run, model, N, …
     for name in cfg["models"]:
         model = built[name]
@@ -69,7 +72,7 @@ def check_pipeline(
         for method in cfg["methods"]:
             sched = factory(method)(n, steps)
             run = pipeline.carried_bytes(stages, sched, method, tx, x, backward=cfg["backward"])
-            total = lanes * (run + batches)
+            total = lanes * (run + batches) + shared
             if worst is None or total > worst[0]:
                 worst = (total, lanes, run, name, n, method)
     if worst is None or worst[0] <= limit:
@@ -80,10 +83,10 @@ def check_pipeline(
         f"this configuration needs about {fmt_bytes(total)} of memory, more than this "
         f"machine's {fmt_bytes(limit)}: {what}{fmt_bytes(run)} of carried pipeline state "
         f"({name}, N={n}, {method}: weights, optimizer state and the in-flight mini-batches' "
-        "activations) and its mini-batches"
+        "activations) and its mini-batches" + ("" if mesh else "' indices")
     )
-    if lanes > 1 and run + batches <= limit:
+    if lanes > 1 and run + batches + shared <= limit:
         raise ConfigError("seed_mode", msg + "; --seed-mode sequential runs one at a time")
-    if batches > run:  # the runs' mini-batches, copied up front
+    if batches > run:  # the run's mini-batches (or their indices), held up front
         raise ConfigError("steps", msg + f" ({fmt_bytes(batches)} per run)")
     raise ConfigError("batch_size", msg + "; a smaller --batch-size or N needs less")

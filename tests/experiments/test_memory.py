@@ -77,18 +77,22 @@ def test_a_sweep_that_cannot_fit_is_refused_naming_what_would_fix_it(text):
         {**cfg, **kw}, text, built, schedule_factory, lambda name: vmapped, limit=limit
     )
     check(10**12)  # fits
+    split = text.x_train.nbytes + text.y_train.nbytes  # one copy, every lane's indices into it
     with pytest.raises(ConfigError) as e:  # 15 lanes do not fit, one does
-        check(3 * one)
+        check(split + 3 * one)
     assert e.value.field == "seed_mode" and "15 runs at once" in e.value.reason
     assert "--seed-mode sequential runs one at a time" in e.value.reason
     assert "(gpt-tiny, N=2, stash:" in e.value.reason
-    check(3 * one, vmapped=False)  # one at a time fits
+    check(split + 3 * one, vmapped=False)  # one at a time fits
     with pytest.raises(ConfigError) as e:  # not even one run fits
-        check(one // 2, vmapped=False)
+        check(split + one // 2, vmapped=False)
     assert e.value.field == "batch_size" and "one run:" in e.value.reason
     with pytest.raises(ConfigError) as e:  # the mesh runs one run at a time: lanes do not count
         check(one // 2, executor="mesh")
     assert e.value.field == "batch_size"
+    assert "activations) and its mini-batches;" in e.value.reason  # the mesh copies them
+    with pytest.raises(ConfigError, match="and its mini-batches' indices;"):  # the emulator's
+        check(split + one // 2, vmapped=False)
 
 
 def test_the_experiment_refuses_before_writing_anything(tmp_path, monkeypatch, capsys):
