@@ -168,7 +168,11 @@ def test_a_lane_may_set_a_hyperparameter_per_stage():
                       lanes=2, hyperparams={"b1": [[0.9, 0.9], 0.9]})  # fmt: skip
 
 
-@pytest.mark.parametrize("policy", ["vanilla", "2bw"])
+@pytest.mark.parametrize(
+    "policy",
+    # one micro-batch per pass stays in make test through tests/benchmarks/test_pipeline_data.py
+    [pytest.param("vanilla", marks=pytest.mark.slow), "2bw"],
+)
 def test_indexed_data_equals_pre_batched_copies(policy):
     """``data.Indexed`` (one copy of the examples, per-step indices gathered inside the round)
     gives the pre-batched copy's run bit for bit — alone, split into micro-batches (2BW) and in
