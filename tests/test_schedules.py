@@ -238,3 +238,16 @@ def test_render(tmp_path):
     assert len(texts) == 2 * 4 * 6
     assert "F4\nv1" in texts  # stage 0 runs F4 with version 1
     assert S.render_text(s, versions=True).splitlines()[0].startswith("stage 0 | F0v0 F1v0")
+
+
+def test_a_long_schedule_builds_in_memory_linear_in_its_length():
+    """27,000 mini-batches at N = 8 once took 11.9 GiB ([nb, nb, N] comparisons); the arrays a
+    schedule keeps are O(nb · N · M), and so is what building it allocates."""
+    import tracemalloc
+
+    tracemalloc.start()
+    s = S.one_f_one_b(8, 4000)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert s.num_batches == 4000
+    assert peak < 64 * 2**20, peak  # pairwise: 4000² × 8 booleans = 122 MiB per array
