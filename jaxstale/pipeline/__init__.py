@@ -80,7 +80,9 @@ def make(
     """The executor (``"emulate"``: one device; ``"mesh"``: a stage per device of a ``"stage"``
     axis) of ``schedule`` — compiled with ``policy`` (``backward``, ``target``), or a ready
     :class:`~jaxstale.pipeline.program.Program` with ``policy=None`` — on ``(xb [nb, B, ...],
-    yb [nb, B])`` with the per-stage optimizer ``tx``; drive it with :func:`jaxstale.loop.run`.
+    yb [nb, B])`` — arrays, or :class:`jaxstale.data.Indexed` indices into one copy of the data
+    (what a long run needs) — with the per-stage optimizer ``tx``; drive it with
+    :func:`jaxstale.loop.run`.
 
     ``stages`` (``jaxstale.models.functional_stages``) give the structure; weights are the
     executor's ``init`` arguments. Pass the same stage objects, ``tx`` and ``loss_fn`` for every
