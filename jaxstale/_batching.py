@@ -44,6 +44,18 @@ class Indexed(NamedTuple):
         """The pre-batched copy ``x[idx]`` (NumPy)."""
         return np.asarray(self.x)[np.asarray(self.idx)]
 
+    def check(self, name: str) -> None:
+        """Raises ``ValueError`` (one line, naming ``name``) unless ``idx`` holds integers in
+        ``[0, len(x))`` — NumPy would wrap a negative index and a jitted gather fill an
+        out-of-range one, silently."""
+        idx, rows = np.asarray(self.idx), len(self.x)
+        if not np.issubdtype(idx.dtype, np.integer):
+            raise ValueError(f"{name}.idx must hold integer indices, got {idx.dtype}")
+        if idx.size and (idx.min() < 0 or idx.max() >= rows):
+            raise ValueError(
+                f"{name}.idx must index its {rows} rows: found {idx.min()}..{idx.max()}"
+            )
+
 
 def batch_indices(n: int, *, batch_size: int, num_steps: int, seed: int) -> np.ndarray:
     """Example indices of every batch: ``[num_steps, batch_size]`` int64 (see :func:`batches`).

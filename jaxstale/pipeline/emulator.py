@@ -527,13 +527,7 @@ def executor(
         if shp[: len(lead)] != lead or len(shp) <= len(lead):
             raise ValueError(f"{name} has shape {shp}, expected a leading lane axis of {lanes}")
         if isinstance(a, Indexed):
-            idx, rows = np.asarray(a.idx), len(a.x)
-            if not np.issubdtype(idx.dtype, np.integer):
-                raise ValueError(f"{name}.idx must hold integer indices, got {idx.dtype}")
-            if idx.size and (idx.min() < 0 or idx.max() >= rows):
-                raise ValueError(
-                    f"{name}.idx must index its {rows} rows: found {idx.min()}..{idx.max()}"
-                )
+            a.check(name)
     if shape(xb)[len(lead)] != s.num_batches:
         raise ValueError(
             f"xb has {shape(xb)[len(lead)]} mini-batches, the schedule {s.num_batches}"
@@ -544,7 +538,7 @@ def executor(
     tables = {k: jnp.asarray(v) for k, v in program.tables.items()}
     first = (0,) * (len(lead) + 1)
     if isinstance(xb, Indexed):
-        x0 = np.asarray(xb.x)[np.asarray(xb.idx)[first]]
+        x0 = xb._replace(idx=np.asarray(xb.idx)[first]).gathered()
     else:
         x0 = np.asarray(xb[first])
     nm = s.num_micro

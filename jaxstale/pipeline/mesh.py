@@ -501,6 +501,9 @@ def executor(
     s = program.schedule
     if program.policy.predict == "nesterov" and momentum is None:
         raise ValueError(f"policy {program.policy.name!r} needs momentum=μ (the optimizer's μ)")
+    for name, a in (("xb", xb), ("yb", yb)):
+        if isinstance(a, Indexed):
+            a.check(name)
     xb, yb = (a.gathered() if isinstance(a, Indexed) else np.asarray(a) for a in (xb, yb))
     nb, nm = s.num_batches, s.num_micro
     if xb.shape[0] != nb or yb.shape[0] != nb:

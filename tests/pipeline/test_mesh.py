@@ -186,6 +186,9 @@ def test_indexed_data_runs_on_the_mesh():
     np.testing.assert_array_equal(runs["mesh"].losses, runs["copy"].losses)
     assert float(jnp.max(jnp.abs(_flat(runs["mesh"].params) - _flat(runs["copy"].params)))) == 0
     np.testing.assert_allclose(runs["mesh"].losses, runs["emulate"].losses, atol=TOL)
+    with pytest.raises(ValueError, match=r"xb.idx must index its 16 rows: found -1..14"):
+        pipeline.make("mesh", s.stages, s.schedule("gpipe"), "sync", s.tx,
+                      data.Indexed(x, idx - 1), yi, mesh=s.mesh)  # fmt: skip
 
 
 def test_errors():
