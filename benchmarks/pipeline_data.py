@@ -40,10 +40,11 @@ FORMS = ("copy", "indexed")
 BATCH, WIDTH, LR = 32, 128, 0.01
 
 
-def group(form: str, steps: int, lanes: int, n: int) -> tuple[loop.Executor, Any, int]:
-    """The executor of one vanilla group on MNIST-1D (``form`` data), its first carry after
-    one round, and the bytes of the data it was handed."""
-    ds = data.load("mnist1d")
+def group(
+    ds: data.Dataset, form: str, steps: int, lanes: int, n: int
+) -> tuple[loop.Executor, Any, int]:
+    """The executor of one vanilla group on ``ds`` (MNIST-1D; ``form`` data), its first carry
+    after one round, and the bytes of the data it was handed."""
     nx = len(ds.x_train)
     idx = np.stack(
         [
@@ -76,7 +77,7 @@ def group(form: str, steps: int, lanes: int, n: int) -> tuple[loop.Executor, Any
 
 def peak(form: str, steps: int, lanes: int, n: int) -> dict[str, Any]:
     """Builds ``form``'s group in this process and runs 20 rounds: its bytes and peak RSS."""
-    ex, carry, held = group(form, steps, lanes, n)
+    ex, carry, held = group(data.load("mnist1d"), form, steps, lanes, n)
     for r in range(1, 21):
         carry, stats = ex.step(carry, r)
     jax.block_until_ready(carry)
@@ -86,7 +87,8 @@ def peak(form: str, steps: int, lanes: int, n: int) -> dict[str, Any]:
 
 def interleaved(steps: int, lanes: int, n: int, reps: int, rounds: int) -> dict[str, float]:
     """Median ms per round of each form, timed in alternating blocks of ``rounds``."""
-    runs = {f: [*group(f, steps, lanes, n)[:2], 1] for f in FORMS}
+    ds = data.load("mnist1d")
+    runs = {f: [*group(ds, f, steps, lanes, n)[:2], 1] for f in FORMS}
     times: dict[str, list[float]] = {f: [] for f in FORMS}
     for _ in range(reps):
         for f, run in runs.items():
