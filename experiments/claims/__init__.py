@@ -389,7 +389,14 @@ def _packing(p: runs.OneLineParser, args: Any, results: Path, cells_dir: Path) -
             p.error(f"argument --restore: {e}")
         verb, where = "restored", f"{cells_dir} -> {results}"
     for name, n in counts.items():
-        what = f"{n[0]} new cells, {n[1]} in all" if isinstance(n, tuple) else f"{n} cells"
+        if isinstance(n, cells.Restored):
+            what = f"{n.written} cells" + (
+                f", left out {n.other} archived cells of other code or configuration"
+                if n.other
+                else ""
+            )
+        else:
+            what = f"{n[0]} new cells, {n[1]} in all"
         print(f"[{EXPERIMENT}] {name}: {verb} {what} ({where})", file=sys.stderr)
     if not counts:
         print(f"[{EXPERIMENT}] nothing {verb} ({where})", file=sys.stderr)

@@ -8,10 +8,11 @@ finished configurations' summaries. :func:`pack` copies each configuration's run
 into ``<cells>/<name>/NNNN.jsonl.xz``, one JSON value per line. Files are only ever added, each
 holding the cells the earlier ones do not (so committing after every pack adds only what is
 new to the repository's history); unfinished configurations are packed too: that is the point.
-:func:`restore` writes them back into run folders, never over a file that exists, and then the
-experiments' own checks decide: a run folder refuses cells of other code (other sources, data
-or jax / jaxlib / flax / optax versions) with :class:`~jaxstale.runs.StaleResultsError` before
-anything is computed, exactly as for cells computed on this machine.
+:func:`restore` writes them back into run folders, never over a file that exists, one sweep (a
+configuration under one code hash) at a time, and then the experiments' own checks decide: a run
+folder refuses cells of other code (other sources, data or jax / jaxlib / flax / optax versions)
+with :class:`~jaxstale.runs.StaleResultsError` before anything is computed, exactly as for cells
+computed on this machine.
 
 Command line (``python -m experiments.claims``): ``--pack`` after (or while) running,
 ``--restore`` before ``--run``; the default folder is ``claims/cells`` beside ``--out``.
@@ -29,8 +30,8 @@ Example:
     {'demo': (0, 1)}
     >>> sorted(p.name for p in (tmp / "cells" / "demo").iterdir())
     ['0000.jsonl.xz']
-    >>> restore(tmp / "cells", tmp / "copy", ["demo", "other"])
-    {'demo': 1}
+    >>> restore(tmp / "cells", tmp / "copy", ["demo", "other"])  # (written, left out)
+    {'demo': Restored(written=1, other=0)}
     >>> runs.RunFolder("demo", {"lr": 0.1}, out=tmp / "copy" / "demo").done({"seed": 0})
     {'seed': 0, 'acc': 0.5}
 """
@@ -41,11 +42,11 @@ import json
 import lzma
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from jaxstale import runs
 
-__all__ = ["SUFFIX", "CellsError", "pack", "read", "restore"]
+__all__ = ["SUFFIX", "CellsError", "Restored", "pack", "read", "restore"]
 
 #: an archive's name is ``<configuration><SUFFIX>``
 SUFFIX = ".jsonl.xz"
@@ -81,22 +82,43 @@ def _shards(cells: Path, name: str) -> list[Path]:
 _Shard = tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]
 
 
-def _groups(cells: Path, name: str) -> list[tuple[Any, list[_Shard]]]:
-    """The archive files of ``name``, each read once, grouped by the configuration their first
-    line records, in the order each configuration first appears: a configuration changed in
-    the code (a larger budget, say) is swept again under the same name, and its files follow
-    the old ones."""
-    groups: list[tuple[Any, list[_Shard]]] = []
-    for path in _shards(cells, name):
+def _code(header: Mapping[str, Any]) -> Any:
+    """The code hash a run folder's ``config.json`` records (None when it records none)."""
+    code = header.get("code")
+    return code.get("hash") if isinstance(code, Mapping) else None
+
+
+def _sweep_of(header: Mapping[str, Any]) -> tuple[str, Any]:
+    """What one sweep's files share: its configuration and the code it computes under."""
+    return _dump(header.get("config")), _code(header)
+
+
+def _accepted(header: Mapping[str, Any]) -> set[Any]:
+    """The code hashes whose cells a run folder of this ``config.json`` holds: its own, and
+    those it reused with ``--force-resume`` (recorded in the header)."""
+    own = _code(header)
+    taken = {
+        h
+        for event in header.get("force_resumed") or []
+        if isinstance(event, Mapping) and event.get("to") == own
+        for h in event.get("from") or []
+    }
+    return {own, *taken}
+
+
+def _groups(cells: Path, name: str) -> list[tuple[tuple[str, Any], list[_Shard]]]:
+    """The archive files of ``name``, each read once, grouped by sweep (configuration and code
+    hash, :func:`_sweep_of`), ordered by each sweep's latest file: a configuration changed in
+    the code (a larger budget, say), or the same configuration under changed code, is swept
+    again under the same name, and its files follow the old ones."""
+    groups: dict[tuple[str, Any], list[_Shard]] = {}
+    last: dict[tuple[str, Any], int] = {}
+    for i, path in enumerate(_shards(cells, name)):
         shard = read(path)
-        config = shard[0].get("config")
-        for have, files in groups:
-            if have == config:
-                files.append(shard)
-                break
-        else:
-            groups.append((config, [shard]))
-    return groups
+        sweep = _sweep_of(shard[0])
+        groups.setdefault(sweep, []).append(shard)
+        last[sweep] = i
+    return sorted(groups.items(), key=lambda item: last[item[0]])
 
 
 def pack(results: Path, cells: Path, names: Sequence[str]) -> dict[str, tuple[int, int]]:
@@ -105,15 +127,16 @@ def pack(results: Path, cells: Path, names: Sequence[str]) -> dict[str, tuple[in
     (new, or re-recorded), for every configuration of ``names`` with a run folder; returns
     ``(new, total)`` cells per name. Nothing is written when nothing changed: files are only
     ever added, so a commit of the folder adds only what is new (git keeps every earlier
-    version of a rewritten file). Files of another configuration of that name (an earlier
-    sweep's) are left as they are."""
+    version of a rewritten file). Files of another sweep of that name (another configuration,
+    or the same one under other code: :func:`_sweep_of`) are left as they are, so two run
+    folders of one configuration at two commits never pack each other's cells again."""
     counts: dict[str, tuple[int, int]] = {}
     for name in names:
         folder = results / name
         if not (folder / "config.json").exists():
             continue
         header = json.loads((folder / "config.json").read_text())
-        mine = [files for config, files in _groups(cells, name) if config == header.get("config")]
+        mine = [files for sweep, files in _groups(cells, name) if sweep == _sweep_of(header)]
         shards = mine[0] if mine else []
         last_header = shards[-1][0] if shards else None
         old = {f: _dump(c) for _, found in shards for f, c in found}
@@ -149,20 +172,33 @@ def read(path: Path) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
     return header, found
 
 
+class Restored(NamedTuple):
+    """What :func:`restore` did for one configuration."""
+
+    written: int  #: cell files written into the run folder
+    other: int  #: archived cell files of that name not restored (other code or configuration)
+
+
 def restore(
     cells: Path,
     results: Path,
     names: Sequence[str],
     want: Mapping[str, Mapping[str, Any]] | None = None,
-) -> dict[str, int]:
-    """Writes the archived config and cells of every configuration of ``names`` that has an
-    archive into ``results/<name>/`` (a cell packed twice: its latest version), leaving every
-    file that exists as it is; returns the number of cell files written per name. Checks
-    every archive before writing anything.
+) -> dict[str, Restored]:
+    """Writes the archived config and cells of one sweep of every configuration of ``names``
+    that has an archive into ``results/<name>/`` (a cell packed twice: its latest version),
+    leaving every file that exists as it is; returns, per name, the cell files written and the
+    archived cells left out. Checks every archive before writing anything.
 
-    Where a name's archive holds several configurations (the code's was changed and swept
-    again), the one restored is the run folder's own when it has a ``config.json``, else
-    ``want[name]`` (the configuration the checkout declares) when archived, else the latest.
+    A sweep is a configuration computed under one code hash (:func:`_sweep_of`); a name's
+    archive holds several when the configuration, or the code, was changed and swept again.
+    The one restored is the run folder's own when it has a ``config.json`` (nothing, when the
+    archive holds no cell of its configuration and code), else the latest sweep of ``want[name]``
+    (the configuration the checkout declares) when archived, else the latest sweep. Only the
+    cells of that sweep's code are written (and those its run folder had reused with
+    ``--force-resume``): a run folder never receives cells of two codes from an archive, so
+    ``--restore --run`` at the archive's latest code resumes, and at other code the run folder
+    refuses the restored cells by name of what changed.
 
     Raises:
       CellsError: an archive that cannot be read, or a run folder holding a configuration that
@@ -174,31 +210,42 @@ def restore(
         if not groups:
             continue
         folder = results / name
-        have = None
+        total = len({f for _, shards in groups for _, found in shards for f, _ in found})
         if (folder / "config.json").exists():
-            have = json.loads((folder / "config.json").read_text()).get("config")
-        asked = want.get(name) if want else None
-        pick = have if have is not None else json.loads(runs.to_json(asked)) if asked else None
-        chosen = [files for config, files in groups if config == pick]
-        if have is not None and not chosen:
-            raise CellsError(
-                f"{cells / name}: {folder} holds another configuration; restore into an "
-                "empty --results folder"
-            )
-        shards = chosen[0] if chosen else groups[-1][1]
+            have = json.loads((folder / "config.json").read_text())
+            if not any(sweep[0] == _dump(have.get("config")) for sweep, _ in groups):
+                raise CellsError(
+                    f"{cells / name}: {folder} holds another configuration; restore into an "
+                    "empty --results folder"
+                )
+            chosen = [shards for sweep, shards in groups if sweep == _sweep_of(have)]
+            if not chosen:
+                todo.append((name, None, {}, total))
+                continue
+            shards = chosen[0]
+        else:
+            asked = want.get(name) if want else None
+            config = _dump(json.loads(runs.to_json(asked))) if asked is not None else None
+            chosen = [shards for sweep, shards in groups if sweep[0] == config]
+            shards = chosen[-1] if chosen else groups[-1][1]
+        header = shards[-1][0]
+        ok = _accepted(header)
         merged = {f: c for _, found in shards for f, c in found}
-        todo.append((name, shards[-1][0], merged))
-    counts: dict[str, int] = {}
-    for name, header, merged in todo:
+        merged = {f: c for f, c in merged.items() if c.get("code") in ok}
+        todo.append((name, header, merged, total))
+    counts: dict[str, Restored] = {}
+    for name, header, merged, total in todo:
         folder = results / name
-        (folder / "cells").mkdir(parents=True, exist_ok=True)
-        if not (folder / "config.json").exists():
-            runs.atomic_write_text(folder / "config.json", runs.to_json(header, indent=2) + "\n")
         written = 0
-        for file, cell in sorted(merged.items()):
-            target = folder / "cells" / file
-            if not target.exists():
-                runs.atomic_write_text(target, runs.to_json(cell) + "\n")
-                written += 1
-        counts[name] = written
+        if header is not None:
+            (folder / "cells").mkdir(parents=True, exist_ok=True)
+            if not (folder / "config.json").exists():
+                text = runs.to_json(header, indent=2) + "\n"
+                runs.atomic_write_text(folder / "config.json", text)
+            for file, cell in sorted(merged.items()):
+                target = folder / "cells" / file
+                if not target.exists():
+                    runs.atomic_write_text(target, runs.to_json(cell) + "\n")
+                    written += 1
+        counts[name] = Restored(written, total - len(merged))
     return counts

@@ -37,7 +37,7 @@ def _sweep(out, keys=KEYS, calls=None):
 def test_an_unfinished_sweep_packed_and_restored_resumes_without_recomputing(tmp_path):
     folder, rows = _sweep(tmp_path / "a" / "demo", KEYS[:3])  # one of two groups finished
     assert cells.pack(tmp_path / "a", tmp_path / "cells", ["demo", "absent"]) == {"demo": (3, 3)}
-    assert cells.restore(tmp_path / "cells", tmp_path / "b", ["demo", "absent"]) == {"demo": 3}
+    assert cells.restore(tmp_path / "cells", tmp_path / "b", ["demo", "absent"]) == {"demo": (3, 0)}
     calls: list[int] = []
     _, resumed = _sweep(tmp_path / "b" / "demo", calls=calls)
     assert calls == [3]  # only the group that had not finished
@@ -63,7 +63,7 @@ def test_packing_appends_only_what_is_new_and_restores_the_latest_version(tmp_pa
     cell = json.loads(one.read_text())
     one.write_text(runs.to_json({**cell, "row": {**cell["row"], "acc": 9.0}}) + "\n")
     assert cells.pack(tmp_path / "a", box, ["demo"]) == {"demo": (1, 6)}
-    assert cells.restore(box, tmp_path / "b", ["demo"]) == {"demo": 6}
+    assert cells.restore(box, tmp_path / "b", ["demo"]) == {"demo": (6, 0)}
     assert (tmp_path / "b" / "demo" / "cells" / one.name).read_bytes() == one.read_bytes()
 
 
@@ -72,7 +72,7 @@ def test_restore_never_overwrites_and_refuses_another_configuration(tmp_path):
     cells.pack(tmp_path / "a", tmp_path / "cells", ["demo"])
     _sweep(tmp_path / "b" / "demo", KEYS[:3])
     kept = {p.name: p.read_bytes() for p in (tmp_path / "b" / "demo" / "cells").iterdir()}
-    assert cells.restore(tmp_path / "cells", tmp_path / "b", ["demo"]) == {"demo": 3}
+    assert cells.restore(tmp_path / "cells", tmp_path / "b", ["demo"]) == {"demo": (3, 0)}
     for name, data in kept.items():
         assert (tmp_path / "b" / "demo" / "cells" / name).read_bytes() == data
     other = runs.RunFolder("demo", {"lr": [9.0]}, out=tmp_path / "c" / "demo")
@@ -83,15 +83,50 @@ def test_restore_never_overwrites_and_refuses_another_configuration(tmp_path):
     assert sorted(p.name for p in (tmp_path / "c").rglob("*")) == before
 
 
+def _other_code():
+    return {**runs.code_fingerprint(), "source_sha": "0" * 64}  # as if computed by other code
+
+
 def test_restored_cells_of_other_code_are_refused_by_the_run_folder(tmp_path):
-    _sweep(tmp_path / "a" / "demo")
-    for p in (tmp_path / "a" / "demo" / "cells").iterdir():  # as if computed by other code
-        cell = json.loads(p.read_text())
-        p.write_text(runs.to_json({**cell, "code": "0" * 16}) + "\n")
+    folder = runs.RunFolder("demo", CONFIG, out=tmp_path / "a" / "demo", code=_other_code())
+    folder.run_grouped(KEYS, _compute([]), vary=("seed",))
     cells.pack(tmp_path / "a", tmp_path / "cells", ["demo"])
-    cells.restore(tmp_path / "cells", tmp_path / "b", ["demo"])
-    with pytest.raises(runs.StaleResultsError):
+    assert cells.restore(tmp_path / "cells", tmp_path / "b", ["demo"]) == {"demo": (6, 0)}
+    with pytest.raises(runs.StaleResultsError, match="6 of 6 finished cells"):
         runs.RunFolder("demo", CONFIG, out=tmp_path / "b" / "demo")
+
+
+def test_one_configuration_at_two_commits_packs_each_once_and_restores_one_code(tmp_path):
+    """Two run folders of one configuration under two codes (an older commit's sweep, and the
+    one resumed after a code change): each packs its cells once, however often the two are
+    packed in turn, and a restore writes one code's cells, never a mix the run folder refuses."""
+    box = tmp_path / "cells"
+    old = runs.RunFolder("demo", CONFIG, out=tmp_path / "old" / "demo", code=_other_code())
+    old.run_grouped(KEYS, _compute([]), vary=("seed",))
+    _sweep(tmp_path / "new" / "demo", KEYS[:3])
+    for _ in range(2):
+        cells.pack(tmp_path / "old", box, ["demo"])
+        cells.pack(tmp_path / "new", box, ["demo"])
+    assert len(list((box / "demo").iterdir())) == 2  # one file per sweep, no churn
+    assert cells.restore(box, tmp_path / "b", ["demo"]) == {"demo": (3, 3)}  # the latest sweep
+    calls: list[int] = []
+    _sweep(tmp_path / "b" / "demo", calls=calls)  # resumes: no refusal, one group computed
+    assert calls == [3]
+    runs.RunFolder("demo", CONFIG, out=tmp_path / "c" / "demo", code=_other_code()).create()
+    assert cells.restore(box, tmp_path / "c", ["demo"]) == {"demo": (6, 0)}  # its own code's
+    runs.RunFolder("demo", CONFIG, out=tmp_path / "d" / "demo", code={"x": 1}).create()
+    assert cells.restore(box, tmp_path / "d", ["demo"]) == {"demo": (0, 6)}  # no cell of its
+    assert list((tmp_path / "d" / "demo" / "cells").iterdir()) == []
+
+
+def test_cells_a_run_folder_reused_with_force_resume_are_restored_with_it(tmp_path):
+    old = runs.RunFolder("demo", CONFIG, out=tmp_path / "a" / "demo", code=_other_code())
+    old.run_grouped(KEYS[:3], _compute([]), vary=("seed",))
+    folder = runs.RunFolder("demo", CONFIG, out=tmp_path / "a" / "demo", force_resume=True)
+    folder.run_grouped(KEYS, _compute([]), vary=("seed",))  # 3 reused, 3 computed
+    cells.pack(tmp_path / "a", tmp_path / "cells", ["demo"])
+    assert cells.restore(tmp_path / "cells", tmp_path / "b", ["demo"]) == {"demo": (6, 0)}
+    runs.RunFolder("demo", CONFIG, out=tmp_path / "b" / "demo")  # its header accepts them
 
 
 def test_a_damaged_archive_is_one_error_and_restores_nothing(tmp_path):
@@ -115,7 +150,13 @@ def test_the_command_line_packs_and_restores_the_claims_configurations(tmp_path,
     assert "async: packed 6 new cells, 6 in all" in capsys.readouterr().err
     claims.main(["--restore", "--results", str(tmp_path / "new"), "--cells", str(box)])
     assert len(list((tmp_path / "new" / "async" / "cells").iterdir())) == 6
-    assert "async: restored 6 cells" in capsys.readouterr().err
+    assert "async: restored 6 cells (" in capsys.readouterr().err
+    other = runs.RunFolder("async", CONFIG, out=tmp_path / "res2" / "async", code=_other_code())
+    other.run_grouped(KEYS[:3], _compute([]), vary=("seed",))  # a later sweep, other code
+    claims.main(["--pack", "--results", str(tmp_path / "res2"), "--out", str(out)])
+    claims.main(["--restore", "--results", str(tmp_path / "new2"), "--cells", str(box)])
+    err = capsys.readouterr().err
+    assert "async: restored 3 cells, left out 3 archived cells of other code" in err
 
 
 @pytest.mark.parametrize(
@@ -151,12 +192,12 @@ def test_a_configuration_swept_again_under_its_name_keeps_both_archives_apart(tm
     assert cells.pack(tmp_path / "n", box, ["demo"]) == {"demo": (0, 3)}  # nothing new
     assert cells.pack(tmp_path / "a", box, ["demo"]) == {"demo": (0, 6)}  # the old one's too
     assert len(list((box / "demo").iterdir())) == 2
-    assert cells.restore(box, tmp_path / "latest", ["demo"]) == {"demo": 3}
-    assert cells.restore(box, tmp_path / "old", ["demo"], want={"demo": CONFIG}) == {"demo": 6}
+    assert cells.restore(box, tmp_path / "latest", ["demo"]) == {"demo": (3, 3)}
+    assert cells.restore(box, tmp_path / "old", ["demo"], want={"demo": CONFIG}) == {"demo": (6, 0)}
     back = runs.RunFolder("demo", CONFIG, out=tmp_path / "old" / "demo")  # resumes: no refusal
     assert len(back.run_grouped(KEYS, _compute(calls := []), vary=("seed",))) == 6 and not calls
     # a run folder of the new configuration resumes from the new cells, whatever is asked
-    assert cells.restore(box, tmp_path / "n", ["demo"], want={"demo": CONFIG}) == {"demo": 0}
+    assert cells.restore(box, tmp_path / "n", ["demo"], want={"demo": CONFIG}) == {"demo": (0, 3)}
     other = runs.RunFolder("demo", {"lr": [9.0]}, out=tmp_path / "c" / "demo")
     other.create()
     with pytest.raises(cells.CellsError, match="holds another configuration"):
