@@ -57,13 +57,17 @@ class Snapshot:
     """Where a report's rows come from: ``rows`` (the committed folder), ``source`` (the run
     folders they were copied from, as given on the command line), ``commit`` (HEAD when they
     were copied; None outside a git checkout), ``dirty`` (the work tree had uncommitted changes
-    to tracked files then), ``quick`` (smoke runs)."""
+    to tracked files then), ``quick`` (smoke runs), ``sources`` (``(configuration, run folders
+    it was copied from)`` pairs: ``source`` for every one, except the configurations a
+    ``keep=True`` snapshot kept from an earlier one; empty in an index written before they were
+    recorded)."""
 
     rows: Path
     source: str
     commit: str | None
     dirty: bool
     quick: bool
+    sources: tuple[tuple[str, str], ...] = ()
 
     def index(self) -> dict[str, Any]:
         return {
@@ -71,7 +75,25 @@ class Snapshot:
             "commit": self.commit,
             "dirty": self.dirty,
             "quick": self.quick,
+            "sources": dict(self.sources),
         }
+
+    def source_text(self) -> str:
+        """The run folders the rows were copied from, in words: ```<source>``` when one place
+        gave every configuration's, else each place with its configurations (the place that
+        gave most named last, as the other configurations')."""
+        groups: dict[str, list[str]] = {}
+        for name, src in self.sources:
+            groups.setdefault(src, []).append(name)
+        if len(groups) <= 1:
+            return f"`{next(iter(groups), self.source)}`"
+        most = max(groups, key=lambda src: len(groups[src]))
+        parts = [
+            f"`{src}` ({', '.join(f'`{n}`' for n in names)})"
+            for src, names in groups.items()
+            if src != most
+        ]
+        return ", ".join(parts) + f" and `{most}` (the other configurations)"
 
 
 def git_state(where: Path | None = None) -> tuple[str | None, bool]:
@@ -119,19 +141,45 @@ def with_predictions(folder: Path, summary: Mapping[str, Any]) -> dict[str, Any]
 
 
 def snapshot(
-    results: Path, rows: Path, names: Sequence[str], *, quick: bool, source: str | None = None
+    results: Path,
+    rows: Path,
+    names: Sequence[str],
+    *,
+    quick: bool,
+    source: str | None = None,
+    keep: bool = False,
 ) -> Snapshot:
     """Copies the small files of each configuration of ``names`` finished under ``results``
     into ``rows/<name>/`` and writes ``rows/index.json``. The folder becomes an exact copy: a
     configuration no longer under ``results`` has its copy removed (the report reads it as not
-    run, as it would read the results folder). The commit and whether the work tree had
-    uncommitted changes are read first, before this writes anything into it."""
+    run, as it would read the results folder). With ``keep``, a configuration not finished under
+    ``results`` keeps the copy an earlier snapshot made (and the index says where that one came
+    from): a configuration finished in another session, whose run folders are gone, is added
+    to the committed rows without the others being recomputed. The commit and whether the work
+    tree had uncommitted changes are read first, before this writes anything into it.
+
+    Raises:
+      ValueError: ``keep`` over committed rows of the other kind (smoke runs and full runs are
+        not mixed in one report).
+    """
     commit, dirty = git_state()
     have = [n for n in names if (results / n / "summary.json").exists()]
+    src_of = source or str(results)
+    earlier = read_index(rows)
+    kept: dict[str, str] = {}
+    if keep and earlier is not None:
+        if earlier.quick != quick:
+            kind = "smoke (--quick)" if earlier.quick else "full"
+            raise ValueError(f"{rows} holds rows of {kind} runs: not mixed with these")
+        before = dict(earlier.sources)
+        for name in names:
+            if name not in have and (rows / name / "summary.json").exists():
+                kept[name] = before.get(name, earlier.source)
     rows.mkdir(parents=True, exist_ok=True)
     for old in sorted(rows.iterdir()):
         if old.is_dir() and old.name not in have and (old / "summary.json").exists():
-            shutil.rmtree(old)
+            if old.name not in kept:
+                shutil.rmtree(old)
     for name in have:
         src, dst = results / name, rows / name
         dst.mkdir(exist_ok=True)
@@ -146,7 +194,8 @@ def snapshot(
             runs.atomic_write_text(dst / budget.FILE, json.dumps(found, indent=1) + "\n")
         elif (dst / budget.FILE).exists():
             (dst / budget.FILE).unlink()
-    snap = Snapshot(rows, source or str(results), commit, dirty, quick)
+    sources = tuple((n, kept[n] if n in kept else src_of) for n in names if n in kept or n in have)
+    snap = Snapshot(rows, src_of, commit, dirty, quick, sources)
     runs.atomic_write_text(rows / INDEX, json.dumps(snap.index(), indent=2) + "\n")
     return snap
 
@@ -157,12 +206,14 @@ def read_index(rows: Path) -> Snapshot | None:
         index = json.loads((rows / INDEX).read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
+    found = index.get("sources")
     return Snapshot(
         rows,
         str(index.get("source") or ""),
         index.get("commit"),
         bool(index.get("dirty")),
         bool(index.get("quick")),
+        tuple((str(k), str(v)) for k, v in found.items()) if isinstance(found, dict) else (),
     )
 
 
@@ -216,7 +267,7 @@ def section(folders: Mapping[str, Path], snap: Snapshot | None, rows_link: str |
         )
         lines += [
             f"**Commit of the report**: {at} — the commit checked out when the rows were "
-            f"copied from the run folders in `{snap.source}` into "
+            f"copied from the run folders in {snap.source_text()} into "
             f"[`{rows_link}/`]({rows_link}/index.json): "
             "each configuration's `summary.json` (the rows behind every table, one per line), "
             "`config.json` and `table.md`. `python -m experiments.claims --from-rows` rebuilds "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -195,9 +195,10 @@ def staleness_figure(
     return runs.finish_figure(fig, smoke=smoke)
 
 
-def section(ctx: Context, fig_dir: Path, figures_from: Path | None) -> list[str]:
+def section(ctx: Context, fig_dir: Path, figures_from: Callable[[str], Path | None]) -> list[str]:
     """The main configurations' section: validation accuracy vs rate, accuracy vs staleness at
-    one rate (both drawn from the rows) and the experiment's learning curves."""
+    one rate (both drawn from the rows) and the experiment's learning curves (copied from the run
+    folders under ``figures_from(configuration)``; None: the copy already beside the report)."""
     lines = [
         "",
         '<a id="sweeps"></a>',
@@ -225,7 +226,7 @@ def section(ctx: Context, fig_dir: Path, figures_from: Path | None) -> list[str]
                 continue
             fig_dir.mkdir(parents=True, exist_ok=True)
             made.append((ALT[stem], save_png(fig, path)))
-        curves = copy_figure(name, "plot", fig_dir, figures_from) if ctx.has(name) else None
+        curves = copy_figure(name, "plot", fig_dir, figures_from(name)) if ctx.has(name) else None
         made += [(ALT["plot"], curves)] if curves is not None else []
         if made:
             drawn = True

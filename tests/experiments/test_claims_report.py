@@ -138,7 +138,10 @@ def test_provenance_records_commit_fingerprints_versions_and_reuse(tmp_path, mon
     assert "- `async-raw`: 4 cells reused from other code (--force-resume)." in prov
     assert '<a id="provenance"></a>' in text and "[Provenance](#provenance)" in text
     index = json.loads((tmp_path / "docs" / "claims" / "rows" / "index.json").read_text())
-    assert index == {"source": str(res), "commit": "a" * 40, "dirty": True, "quick": False}
+    sources = {"async": str(res), "async-raw": str(res)}
+    assert index == {
+        "source": str(res), "commit": "a" * 40, "dirty": True, "quick": False, "sources": sources
+    }  # fmt: skip
 
 
 def test_provenance_lists_versions_per_configuration_when_they_differ(tmp_path):
@@ -160,6 +163,48 @@ def test_snapshot_mirrors_the_results_and_drops_configurations_no_longer_there(t
     assert not (rows / "async-raw").exists() and (rows / "async" / "config.json").exists()
     assert provenance.read_index(rows) == snap and snap.quick
     assert provenance.read_index(tmp_path / "none") is None
+
+
+def test_keep_rows_adds_a_configuration_finished_elsewhere_to_the_committed_rows(tmp_path):
+    """A configuration finished in a later session, on a machine that no longer has the other
+    configurations' run folders, joins the report: the others keep their committed rows and
+    figure copies, the index says where each configuration's rows came from, and the report
+    rebuilds from the rows byte for byte."""
+    res = _results(tmp_path)
+    out, rows = tmp_path / "docs" / "claims.md", tmp_path / "docs" / "claims" / "rows"
+    claims.main(["--results", str(res), "--out", str(out)])
+    figs = out.parent / "claims"
+    before = {p.name: p.read_bytes() for p in figs.glob("async-*.png")}
+    assert "async-plot.png" in before
+    raw = (rows / "async-raw" / "summary.json").read_bytes()
+    later = tmp_path / "later" / "claims"  # only the configuration finished there
+    shutil.copytree(res / "async", later / "async")
+    shutil.rmtree(res)
+    got = claims.main(["--results", str(later), "--out", str(out), "--keep-rows"])
+    assert (rows / "async-raw" / "summary.json").read_bytes() == raw  # kept as it was
+    assert {p.name: p.read_bytes() for p in figs.glob("async-*.png")} == before
+    sources = json.loads((rows / "index.json").read_text())["sources"]
+    assert sources == {"async": str(later), "async-raw": str(res)}
+    text = got["text"]
+    assert f"run folders in `{res}` (`async-raw`) and `{later}` (the other configurations)" in text
+    assert "(claims/async-plot.png)" in text and "`async-raw`" in text
+    assert claims.main(["--from-rows", "--out", str(out)])["text"] == text
+    # without --keep-rows the rows mirror the results folder: async-raw is dropped
+    claims.main(["--results", str(later), "--out", str(out)])
+    assert not (rows / "async-raw").exists()
+
+
+def test_keep_rows_refuses_to_mix_smoke_and_full_rows(tmp_path, capsys):
+    res = _results(tmp_path)
+    out = tmp_path / "docs" / "claims.md"
+    claims.main(["--quick", "--results", str(res), "--out", str(out)])
+    index = (tmp_path / "docs" / "claims" / "rows" / "index.json").read_bytes()
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        claims.main(["--results", str(res), "--out", str(out), "--keep-rows"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "argument --keep-rows" in err[0] and "smoke" in err[0]
+    assert (tmp_path / "docs" / "claims" / "rows" / "index.json").read_bytes() == index
 
 
 def test_a_rebuilt_smoke_report_stays_a_smoke_report(tmp_path):
