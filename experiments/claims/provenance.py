@@ -81,7 +81,7 @@ class Snapshot:
     def source_text(self) -> str:
         """The run folders the rows were copied from, in words: ```<source>``` when one place
         gave every configuration's, else each place with its configurations (the place that
-        gave most named last, as the other configurations')."""
+        gave most named last, for the other configurations)."""
         groups: dict[str, list[str]] = {}
         for name, src in self.sources:
             groups.setdefault(src, []).append(name)
@@ -89,11 +89,11 @@ class Snapshot:
             return f"`{next(iter(groups), self.source)}`"
         most = max(groups, key=lambda src: len(groups[src]))
         parts = [
-            f"`{src}` ({', '.join(f'`{n}`' for n in names)})"
+            f"`{src}` for {', '.join(f'`{n}`' for n in names)}"
             for src, names in groups.items()
             if src != most
         ]
-        return ", ".join(parts) + f" and `{most}` (the other configurations)"
+        return ", ".join(parts) + f" and `{most}` for the other configurations"
 
 
 def git_state(where: Path | None = None) -> tuple[str | None, bool]:

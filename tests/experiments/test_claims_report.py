@@ -186,7 +186,8 @@ def test_keep_rows_adds_a_configuration_finished_elsewhere_to_the_committed_rows
     sources = json.loads((rows / "index.json").read_text())["sources"]
     assert sources == {"async": str(later), "async-raw": str(res)}
     text = got["text"]
-    assert f"run folders in `{res}` (`async-raw`) and `{later}` (the other configurations)" in text
+    where = f"run folders in `{res}` for `async-raw` and `{later}` for the other configurations"
+    assert where in text
     assert "(claims/async-plot.png)" in text and "`async-raw`" in text
     assert claims.main(["--from-rows", "--out", str(out)])["text"] == text
     # without --keep-rows the rows mirror the results folder: async-raw is dropped
