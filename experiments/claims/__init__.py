@@ -522,10 +522,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     f"or point --results at the run folders); {args.out} left as it is"
                 )
     if args.keep_rows and not from_rows:  # before anything is run
-        earlier = provenance.read_index(rows)
-        if earlier is not None and earlier.quick != bool(args.quick):
-            kind = "smoke (--quick)" if earlier.quick else "full"
-            p.error(f"argument --keep-rows: {rows} holds rows of {kind} runs: not mixed with these")
+        if problem := provenance.kept_kind_problem(rows, bool(args.quick)):
+            p.error(f"argument --keep-rows: {problem}")
     done: list[str] = []  # the configurations whose rows and figures are copied now
     if from_rows:
         snap = provenance.read_index(rows)

@@ -93,19 +93,6 @@ def _sweep_of(header: Mapping[str, Any]) -> tuple[str, Any]:
     return _dump(header.get("config")), _code(header)
 
 
-def _accepted(header: Mapping[str, Any]) -> set[Any]:
-    """The code hashes whose cells a run folder of this ``config.json`` holds: its own, and
-    those it reused with ``--force-resume`` (recorded in the header)."""
-    own = _code(header)
-    taken = {
-        h
-        for event in header.get("force_resumed") or []
-        if isinstance(event, Mapping) and event.get("to") == own
-        for h in event.get("from") or []
-    }
-    return {own, *taken}
-
-
 def _groups(cells: Path, name: str) -> list[tuple[tuple[str, Any], list[_Shard]]]:
     """The archive files of ``name``, each read once, grouped by sweep (configuration and code
     hash, :func:`_sweep_of`), ordered by each sweep's latest file: a configuration changed in
@@ -229,7 +216,7 @@ def restore(
             chosen = [shards for sweep, shards in groups if sweep[0] == config]
             shards = chosen[-1] if chosen else groups[-1][1]
         header = shards[-1][0]
-        ok = _accepted(header)
+        ok = runs.accepted_codes(header)
         merged = {f: c for _, found in shards for f, c in found}
         merged = {f: c for f, c in merged.items() if c.get("code") in ok}
         todo.append((name, header, merged, total))

@@ -37,6 +37,7 @@ __all__ = [
     "ROW_FILES",
     "Snapshot",
     "git_state",
+    "kept_kind_problem",
     "read_index",
     "section",
     "snapshot",
@@ -140,6 +141,17 @@ def with_predictions(folder: Path, summary: Mapping[str, Any]) -> dict[str, Any]
     return {**summary, "rows": rows}
 
 
+def kept_kind_problem(rows: Path, quick: bool, earlier: Snapshot | None = None) -> str | None:
+    """Why the committed rows in ``rows`` cannot be kept beside runs of this kind (``quick``:
+    smoke runs), or None when they can: smoke rows and full rows are never mixed in one report.
+    ``earlier`` is the folder's index when the caller has read it already."""
+    earlier = earlier if earlier is not None else read_index(rows)
+    if earlier is None or earlier.quick == quick:
+        return None
+    kind = "smoke (--quick)" if earlier.quick else "full"
+    return f"{rows} holds rows of {kind} runs: not mixed with these"
+
+
 def snapshot(
     results: Path,
     rows: Path,
@@ -168,9 +180,8 @@ def snapshot(
     earlier = read_index(rows)
     kept: dict[str, str] = {}
     if keep and earlier is not None:
-        if earlier.quick != quick:
-            kind = "smoke (--quick)" if earlier.quick else "full"
-            raise ValueError(f"{rows} holds rows of {kind} runs: not mixed with these")
+        if problem := kept_kind_problem(rows, quick, earlier):
+            raise ValueError(problem)
         before = dict(earlier.sources)
         for name in names:
             if name not in have and (rows / name / "summary.json").exists():

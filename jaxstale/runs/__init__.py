@@ -19,6 +19,7 @@ from jaxstale.runs.cli import int_list as int_list
 from jaxstale.runs.cli import name_list as name_list
 from jaxstale.runs.cli import number as number
 from jaxstale.runs.cli import progress as progress
+from jaxstale.runs.files import accepted_codes as accepted_codes
 from jaxstale.runs.files import atomic_write_bytes as atomic_write_bytes
 from jaxstale.runs.fingerprint import RESULT_PARTS as RESULT_PARTS
 from jaxstale.runs.fingerprint import backend_fingerprint as backend_fingerprint
@@ -58,6 +59,7 @@ __all__ = [
     "RunFolder",
     "RunFolderError",
     "StaleResultsError",
+    "accepted_codes",
     "add_footer",
     "atomic_write_bytes",
     "atomic_write_text",

@@ -24,6 +24,7 @@ from jaxstale._atomic import write_atomically
 __all__ = [
     "RunFolderError",
     "StaleResultsError",
+    "accepted_codes",
     "atomic_write_bytes",
     "atomic_write_text",
     "config_hash",
@@ -116,6 +117,22 @@ def config_hash(config: Mapping[str, Any], length: int = 10) -> str:
       True
     """
     return hashlib.sha1(to_json(config, canonical=True).encode()).hexdigest()[:length]
+
+
+def accepted_codes(header: Mapping[str, Any]) -> set[Any]:
+    """The code hashes whose cells a run folder with this ``config.json`` header may hold: the
+    code it records and those whose cells were reused into it with ``--force-resume`` (the
+    header's ``force_resumed`` events whose ``to`` is that code). ``None`` stands for a header
+    that records no code."""
+    code = header.get("code")
+    own = code.get("hash") if isinstance(code, Mapping) else None
+    taken = {
+        h
+        for event in header.get("force_resumed") or []
+        if isinstance(event, Mapping) and event.get("to") == own
+        for h in event.get("from") or []
+    }
+    return {own, *taken}
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:

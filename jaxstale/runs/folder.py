@@ -76,6 +76,7 @@ from jaxstale.runs.files import (
     _key_order,
     _now,
     _read_json,
+    accepted_codes,
     atomic_write_text,
     config_hash,
     to_json,
@@ -253,12 +254,7 @@ class RunFolder:
 
     def _check_code(self, old: Mapping[str, Any], header: dict[str, Any], force: bool) -> None:
         """Refuses (or, forced, accepts and records) cells computed under other code."""
-        accepted = {
-            h
-            for event in header.get("force_resumed", [])
-            if event.get("to") == self.code_hash
-            for h in event.get("from", [])
-        }
+        accepted = accepted_codes(header)
         hashes = [c.get("code") for c in self._cells()]
         other = [h for h in hashes if h != self.code_hash]
         self.reused_cells = len(other)

@@ -206,6 +206,12 @@ def test_keep_rows_refuses_to_mix_smoke_and_full_rows(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "argument --keep-rows" in err[0] and "smoke" in err[0]
     assert (tmp_path / "docs" / "claims" / "rows" / "index.json").read_bytes() == index
+    # the library call refuses with the same words (one check behind both)
+    rows = tmp_path / "docs" / "claims" / "rows"
+    with pytest.raises(ValueError) as info:
+        provenance.snapshot(res, rows, ["pipeline"], quick=False, keep=True)
+    assert err[0].endswith(str(info.value)) and rows.joinpath("index.json").read_bytes() == index
+    assert provenance.kept_kind_problem(rows, True) is None
 
 
 def test_a_rebuilt_smoke_report_stays_a_smoke_report(tmp_path):

@@ -76,6 +76,11 @@ def test_force_resume_reuses_old_cells_and_records_it(tmp_path, capsys):
     assert event["reused_cells"] == 2 and event["changed"] == ["user sources"]
     assert event["from"] == [runs.code_hash(old_fp)] and event["to"] == runs.code_hash(new_fp)
     hashes = sorted(json.loads(p.read_text())["code"] for p in (out / "cells").glob("*.json"))
+    # what the header accepts, read by the folder and by the claims archive (one helper)
+    assert runs.accepted_codes(stored) == {runs.code_hash(old_fp), runs.code_hash(new_fp)}
+    elsewhere = {**stored, "code": {"hash": "third"}}  # reuse recorded into another code
+    assert runs.accepted_codes(elsewhere) == {"third"}
+    assert runs.accepted_codes({}) == {None}
     assert hashes == sorted([runs.code_hash(old_fp)] * 2 + [runs.code_hash(new_fp)])
     # the decision is recorded: the same code resumes without the flag ...
     RunFolder("exp", {"a": 1}, out=out, code=new_fp).run(_keys(), _counting(calls))
