@@ -82,18 +82,23 @@ class Snapshot:
     def source_text(self) -> str:
         """The run folders the rows were copied from, in words: ```<source>``` when one place
         gave every configuration's, else each place with its configurations (the place that
-        gave most named last, for the other configurations)."""
+        gave most named last, for the other configurations; where no place gave most, each with its
+        configurations, in the report's order)."""
         groups: dict[str, list[str]] = {}
         for name, src in self.sources:
             groups.setdefault(src, []).append(name)
         if len(groups) <= 1:
             return f"`{next(iter(groups), self.source)}`"
+
+        def named(src: str) -> str:
+            return f"`{src}` for {', '.join(f'`{n}`' for n in groups[src])}"
+
+        sizes = sorted((len(names) for names in groups.values()), reverse=True)
+        if sizes[0] == sizes[1]:  # no place gave most: each with its configurations, in order
+            parts = [named(src) for src in groups]
+            return ", ".join(parts[:-1]) + f" and {parts[-1]}"
         most = max(groups, key=lambda src: len(groups[src]))
-        parts = [
-            f"`{src}` for {', '.join(f'`{n}`' for n in names)}"
-            for src, names in groups.items()
-            if src != most
-        ]
+        parts = [named(src) for src in groups if src != most]
         return ", ".join(parts) + f" and `{most}` for the other configurations"
 
 

@@ -186,13 +186,27 @@ def test_keep_rows_adds_a_configuration_finished_elsewhere_to_the_committed_rows
     sources = json.loads((rows / "index.json").read_text())["sources"]
     assert sources == {"async": str(later), "async-raw": str(res)}
     text = got["text"]
-    where = f"run folders in `{res}` for `async-raw` and `{later}` for the other configurations"
+    where = f"run folders in `{later}` for `async` and `{res}` for `async-raw`"  # 1 and 1
     assert where in text
     assert "(claims/async-plot.png)" in text and "`async-raw`" in text
     assert claims.main(["--from-rows", "--out", str(out)])["text"] == text
     # without --keep-rows the rows mirror the results folder: async-raw is dropped
     claims.main(["--results", str(later), "--out", str(out)])
     assert not (rows / "async-raw").exists()
+
+
+def test_source_text_names_each_place_with_its_configurations(tmp_path):
+    def text(*sources):
+        return provenance.Snapshot(tmp_path, "r", None, False, False, sources).source_text()
+
+    assert text() == "`r`" and text(("a", "x"), ("b", "x")) == "`x`"
+    assert (
+        text(("a", "x"), ("b", "y"), ("c", "y"))
+        == "`x` for `a` and `y` for the other configurations"
+    )
+    assert text(("a", "x"), ("b", "y")) == "`x` for `a` and `y` for `b`"
+    three = text(("a", "x"), ("b", "y"), ("c", "z"), ("d", "z"), ("e", "y"))
+    assert three == "`x` for `a`, `y` for `b`, `e` and `z` for `c`, `d`"
 
 
 def test_keep_rows_refuses_to_mix_smoke_and_full_rows(tmp_path, capsys):
