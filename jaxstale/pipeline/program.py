@@ -52,14 +52,6 @@ class Op(NamedTuple):
     first_micro: bool
 
 
-def _stage_orders(s: S.Schedule) -> list[list[tuple[int, int, int]]]:
-    orders: list[list[tuple[int, int, int]]] = [[] for _ in range(s.num_stages)]
-    for t in range(s.num_ticks):
-        for k, op, b, m in s.ops(t):
-            orders[k].append((op, b, m))
-    return orders
-
-
 def _template(s: S.Schedule) -> tuple[list[list[Op]], int, int]:
     """The steady-state round of ``s``'s kind: ticks of one period, batches as offsets."""
     n = s.num_stages
@@ -83,14 +75,43 @@ def _template(s: S.Schedule) -> tuple[list[list[Op]], int, int]:
     return ticks, min(ds), max(ds)
 
 
-def _events(ticks: list[list[Op]], rounds: list[int], nb: int) -> list[list[tuple]]:
-    """Per global tick of the round program: ``(op, k, b, m, valid, update)`` events."""
-    out = []
-    for r in rounds:
-        for row in ticks:
-            out.append(
-                [(o.kind, o.stage, r - o.d, o.micro, 0 <= r - o.d < nb, o.update) for o in row]
-            )
+class _Events(NamedTuple):
+    """The events of a round program, flat in program order (round, tick of the period, op of
+    the tick): each array ``[R·J]`` for ``R`` rounds and ``J`` template ops."""
+
+    tick: np.ndarray  # global tick
+    kind: np.ndarray
+    stage: np.ndarray
+    batch: np.ndarray  # round − offset: out of range on masked ops
+    micro: np.ndarray
+    valid: np.ndarray
+    update: np.ndarray  # the op applies (or, masked, pushes unchanged) its stage's update
+
+
+def _events(ticks: list[list[Op]], rounds: np.ndarray, nb: int) -> _Events:
+    """Every op of the rounds ``rounds`` of the template ``ticks``, mini-batches ``0..nb−1``."""
+    flat = [(ti, o) for ti, row in enumerate(ticks) for o in row]
+    col = {f: np.asarray([getattr(o, f) for _, o in flat], np.int64) for f in Op._fields}
+    at = np.asarray([ti for ti, _ in flat], np.int64)
+    r = np.asarray(rounds, np.int64)[:, None] - (int(rounds[0]) if len(rounds) else 0)
+    b = np.asarray(rounds, np.int64)[:, None] - col["d"][None, :]
+    shape = b.shape
+    return _Events(
+        tick=(r * len(ticks) + at[None, :]).ravel(),
+        kind=np.broadcast_to(col["kind"], shape).ravel(),
+        stage=np.broadcast_to(col["stage"], shape).ravel(),
+        batch=b.ravel(),
+        micro=np.broadcast_to(col["micro"], shape).ravel(),
+        valid=((b >= 0) & (b < nb)).ravel(),
+        update=np.broadcast_to(col["update"].astype(bool), shape).ravel(),
+    )
+
+
+def _key_ticks(ev: _Events, kind: int, shape: tuple[int, ...]) -> np.ndarray:
+    """``[nb, M, N]`` ticks of the valid ops of ``kind`` (−1 where none)."""
+    out = np.full(shape, -1, np.int64)
+    sel = ev.valid & (ev.kind == kind)
+    out[ev.batch[sel], ev.micro[sel], ev.stage[sel]] = ev.tick[sel]
     return out
 
 
@@ -126,89 +147,89 @@ def _capacity(intervals: list[tuple[int, int]], items: list[int]) -> int:
 
 
 class _Replay:
-    """Host replay of the masked round program: slots, stash look-backs, and the checks."""
+    """Host replay of the masked round program: stash look-backs, slot capacities and the
+    checks, in array operations over all events at once (27,000 mini-batches of 2BW at N = 8
+    are 3.5 million events: a Python step per event took a minute)."""
 
     def __init__(self, s: S.Schedule, ticks: list[list[Op]], dmin: int, dmax: int):
         n, nb, nm = s.num_stages, s.num_batches, s.num_micro
-        self.rounds = list(range(dmin, nb + dmax))
-        events = _events(ticks, self.rounds, nb)
+        self.rounds = np.arange(dmin, nb + dmax)
+        ev = _events(ticks, self.rounds, nb)
         # 1. per-stage order of the valid ops == the schedule's
-        got: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
-        for row in events:
-            for op, k, b, m, valid, _ in row:
-                if valid:
-                    got[k].append((op, b, m))
-        if got != _stage_orders(s):  # pragma: no cover - guarded by construction
-            raise ValueError(f"round program does not reproduce schedule {s.name!r}")
-        # 2. dependencies (strictly earlier tick), current versions (updates land at the tick's
-        #    end), stash look-backs: pushes since the last push of the version a pass reads
-        #    (pushes include the masked updates, which push unchanged weights)
-        fdone: dict[tuple[int, int, int], int] = {}
-        bdone: dict[tuple[int, int, int], int] = {}
-        nupd, npush = [0] * n, [0] * n
-        last_push: list[dict[int, int]] = [{0: 0} for _ in range(n)]
-        #: (kind, b, m, k) -> (look-back to the schedule's version, to the forward's version)
-        self.look: dict[tuple[int, int, int, int], tuple[int, int]] = {}
-        for tick, row in enumerate(events):
-            landing = []
-            for op, k, b, m, valid, upd in row:
-                key = (b, m, k)
-                if op == S.FORWARD:
-                    if valid and k > 0 and not fdone.get((b, m, k - 1), tick) < tick:
-                        raise ValueError("round program violates a forward dependency")
-                    fdone[key] = tick
-                else:
-                    dep = bdone.get((b, m, k + 1), tick) if k < n - 1 else fdone.get(key, tick)
-                    if valid and not dep < tick:  # pragma: no cover
-                        raise ValueError("round program violates a backward dependency")
-                    bdone[key] = tick
-                    if upd:
-                        landing.append((k, int(valid)))
-                if not valid:
-                    self.look[(op, *key)] = (0, 0)
-                    continue
-                fwd = op == S.FORWARD
-                ver = int((s.fwd_version if fwd else s.bwd_version)[b, k])
-                lag = int((s.fwd_lag if fwd else s.bwd_lag)[b, m, k])
-                if nupd[k] != ver + lag:  # pragma: no cover
-                    raise ValueError(f"round program {'forward' if fwd else 'backward'} version")
-                at, vf = last_push[k], int(s.fwd_version[b, k])
-                self.look[(op, *key)] = (npush[k] - at[ver], npush[k] - at[vf])
-                # the mesh pushes valid updates only: the same look-backs there, because masked
-                # updates precede a stage's first valid one
-                if self.look[(op, *key)] != (nupd[k] - ver, nupd[k] - vf):  # pragma: no cover
-                    raise ValueError("round program: a masked update between valid ones")
-            for k, v in landing:
-                nupd[k] += v
-                npush[k] += 1
-                last_push[k][nupd[k]] = npush[k]
-        # 3. slot capacities, from a long run of the same round program (steady state included)
-        nb_long = max(nb, 2 * (dmax - dmin) + 4)
-        ev = _events(ticks, list(range(dmin, nb_long + dmax)), nb_long)
+        for k in range(n):
+            sel = ev.valid & (ev.stage == k)
+            got = np.stack([ev.kind[sel], ev.batch[sel], ev.micro[sel]], axis=1)
+            on = s.table[:, k] != S.IDLE
+            want = np.stack([s.table[on, k], s.table_batch[on, k], s.table_micro[on, k]], axis=1)
+            if got.shape != want.shape or not np.array_equal(got, want):  # pragma: no cover
+                raise ValueError(f"round program does not reproduce schedule {s.name!r}")
+        # 2. dependencies (strictly earlier tick): a forward after the previous stage's, a
+        #    backward after the next stage's (the last stage's after its own forward)
+        ft = _key_ticks(ev, S.FORWARD, (nb, nm, n))
+        bt = _key_ticks(ev, S.BACKWARD, (nb, nm, n))
+        if not (ft[..., :-1] < ft[..., 1:]).all():  # pragma: no cover
+            raise ValueError("round program violates a forward dependency")
+        if not ((bt[..., 1:] < bt[..., :-1]).all() and (ft[..., -1] < bt[..., -1]).all()):
+            raise ValueError("round program violates a backward dependency")  # pragma: no cover
+        # 3. current versions (updates land at the tick's end) and stash look-backs: pushes
+        #    since the last push of the version a pass reads (pushes include the masked updates,
+        #    which push unchanged weights)
+        look_flat = np.zeros((len(ev.tick), 2), np.int64)  # to the schedule's, the forward's
+        for k in range(n):
+            on = np.flatnonzero(ev.valid & (ev.stage == k))
+            pushes = ev.update & (ev.kind == S.BACKWARD) & (ev.stage == k)
+            push_ticks, landed = ev.tick[pushes], ev.valid[pushes]
+            t, b, m = ev.tick[on], ev.batch[on], ev.micro[on]
+            fwd = ev.kind[on] == S.FORWARD
+            ver = np.where(fwd, s.fwd_version[b, k], s.bwd_version[b, k])
+            lag = np.where(fwd, s.fwd_lag[b, m, k], s.bwd_lag[b, m, k])
+            nupd = np.searchsorted(push_ticks[landed], t, side="left")  # valid updates before t
+            if not np.array_equal(nupd, ver + lag):  # pragma: no cover
+                raise ValueError("round program: a pass reads another version than its schedule's")
+            npush = np.searchsorted(push_ticks, t, side="left")
+            # the push that left version v current: the last push (landed by t) with v valid
+            # updates up to it
+            versions = np.cumsum(landed)
+
+            def last_push(v: np.ndarray) -> np.ndarray:
+                return np.minimum(npush, np.searchsorted(versions, v, side="right"))
+
+            vf = s.fwd_version[b, k]
+            look = np.stack([npush - last_push(ver), npush - last_push(vf)], axis=1)
+            # the mesh pushes valid updates only: the same look-backs there, because masked
+            # updates precede a stage's first valid one
+            if not np.array_equal(look, np.stack([nupd - ver, nupd - vf], axis=1)):
+                raise ValueError(
+                    "round program: a masked update between valid ones"
+                )  # pragma: no cover
+            look_flat[on] = look
+        #: ``[R, J, 2]``: per round and template op, the look-backs (zero on masked ops)
+        self.look = look_flat.reshape(len(self.rounds), -1, 2)
+        # 4. slot capacities, from a run of the same round program long enough to hold its
+        #    ramp-up, a steady state and its drain: slots are items modulo the capacity, and a
+        #    longer steady state only shifts items, so it asks for no more slots
+        nb_long = 2 * (dmax - dmin) + 4
+        long = _events(ticks, np.arange(dmin, nb_long + dmax), nb_long)
         fl: dict[tuple[int, int, int], int] = {}
         bl: dict[tuple[int, int, int], int] = {}
-        for tick, row in enumerate(ev):
-            for op, k, b, m, _, _ in row:
-                (fl if op == S.FORWARD else bl)[(b, m, k)] = tick
+        for tick, kind, k, b, m in zip(
+            long.tick.tolist(), long.kind.tolist(), long.stage.tolist(), long.batch.tolist(),
+            long.micro.tolist(), strict=True,
+        ):  # fmt: skip
+            (fl if kind == S.FORWARD else bl)[(b, m, k)] = tick
         self.in_cap = [1] * n  # stage k input: from the F at k-1 to the B at k
         self.ct_cap = [1] * n  # cotangent into stage k: from the B at k+1 to the B at k
         self.res_cap = [1] * n  # saved forward residuals of stage k: from its F to its B
         for k in range(n):
             keys = [(b, m) for (b, m, kk) in bl if kk == k]
-            ks = [km for km in keys if (*km, k) in fl]
-            self.res_cap[k] = _capacity(
-                [(fl[(b, m, k)], bl[(b, m, k)]) for b, m in ks], [b * nm + m for b, m in ks]
-            )
-            if k > 0:
-                ks = [km for km in keys if (*km, k - 1) in fl]
-                self.in_cap[k] = _capacity(
-                    [(fl[(b, m, k - 1)], bl[(b, m, k)]) for b, m in ks], [b * nm + m for b, m in ks]
-                )
-            if k < n - 1:
-                ks = [km for km in keys if (*km, k + 1) in bl]
-                self.ct_cap[k] = _capacity(
-                    [(bl[(b, m, k + 1)], bl[(b, m, k)]) for b, m in ks], [b * nm + m for b, m in ks]
-                )
+            for caps, src, kk in ((self.res_cap, fl, k), (self.in_cap, fl, k - 1),
+                                  (self.ct_cap, bl, k + 1)):  # fmt: skip
+                if 0 <= kk < n:
+                    ks = [km for km in keys if (*km, kk) in src]
+                    caps[k] = _capacity(
+                        [(src[(b, m, kk)], bl[(b, m, k)]) for b, m in ks],
+                        [b * nm + m for b, m in ks],
+                    )
 
 
 class Program(NamedTuple):
@@ -305,29 +326,26 @@ class Program(NamedTuple):
         out["lr_scale"] = np.ones((total, n), np.float32)
         out["recv_act"][:] = -1
         out["recv_ct"][:] = -1
-        where = [(ti, o) for ti, row in enumerate(self.ticks) for o in row]
-        for i in range(self.num_rounds):
-            for j, (ti, o) in enumerate(where):
-                t, k = i * self.period + ti, o.stage
-                if not self.tables["valid"][i, j]:
-                    continue
-                b, m = int(self.tables["batch"][i, j]), o.micro
-                item = b * nm + m
-                out["op"][t, k] = o.kind
-                out["data"][t, k] = item
-                out["micro"][t, k] = m
-                out["in_slot"][t, k] = item % self.in_cap[k]
-                out["ct_slot"][t, k] = item % self.ct_cap[k]
-                out["res_slot"][t, k] = item % self.res_cap[k]
-                for f in ("tau", "horizon", "rule"):
-                    out[f][t, k] = self.tables[f][i, j]
-                out["update"][t, k] = int(o.update)
-                out["first"][t, k] = int(o.first_micro)
-                out["lr_scale"][t, k] = self.tables["lr_scale"][i, j]
-                if o.kind == S.FORWARD and k < n - 1 and t + 1 < total:
-                    out["recv_act"][t + 1, k + 1] = item % self.in_cap[k + 1]
-                if o.kind == S.BACKWARD and k > 0 and t + 1 < total:
-                    out["recv_ct"][t + 1, k - 1] = item % self.ct_cap[k - 1]
+        flat = [(ti, o) for ti, row in enumerate(self.ticks) for o in row]
+        ti = np.asarray([t for t, _ in flat], np.int64)
+        col = {f: np.asarray([getattr(o, f) for _, o in flat], np.int64) for f in Op._fields}
+        i, j = np.nonzero(self.tables["valid"])  # one op per stage and tick: no index repeats
+        t, k, kind = i * self.period + ti[j], col["stage"][j], col["kind"][j]
+        item = self.tables["batch"][i, j].astype(np.int64) * nm + col["micro"][j]
+        caps = {c: np.asarray(getattr(self, c), np.int64) for c in ("in_cap", "ct_cap", "res_cap")}
+        out["op"][t, k] = kind
+        out["data"][t, k] = item
+        out["micro"][t, k] = col["micro"][j]
+        for slot, cap in (("in_slot", "in_cap"), ("ct_slot", "ct_cap"), ("res_slot", "res_cap")):
+            out[slot][t, k] = item % caps[cap][k]
+        for f in ("tau", "horizon", "rule", "lr_scale"):
+            out[f][t, k] = self.tables[f][i, j]
+        out["update"][t, k] = col["update"][j]
+        out["first"][t, k] = col["first_micro"][j]
+        send = (kind == S.FORWARD) & (k < n - 1) & (t + 1 < total)
+        out["recv_act"][t[send] + 1, k[send] + 1] = item[send] % caps["in_cap"][k[send] + 1]
+        send = (kind == S.BACKWARD) & (k > 0) & (t + 1 < total)
+        out["recv_ct"][t[send] + 1, k[send] - 1] = item[send] % caps["ct_cap"][k[send] - 1]
         # the schedule's length; 2BW with M >= N ends its last round with idle ticks
         assert total >= s.num_ticks and not out["op"][s.num_ticks :].any()
         return out
@@ -380,10 +398,7 @@ def compile(
     if pol.predict is None:
         hor = np.zeros_like(hor)
     # stash look-backs: the schedule's version, or with stash the forward's for the backward
-    look = np.zeros((*b.shape, 2), np.int64)
-    for j, o in enumerate(flat):
-        for i, rr in enumerate(rep.rounds):
-            look[i, j] = rep.look[(o.kind, rr - o.d, o.micro, o.stage)]
+    look = rep.look
     tau = np.where(is_f | (not pol.stash), look[..., 0], look[..., 1])
     tau = np.where(valid, tau, 0)
     capacity = tuple(1 + int(tau[:, ks[0] == k].max(initial=0)) for k in range(n))

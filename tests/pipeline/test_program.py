@@ -161,3 +161,43 @@ def test_slot_capacity_is_the_definitions_smallest():
     assert _capacity([(0, 2), (2, 4)], [0, 1]) == 2  # they share tick 2
     assert _capacity([(0, 1), (2, 4)], [0, 1]) == 1
     assert _capacity([], []) == 1
+
+
+def _schedules():
+    for n in (1, 2, 3, 4, 8):
+        for nb in sorted({1, 2, n, 3 * n + 1, 40}):
+            yield schedules.one_f_one_b(n, nb)
+            yield schedules.gpipe(n, nb, max(n // 2, 1))
+            yield schedules.one_f_one_b_flush(n, nb, n)
+            yield schedules.pipedream_2bw(n, nb, max(n - 1, 1))
+            if n > 1:
+                yield schedules.pipedream_2bw(n, nb, n + 1)
+
+
+def test_the_replay_in_arrays_is_the_replay_one_event_at_a_time():
+    """The compiler's array replay gives what stepping through the events one at a time gives
+    (tests/pipeline/program_reference.py): every look-back, slot capacity (the reference reads
+    them from a run as long as the schedule; the compiler from a short one: a longer steady
+    state asks for no more slots) and the per-tick table, for every kind, depth and length."""
+    from jaxstale.pipeline.program import _Replay, _template
+    from tests.pipeline import program_reference as ref
+
+    cases = 0
+    for s in _schedules():
+        ticks, dmin, dmax = _template(s)
+        rep = _Replay(s, ticks, dmin, dmax)
+        rounds, look, *caps = ref.replay(s, ticks, dmin, dmax)
+        assert rep.rounds.tolist() == rounds
+        assert [rep.in_cap, rep.ct_cap, rep.res_cap] == caps, (s.name, s.num_stages, s.num_batches)
+        for policy in ("vanilla", "stash", "nesterov", "pipemare"):
+            prog = compile(s, policy)
+            if prog.schedule is not s:
+                continue
+            np.testing.assert_array_equal(rep.look, ref.look_table(prog, look))
+            want, got = ref.tick_table(prog), prog.tick_table()
+            assert want.keys() == got.keys()
+            for name in want:
+                assert got[name].dtype == want[name].dtype
+                np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+            cases += 1
+    assert cases > 300

@@ -1,0 +1,114 @@
+"""Host-side cost of compiling a long pipeline run: the program compiler's replay in arrays
+against the replay one event at a time it replaced (``tests/pipeline/program_reference.py``).
+
+``jaxstale.pipeline.compile`` replays the masked round program on the host to check it against
+the schedule and to read every pass's stash look-back; the executors' per-tick view
+(``Program.tick_table``) is built the same way. At 27,000 mini-batches of 2BW (N = 8, 8
+micro-batches: 3.5 million events) the per-event replay took about a minute before the first
+round ran. For each schedule the table gives the seconds of building the schedule itself
+(``jaxstale.schedules``, unchanged), of each replay and of each tick table, measured once each
+in one run, and the speed-ups (per-event / arrays). Both replays give the same look-backs,
+capacities and tables (asserted here and in ``tests/pipeline/test_program.py``). The per-event
+reference keeps only what computes the program (the compiler also checked every op's order,
+dependencies and version one event at a time, now in arrays too): its times, and so the
+speed-ups, are lower bounds of what the compiler cost before.
+
+Run: ``python benchmarks/program_compile.py [--quick] [--batches 3000] [--out DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+if __package__ in (None, ""):  # `python benchmarks/<name>.py` (make bench)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np
+
+from benchmarks._results import write as write_result
+from jaxstale import pipeline, schedules
+from jaxstale.pipeline.program import _Replay, _template
+from tests.pipeline import program_reference as reference
+
+#: (schedule, policy, micro-batches or None): 2BW splits each mini-batch into N micro-batches
+CASES: tuple[tuple[str, str, bool], ...] = (
+    ("1f1b", "stash", False),
+    ("2bw", "vanilla", True),
+    ("gpipe", "sync", True),
+)
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    """``(fn(), seconds)``."""
+    t = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t
+
+
+def row(name: str, policy: str, micro: bool, n: int, nb: int) -> dict[str, Any]:
+    """One schedule: the seconds of each step and the speed-ups; asserts the two replays
+    agree."""
+    kw = {"num_micro": n} if micro else {}
+    sched, t_sched = timed(lambda: schedules.get(name, num_stages=n, num_batches=nb, **kw))
+    ticks, dmin, dmax = _template(sched)
+    rep, t_new = timed(lambda: _Replay(sched, ticks, dmin, dmax))
+    (_, look, *caps), t_old = timed(lambda: reference.replay(sched, ticks, dmin, dmax))
+    prog = pipeline.compile(sched, policy)
+    looks, t_look = timed(lambda: reference.look_table(prog, look))  # the old compile's loop
+    assert [rep.in_cap, rep.ct_cap, rep.res_cap] == caps and np.array_equal(rep.look, looks)
+    new_table, t_tab_new = timed(prog.tick_table)
+    old_table, t_tab_old = timed(lambda: reference.tick_table(prog))
+    assert all(np.array_equal(new_table[k], old_table[k]) for k in old_table)
+    return {
+        "schedule": name,
+        "policy": policy,
+        "events": int(prog.tables["valid"].size),
+        "schedule_s": t_sched,
+        "replay_old_s": t_old + t_look,
+        "replay_new_s": t_new,
+        "table_old_s": t_tab_old,
+        "table_new_s": t_tab_new,
+    }
+
+
+def table(rows: list[dict[str, Any]], n: int, nb: int) -> str:
+    """The markdown table of ``rows``."""
+    head = (
+        f"### Compiling a pipeline program on the host (N = {n}, {nb:,} mini-batches)\n\n"
+        "| schedule | policy | events | build schedule (s) | replay per event (s) | "
+        "replay in arrays (s) | speed-up | tick table per op (s) | in arrays (s) | speed-up |\n"
+        "|---|---|---|---|---|---|---|---|---|---|"
+    )
+    lines = [
+        f"| {r['schedule']} | {r['policy']} | {r['events']:,} | {r['schedule_s']:.2f} | "
+        f"{r['replay_old_s']:.2f} | {r['replay_new_s']:.3f} | "
+        f"{r['replay_old_s'] / r['replay_new_s']:.0f}x | {r['table_old_s']:.2f} | "
+        f"{r['table_new_s']:.3f} | {r['table_old_s'] / r['table_new_s']:.0f}x |"
+        for r in rows
+    ]
+    return "\n".join([head, *lines])
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="200 mini-batches; writes no result")
+    p.add_argument("--stages", type=int, default=8)
+    p.add_argument("--batches", type=int, default=3000)
+    p.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
+    args = p.parse_args(argv)
+    nb = 200 if args.quick else args.batches
+    rows = [row(name, pol, micro, args.stages, nb) for name, pol, micro in CASES]
+    text = table(rows, args.stages, nb)
+    print(text)
+    if not args.quick:
+        write_result("program_compile", text, args.out)
+    return {"rows": rows, "text": text}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,12 @@
+"""The program-compile benchmark on its quick setting: the two replays agree (asserted inside
+the benchmark) and every time is measured; nothing is written."""
+
+from benchmarks import program_compile
+
+
+def test_quick_rows_agree_and_write_nothing(tmp_path):
+    out = program_compile.main(["--quick", "--stages", "4", "--out", str(tmp_path)])
+    assert [r["schedule"] for r in out["rows"]] == ["1f1b", "2bw", "gpipe"]
+    assert all(r["replay_new_s"] > 0 and r["events"] > 0 for r in out["rows"])
+    assert "N = 4, 200 mini-batches" in out["text"]
+    assert not (tmp_path / "program_compile.md").exists()
