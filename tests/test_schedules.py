@@ -251,3 +251,31 @@ def test_a_long_schedule_builds_in_memory_linear_in_its_length():
     tracemalloc.stop()
     assert s.num_batches == 4000
     assert peak < 64 * 2**20, peak  # pairwise: 4000² × 8 booleans = 122 MiB per array
+
+
+def _max_versions_by_definition(s):
+    """Per stage and tick, the set of live versions: the current one and every version an
+    in-flight pass used (forward at or before the tick, backward not before it)."""
+    out = []
+    for k in range(s.num_stages):
+        most = 1
+        for t in range(s.num_ticks):
+            live = {int(np.sum(s.update_tick[:, k] < t))}
+            inflight = (s.micro_fwd_tick[..., k] <= t) & (t <= s.micro_bwd_tick[..., k])
+            live |= set(np.repeat(s.fwd_version[:, k], s.num_micro)[inflight.ravel()].tolist())
+            most = max(most, len(live))
+        out.append(most)
+    return out
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8])
+def test_max_versions_is_the_definition_for_every_kind(n):
+    for nb in (1, 2, n + 1, 3 * n + 2):
+        for s in (
+            S.one_f_one_b(n, nb),
+            S.gpipe(n, nb, 3),
+            S.one_f_one_b_flush(n, nb, 2),
+            S.pipedream_2bw(n, nb, max(n - 1, 1)),
+            S.pipedream_2bw(n, nb, n + 2),
+        ):
+            assert s.max_versions.tolist() == _max_versions_by_definition(s), (s.name, n, nb)

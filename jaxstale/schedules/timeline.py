@@ -105,18 +105,19 @@ class Schedule:
         The largest number of versions alive at once: the version a forward used must be kept
         until its backward, and the current version always exists.
         """
-        out = np.ones(self.num_stages, dtype=np.int64)
-        for k in range(self.num_stages):
-            for t in range(self.num_ticks):
-                # versions used by in-flight passes (forward started at or before t, backward not
-                # yet done before t) plus the current one
-                live = {int(np.sum(self.update_tick[:, k] < t))}
-                for b in range(self.num_batches):
-                    for m in range(self.num_micro):
-                        if self.micro_fwd_tick[b, m, k] <= t <= self.micro_bwd_tick[b, m, k]:
-                            live.add(int(self.fwd_version[b, k]))
-                out[k] = max(out[k], len(live))
-        return out
+        return np.asarray(
+            [
+                _most_live_versions(
+                    self.update_tick[:, k],
+                    self.micro_fwd_tick[..., k].ravel(),
+                    self.micro_bwd_tick[..., k].ravel(),
+                    np.repeat(self.fwd_version[:, k], self.num_micro),
+                    self.num_ticks,
+                )
+                for k in range(self.num_stages)
+            ],
+            dtype=np.int64,
+        )
 
     def ops(self, tick: int) -> list[tuple[int, int, int, int]]:
         """The ops of one tick as ``(stage, op, batch, micro)`` tuples (idle stages left out)."""
@@ -130,6 +131,46 @@ class Schedule:
             for k in range(self.num_stages)
             if self.table[tick, k] != IDLE
         ]
+
+
+def _most_live_versions(
+    update_tick: np.ndarray, start: np.ndarray, end: np.ndarray, version: np.ndarray, ticks: int
+) -> int:
+    """The most versions of one stage alive at one tick: the current one (the updates applied
+    before the tick) and every version a pass in flight used (its forward at or before the
+    tick, its backward not before it). In array operations over ticks: the in-flight passes of
+    one version are merged into disjoint tick ranges, counted with a difference array, and the
+    current version is added at the ticks where no in-flight range of it covers it."""
+    order = np.lexsort((start, version))
+    v, a, z = version[order], start[order], end[order]
+    # merge the ranges of each version: a range starts a new group unless it overlaps (or
+    # touches) the running end of its version's previous ranges
+    run_end = np.zeros_like(z)
+    new = np.ones(len(v), dtype=bool)
+    for i in range(len(v)):  # one pass; ranges of one version are few and sorted
+        if i and v[i] == v[i - 1] and a[i] <= run_end[i - 1] + 1:
+            new[i] = False
+            run_end[i] = max(run_end[i - 1], z[i])
+        else:
+            run_end[i] = z[i]
+    last = np.r_[np.flatnonzero(new)[1:] - 1, len(v) - 1] if len(v) else np.zeros(0, np.int64)
+    mv, ma, mz = v[new], a[new], run_end[last]
+    live = np.zeros(ticks + 1, dtype=np.int64)
+    np.add.at(live, ma, 1)
+    np.add.at(live, mz + 1, -1)
+    # the current version at tick t is c(t) = #updates before t, non-decreasing: the ticks
+    # where it equals v form one range [lo, hi]; where that meets a merged range of v, the
+    # current version is already counted
+    updates = np.sort(update_tick)
+    lo = np.where(mv == 0, 0, updates[np.maximum(mv - 1, 0)] + 1)
+    hi = np.where(mv < len(updates), updates[np.minimum(mv, len(updates) - 1)], ticks - 1)
+    a2, z2 = np.maximum(ma, lo), np.minimum(mz, hi)
+    hit = a2 <= z2
+    covered = np.zeros(ticks + 1, dtype=np.int64)
+    np.add.at(covered, a2[hit], 1)
+    np.add.at(covered, z2[hit] + 1, -1)
+    count = np.cumsum(live)[:ticks] + 1 - np.cumsum(covered)[:ticks]
+    return int(max(1, count.max(initial=1)))
 
 
 def _one_f_one_b_order(
