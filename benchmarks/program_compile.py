@@ -33,6 +33,7 @@ import numpy as np
 from benchmarks._results import write as write_result
 from jaxstale import pipeline, schedules
 from jaxstale.pipeline.program import _Replay, _template
+from jaxstale.runs import number
 from tests.pipeline import program_reference as reference
 
 #: (schedule, policy, micro-batches or None): 2BW splits each mini-batch into N micro-batches
@@ -97,8 +98,8 @@ def table(rows: list[dict[str, Any]], n: int, nb: int) -> str:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="200 mini-batches; writes no result")
-    p.add_argument("--stages", type=int, default=8)
-    p.add_argument("--batches", type=int, default=3000)
+    p.add_argument("--stages", type=number(int, low=1), default=8)
+    p.add_argument("--batches", type=number(int, low=1), default=3000)
     p.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     args = p.parse_args(argv)
     nb = 200 if args.quick else args.batches
