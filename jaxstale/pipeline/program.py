@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -88,11 +89,17 @@ class _Events(NamedTuple):
     update: np.ndarray  # the op applies (or, masked, pushes unchanged) its stage's update
 
 
-def _events(ticks: list[list[Op]], rounds: np.ndarray, nb: int) -> _Events:
-    """Every op of the rounds ``rounds`` of the template ``ticks``, mini-batches ``0..nb−1``."""
+def _columns(ticks: Sequence[Sequence[Op]]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The template's ops in tick order as columns: each op's tick within the period, and
+    each :class:`Op` field as an int64 array."""
     flat = [(ti, o) for ti, row in enumerate(ticks) for o in row]
     col = {f: np.asarray([getattr(o, f) for _, o in flat], np.int64) for f in Op._fields}
-    at = np.asarray([ti for ti, _ in flat], np.int64)
+    return np.asarray([ti for ti, _ in flat], np.int64), col
+
+
+def _events(ticks: list[list[Op]], rounds: np.ndarray, nb: int) -> _Events:
+    """Every op of the rounds ``rounds`` of the template ``ticks``, mini-batches ``0..nb−1``."""
+    at, col = _columns(ticks)
     r = np.asarray(rounds, np.int64)[:, None] - (int(rounds[0]) if len(rounds) else 0)
     b = np.asarray(rounds, np.int64)[:, None] - col["d"][None, :]
     shape = b.shape
@@ -326,9 +333,7 @@ class Program(NamedTuple):
         out["lr_scale"] = np.ones((total, n), np.float32)
         out["recv_act"][:] = -1
         out["recv_ct"][:] = -1
-        flat = [(ti, o) for ti, row in enumerate(self.ticks) for o in row]
-        ti = np.asarray([t for t, _ in flat], np.int64)
-        col = {f: np.asarray([getattr(o, f) for _, o in flat], np.int64) for f in Op._fields}
+        ti, col = _columns(self.ticks)
         i, j = np.nonzero(self.tables["valid"])  # one op per stage and tick: no index repeats
         t, k, kind = i * self.period + ti[j], col["stage"][j], col["kind"][j]
         item = self.tables["batch"][i, j].astype(np.int64) * nm + col["micro"][j]
