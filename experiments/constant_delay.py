@@ -199,7 +199,7 @@ class _Runner:
                 for k in keys
             ]
         )
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         ex = delayed.executor(
             compose(inits[0]), self.tx, ds.x_train, ds.y_train, idx, delay=taus,
             predict=method == "predicted", vmap=True,
@@ -210,6 +210,7 @@ class _Runner:
             metric=self.task.metric,
         )  # fmt: skip
         wall = (time.perf_counter() - t0) / len(keys)
+        cpu = (time.process_time() - c0) / len(keys)  # the process's, every thread
         self.computed += len(keys)
         out = []
         for res in results:
@@ -220,6 +221,7 @@ class _Runner:
                 "steps": cfg["steps"],
                 "batch_size": cfg["batch_size"],
                 "wall_s": round(wall, 3),
+                "cpu_s": round(cpu, 3),
             }
             out.append((row, res.curve))
         return out

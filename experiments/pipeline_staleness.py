@@ -74,7 +74,8 @@ Default: 3 depths × 6 policies × 4 rates × 5 seeds = 360 runs of 1,500 update
 
 Outputs (run folder): summary.json rows (method, model, stages, lr, seed, optimizer, momentum,
 target, schedule, backward, final_val/test_accuracy or _loss, diverged, diverged_step,
-updates_to_target, final_train_loss, steps, batch_size, wall_s), table.md (the tables above,
+updates_to_target, final_train_loss, steps, batch_size, wall_s and cpu_s: the group's wall
+and process CPU time over its runs), table.md (the tables above,
 paired differences against vanilla and sync, the pairs beyond noise), plot.png (validation
 curves at the deepest N), accuracy_vs_stages.png (with 95 % CIs), gantt.png (the N = 4
 schedule with weight versions). Run: ``python -m experiments.pipeline_staleness --help``.
@@ -324,7 +325,7 @@ class _Runner:
         stages = self.template(name, n)
         sched = schedule_factory(method)(n, cfg["steps"])
         kw = {"backward": cfg["backward"], "momentum": cfg["momentum"]}
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         results: list[loop.Result] = []
         if cfg["executor"] == "mesh":  # one run at a time, its own optimizer object
             for k in keys:
@@ -348,6 +349,7 @@ class _Runner:
                 ex = pipeline.make("emulate", *args, lanes=len(part), hyperparams=lrs, **kw)
                 results += self._run(ex, [self.init(name, n, k["seed"]) for k in part])
         wall = (time.perf_counter() - t0) / len(keys)
+        cpu = (time.process_time() - c0) / len(keys)  # the process's, every thread
         self.computed += len(keys)
         policy = pipeline.get_policy(method)
         out = []
@@ -362,6 +364,7 @@ class _Runner:
                 "steps": cfg["steps"],
                 "batch_size": cfg["batch_size"],
                 "wall_s": round(wall, 3),
+                "cpu_s": round(cpu, 3),
             }
             out.append((row, res.curve))
         return out

@@ -214,14 +214,15 @@ RUNS: dict[str, Run] = {
 
 #: The language-model claims' workload (issue 23): the embedded Shakespeare (next character,
 #: 64-character windows, 83 characters), ``gpt-cpu`` (8 pre-norm blocks × 64, 415k parameters)
-#: at batch 32 in the pipelines (pipeline_staleness's default) and 16 in the constant-delay
-#: sweeps, 1,000 updates of warm-up + cosine, 5 seeds, each arm's peak rate tuned on the
-#: first seed over a grid of 3 centred by the pilots (AdamW 0.003 and Muon 0.02 trained best on
-#: one seed; an edge winner extends it) and confirmed on all 5: 7 runs per arm. Equal updates,
-#: as the papers compare; at 1,000 updates the synchronous AdamW model is at 1.94 nats (test;
-#: 1.67 at 2,000), well below the corpus's unigram entropy (3.34 nats) and log V = 4.42.
-#: Budget: estimated from the pilots' wall times at ≈ 9 hours on 2 cores; measured in the
-#: sweeps at ~5.5 CPU-minutes per pipeline run at N = 8, ~19 CPU-hours for all six (README).
+#: at batch 16 in the pipelines and the constant-delay sweeps, 1,000 updates of warm-up +
+#: cosine, 5 seeds, each arm's peak rate tuned on the first seed over a grid of 3 centred by
+#: the pilots (AdamW 0.003 and Muon 0.02 trained best on one seed; an edge winner extends it)
+#: and confirmed on all 5: 7 runs per arm. Equal updates, as the papers compare.
+#: Budget: a pipeline run's cost is proportional to its batch (gpt-cpu, N = 8, vanilla, the
+#: same machine and hour: 0.174 CPU-s per update at batch 16, 0.358 at 32), so the pipelines
+#: went from batch 32 (the first sweep: ~19 CPU-hours for all six) to the constant-delay
+#: sweeps' 16: ~169 runs of gpt-cpu for LM1–LM6 at ~3 CPU-minutes each, and ``lm-deep`` (the
+#: moonshot, reported beside the claims) 32 runs of twice that (README; rows carry ``cpu_s``).
 LM: dict[str, Any] = {"dataset": "shakespeare", "steps": 1000, "seeds": 5, "tune_seeds": 1}
 #: their smoke versions: gpt-tiny, 40 updates, 2 seeds, the first seed tunes
 LM_QUICK: tuple[tuple[str, Any], ...] = (
@@ -235,7 +236,13 @@ _MUON = (0.01, 0.02, 0.04)
 _CD = constant_delay.Config
 #: the pipeline LM configurations' shared fields, and their smoke version (N = 2: gpt-tiny has
 #: two blocks)
-_LM_PS: dict[str, Any] = {**LM, "model": ("gpt-cpu",), "optimizer": "adamw", "lrs": _ADAMW}
+_LM_PS: dict[str, Any] = {
+    **LM,
+    "model": ("gpt-cpu",),
+    "optimizer": "adamw",
+    "lrs": _ADAMW,
+    "batch_size": 16,
+}
 _LM_PS_QUICK: tuple[tuple[str, Any], ...] = (*LM_QUICK, ("stages", (2,)))
 #: a 16-block GPT (``gpt-deep``: the CPU preset's width, twice its depth) for N = 16, one block
 #: per stage. Its rounds compile in 24 s (vanilla), 16 s (sync) and 36 s (2BW, a loop over its
@@ -289,11 +296,11 @@ LM_RUNS: dict[str, Run] = {
         what="the same with Muon (on the hidden matrices; AdamW on the rest), τ = 0, 1, 4, 16",
     ),
     # one lane at a time: an asynchronous round of gpt-deep at N = 16 carries the residuals of
-    # every in-flight mini-batch, 3.4 GiB per run at batch 32 (benchmarks/results/
-    # pipeline_memory_gpt.md: 1.7 at 16), ~1.4x that per vmapped lane as measured here (gpt-cpu
-    # N = 8, batch 16: 2.14 GiB peak for one lane, 2.75 for two); four vmapped lanes would need
-    # ~20 GiB of the machine's 24 and the other sweeps' share. A run's numbers do not depend on
-    # its lanes.
+    # every in-flight mini-batch, 1.7 GiB per run at batch 16 (benchmarks/results/
+    # pipeline_memory_gpt.md), ~1.4x that per vmapped lane as measured here (gpt-cpu N = 8,
+    # batch 16: 2.14 GiB peak for one lane, 2.75 for two), and vmapped lanes of a GPT cost no
+    # less per run than sequential ones on this CPU (0.40 vs 0.41 CPU-s per lane and update).
+    # A run's numbers do not depend on its lanes.
     "lm-deep": Run(
         pipeline_staleness,
         _PS(

@@ -11,6 +11,7 @@ import pytest
 
 from experiments import async_workers
 from experiments import pipeline_staleness as pipe
+from jaxstale.runs.groups import TIMING_FIELDS
 
 PIPE = ["--model", "mlp", "--seeds", "2", "--lrs", "0.003,0.01"]
 ASYNC = ["--seeds", "2", "--lrs", "0.003,0.01", "--batch-size", "32", "--momentum", "0.9"]
@@ -21,7 +22,7 @@ ASYNC += ["--extend-edges", "0"]
 
 def _results(folder):
     rows = json.loads((folder / "summary.json").read_text())["rows"]
-    rows = [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
+    rows = [{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in rows]
     return rows, (folder / "metrics.jsonl").read_text(), (folder / "table.md").read_bytes()
 
 

@@ -9,6 +9,7 @@ import pytest
 from experiments import sync_baseline
 from experiments.config import Base, ConfigError, opt, parser, run_config
 from jaxstale import models
+from jaxstale.runs.groups import TIMING_FIELDS
 
 Config = sync_baseline.Config
 
@@ -79,8 +80,8 @@ def test_command_line_and_python_give_the_same_run(tmp_path):
     cli = sync_baseline.main([*argv, "--out", str(tmp_path / "cli")])
     cfg = Config(quick=True, steps=6, eval_every=3, seeds=1, lrs=(0.05,), model=("mlp",))
     py = sync_baseline.run(dataclasses.replace(cfg, out=str(tmp_path / "py")))
-    assert [{k: v for k, v in r.items() if k != "wall_s"} for r in py] == [
-        {k: v for k, v in r.items() if k != "wall_s"} for r in cli["rows"]
+    assert [{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in py] == [
+        {k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in cli["rows"]
     ]
     out = sync_baseline.report(py, dataclasses.replace(cfg, out=str(tmp_path / "py")))
     assert out["table"] == cli["table"]

@@ -22,6 +22,11 @@ def test_delays_and_prediction_end_to_end(tmp_path):
     # predicted at τ = 0 is the optimizer itself: not run twice
     assert cells == {("stale", "0"), ("stale", "2"), ("predicted", "2")}
     assert len(rows) == 3 * 2 * 2 and all("final_val_accuracy" in r for r in rows)
+    # each run's share of its group's wall and process CPU time (one group per method and delay)
+    for r in rows:
+        assert r["cpu_s"] > 0 and r["wall_s"] > 0
+        twin = [q for q in rows if (q["method"], q["delay"]) == (r["method"], r["delay"])]
+        assert {(q["cpu_s"], q["wall_s"]) for q in twin} == {(r["cpu_s"], r["wall_s"])}
     for (model, method, delay), lr in res["selected"].items():
         pick = [r for r in rows if (r["method"], r["delay"]) == (method, delay)]
         mean = lambda v, pick=pick: sum(r["final_val_accuracy"] for r in pick if r["lr"] == v)

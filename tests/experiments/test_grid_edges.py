@@ -11,6 +11,7 @@ from experiments import sync_baseline
 from experiments.grids import edge_limit, edge_rates, edge_state, extend_grid
 from experiments.reports import ALL_DIVERGED, NOT_EXTENDED, edge_notes, tuned_tables
 from jaxstale import runs
+from jaxstale.runs.groups import TIMING_FIELDS
 
 GRID = [0.01, 0.03, 0.1]
 
@@ -187,7 +188,7 @@ def test_extension_off_and_tables_put_added_rates_in_their_place(tmp_path):
 
 def _bytes(folder):
     rows = json.loads((folder / "summary.json").read_text())["rows"]
-    return [{k: v for k, v in r.items() if k != "wall_s"} for r in rows], (
+    return [{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in rows], (
         folder / "table.md"
     ).read_bytes()
 

@@ -149,6 +149,7 @@ def test_divergence_is_recorded_and_the_sweep_goes_on(tmp_path):
 def test_quick_is_marked_a_smoke_run(tmp_path):
     res = exp.main(["--quick", *TINY, "--methods", "vanilla", "--out", str(tmp_path)])
     assert common.SMOKE in res["table"]
+    assert all(r["cpu_s"] > 0 and r["wall_s"] > 0 for r in res["rows"])  # timing shares
 
 
 @pytest.mark.slow  # long: compiles many executables; `make test-slow`

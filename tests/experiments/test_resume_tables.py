@@ -14,6 +14,7 @@ import pytest
 
 from experiments import async_workers
 from experiments import pipeline_staleness as pipe
+from jaxstale.runs.groups import TIMING_FIELDS
 
 ASYNC = ["--steps", "24", "--seeds", "2", "--workers", "2,4", "--lrs", "0.01"]
 ASYNC += ["--batch-size", "16", "--momentum", "0.9"]
@@ -33,7 +34,7 @@ POLICIES = ["sync", "vanilla", "stash", "spectrain-v1", "spectrain-v2", "nestero
 
 def _rows(folder):
     rows = json.loads((folder / "summary.json").read_text())["rows"]
-    return [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]
+    return [{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in rows]
 
 
 def _kill_damage_resume(main, argv, tmp_path, monkeypatch, owner, name):

@@ -7,6 +7,7 @@ import pytest
 
 from experiments import common, sync_baseline
 from jaxstale import train
+from jaxstale.runs.groups import TIMING_FIELDS
 
 ARGS = ["--quick", "--steps", "6", "--eval-every", "3", "--seeds", "2", "--lrs", "0.05"]
 
@@ -67,7 +68,7 @@ def test_end_to_end_and_resume(tmp_path, capsys, monkeypatch):
     sync_baseline.main([*ARGS, "--out", str(out)])
     assert calls == [[0, 1]]
     again = json.loads((out / "summary.json").read_text())["rows"]
-    drop = lambda rs: [{k: v for k, v in r.items() if k != "wall_s"} for r in rs]
+    drop = lambda rs: [{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in rs]
     assert drop(again) == drop(rows)
     assert (out / "table.md").read_bytes() == table
 

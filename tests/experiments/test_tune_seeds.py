@@ -11,6 +11,7 @@ from experiments import async_workers, pipeline_staleness, sync_baseline
 from experiments.config import ConfigError
 from experiments.grids import confirm_selected, extend_grid, grid_seeds
 from jaxstale import runs
+from jaxstale.runs.groups import TIMING_FIELDS
 
 GRID = [0.01, 0.03, 0.1]
 
@@ -107,7 +108,9 @@ def test_config_checks_and_run_ids():
 
 def _rows(folder):
     rows = json.loads((folder / "summary.json").read_text())["rows"]
-    return {(r["lr"], r["seed"]): {k: v for k, v in r.items() if k != "wall_s"} for r in rows}
+    return {
+        (r["lr"], r["seed"]): {k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in rows
+    }
 
 
 @pytest.mark.slow  # 10 s: a sweep; the folder-level two-stage tests above stay in make test
