@@ -18,8 +18,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+#: row fields that time a run (``jaxstale.runs.groups.TIMING_FIELDS``; this script stays
+#: importable without jax)
+TIMINGS = ("wall_s", "cpu_s")
+
 #: row fields that are results, not the cell's name
-RESULTS = ("final_", "diverged", "updates_to_target", "wall_s", "extended")
+RESULTS = ("final_", "diverged", "updates_to_target", *TIMINGS, "extended")
 
 
 def _key(row: dict[str, Any]) -> tuple:
@@ -48,7 +52,7 @@ def compare(ref: Path, other: Path) -> dict[str, Any]:
     same = len(shared) == len(a) == len(b)
     for k in shared:
         for f, v in a[k].items():
-            if f == "wall_s" or f not in b[k]:
+            if f in TIMINGS or f not in b[k]:
                 continue
             w = b[k][f]
             if v != w:

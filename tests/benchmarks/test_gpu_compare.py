@@ -8,7 +8,14 @@ from benchmarks import _gpu_compare as gpu_compare
 def _folder(path, losses, curve=0.5):
     path.mkdir()
     rows = [
-        {"method": m, "seed": s, "final_test_loss": v, "diverged": False, "wall_s": 1.0 + v}
+        {
+            "method": m,
+            "seed": s,
+            "final_test_loss": v,
+            "diverged": False,
+            "wall_s": 1.0 + v,
+            "cpu_s": 2.0 + v + len(path.name),
+        }  # timings: differ by folder
         for (m, s), v in losses.items()
     ]
     (path / "summary.json").write_text(json.dumps({"rows": rows}))
@@ -19,7 +26,7 @@ def _folder(path, losses, curve=0.5):
 def test_identical_close_and_missing_runs(tmp_path):
     cells = {("sync", 0): 3.1, ("vanilla", 0): 3.2}
     ref = _folder(tmp_path / "ref", cells)
-    same = _folder(tmp_path / "same", cells)  # wall times differ, nothing else
+    same = _folder(tmp_path / "same", cells)  # wall and CPU times differ, nothing else
     (same / "metrics.jsonl").write_text(json.dumps({"step": 20, "val": 0.5, "wall_s": 9}) + "\n")
     close = _folder(tmp_path / "close", {("sync", 0): 3.1, ("vanilla", 0): 3.2 + 2**-20})
     other_curve = _folder(tmp_path / "curve", cells, curve=0.25)

@@ -1,5 +1,5 @@
 """A cell is a function of its configuration: on XLA:CPU the same numbers bit for bit (every row
-field but the wall time, every metric record, the table's bytes) whether its runs are vmapped
+field but the timings, every metric record, the table's bytes) whether its runs are vmapped
 lanes or computed one after the other, and whether the emulator or the mesh executor computes
 them — where the README's "What agrees with what" says so (not Gap-Aware's lanes, nor SA-ASGD,
 Gap-Aware or NAdam on the mesh: XLA rewrites their divisions per program, ``jaxstale.loop``).
