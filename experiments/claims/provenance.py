@@ -245,11 +245,30 @@ def _header(path: Path) -> dict[str, Any]:
     return got if isinstance(got, dict) else {}
 
 
-def _count(path: Path) -> int:
+def _rows(path: Path) -> list[Any]:
     try:
-        return len(json.loads((path / "summary.json").read_text()).get("rows", []))
+        got = json.loads((path / "summary.json").read_text()).get("rows", [])
     except (FileNotFoundError, json.JSONDecodeError, AttributeError):
-        return 0
+        return []
+    return got if isinstance(got, list) else []
+
+
+def _seconds(rows: list[Any], field: str) -> tuple[float, int]:
+    """The sum of the rows' ``field`` (a run's share of its group's time) and how many rows
+    carry it."""
+    got = [
+        r[field] for r in rows if isinstance(r, Mapping) and isinstance(r.get(field), int | float)
+    ]
+    return float(sum(got)), len(got)
+
+
+def _hours(rows: list[Any], field: str) -> str:
+    """``field`` summed over the rows, in hours (``–`` when no row records it; with how many
+    rows do when only some do)."""
+    total, n = _seconds(rows, field)
+    if not n:
+        return "–"
+    return f"{total / 3600:.1f}" + ("" if n == len(rows) else f" ({n} of {len(rows)} rows)")
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -311,20 +330,40 @@ def section(folders: Mapping[str, Path], snap: Snapshot | None, rows_link: str |
     same = len(set(versions.values())) == 1
     if same:
         lines += [f"Library versions (every configuration): {next(iter(versions.values()))}.", ""]
-    head = ["configuration", "rows", "code hash", "commit of the runs", "dataset digest"]
+    rows = {n: _rows(p) for n, p in folders.items()}
+    head = ["configuration", "rows", "wall h", "CPU h", "code hash", "commit of the runs"]
+    head += ["dataset digest"]
     head += [] if same else ["versions"]
     body = []
-    for name, path in folders.items():
+    for name in folders:
         code = codes[name]
         row = [
             f"`{name}`",
-            str(_count(path)),
+            str(len(rows[name])),
+            _hours(rows[name], "wall_s"),
+            _hours(rows[name], "cpu_s"),
             _short(code.get("hash"), 16),
             _short(code.get("git_commit")),
             _short(code.get("data_sha")),
         ]
         body.append(row if same else [*row, versions[name]])
     lines.append(runs.markdown_table(head, body))
+    every = [r for rs in rows.values() for r in rs]
+    wall, _ = _seconds(every, "wall_s")
+    cpu, n_cpu = _seconds(every, "cpu_s")
+    lines += [
+        "",
+        f"Time, summed over the rows (a row carries its run group's time over the group's "
+        f"runs, so the sums cover every session of a resumed sweep, compiles and evaluations "
+        f"included, process start-up not; wall time depends on what else shared the machine): "
+        f"{wall / 3600:.1f} hours of wall time"
+        + (
+            f"; {cpu / 3600:.1f} CPU-hours (user + system, every thread) over the "
+            f"{n_cpu} of {len(every)} rows that record it."
+            if n_cpu
+            else "; no row records its CPU time."
+        ),
+    ]
     reused = [(n, r) for n in folders if (r := _reuse(headers[n])) != "–"]
     if reused:
         lines += ["", *(f"- `{n}`: {r}." for n, r in reused)]

@@ -132,8 +132,11 @@ def test_provenance_records_commit_fingerprints_versions_and_reuse(tmp_path, mon
     prov = text[text.index("## Provenance") :]
     assert f"**Commit of the report**: `{'a' * 40}` (with uncommitted changes) — the commit" in prov
     assert "[`claims/rows/`](claims/rows/index.json)" in prov and f"`{res}`" in prov
-    assert "| `async` | 170 | `feedfacecafebeef` | `0123456789ab` | `dddddddddddd` |" in prov
-    assert "| `async-raw` | 10 | `0000000000000000` | `ffffffffffff` |" in prov
+    assert (
+        "| `async` | 170 | – | – | `feedfacecafebeef` | `0123456789ab` | `dddddddddddd` |" in prov
+    )
+    assert "| `async-raw` | 10 | – | – | `0000000000000000` | `ffffffffffff` |" in prov
+    assert "0.0 hours of wall time; no row records its CPU time." in prov
     assert "jax 0.4.35, jaxlib 0.4.35, flax 0.10.2, optax 0.2.4" in prov
     assert "- `async-raw`: 4 cells reused from other code (--force-resume)." in prov
     assert '<a id="provenance"></a>' in text and "[Provenance](#provenance)" in text
@@ -151,6 +154,28 @@ def test_provenance_lists_versions_per_configuration_when_they_differ(tmp_path):
     table = "\n".join(lines)
     assert "| versions |" in table and "jax 0.5.0" in table and "jax 0.4.35" in table
     assert "Read directly from the run folders" in table
+
+
+def test_provenance_sums_each_configurations_time_from_its_rows(tmp_path):
+    """Each row carries its group's time over the group's runs: the table sums them per
+    configuration (CPU time only where rows record it, saying how many do), and a line sums
+    every configuration."""
+
+    def folder(root, name, times):
+        rows = [{"seed": i, **t} for i, t in enumerate(times)]
+        return _folder(root, name, rows, [4])
+
+    two = [{"wall_s": 1800.0, "cpu_s": 3240.0}] * 2  # 1 hour of wall, 1.8 CPU-hours
+    old = [{"wall_s": 3600.0}, {"wall_s": 3600.0, "cpu_s": 360.0}, {}]  # partly recorded
+    folders = {"a": folder(tmp_path, "a", two), "b": folder(tmp_path, "b", old)}
+    text = "\n".join(provenance.section(folders, None, None))
+    assert "| configuration | rows | wall h | CPU h | code hash |" in text
+    assert "| `a` | 2 | 1.0 | 1.8 | `feedfacecafebeef` |" in text
+    assert "| `b` | 3 | 2.0 (2 of 3 rows) | 0.1 (1 of 3 rows) |" in text
+    assert (
+        "3.0 hours of wall time; 1.9 CPU-hours (user + system, every thread) over the 3 of 5"
+        in text
+    )
 
 
 def test_snapshot_mirrors_the_results_and_drops_configurations_no_longer_there(tmp_path):
