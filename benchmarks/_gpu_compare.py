@@ -4,7 +4,7 @@ check, ``benchmarks/gpu_check.sh``).
 Each folder holds a finished ``experiments`` run (``summary.json``); rows are matched on every
 field that names the cell (model, stages, method, rate, seed, …), and for every pair of folders
 against the first (the reference) the table gives how many rows match, whether every number is
-bit-identical (every row field but the wall time, and every metric record), and the largest
+bit-identical (every row field but the timings, and every metric record), and the largest
 absolute difference of each final loss / accuracy.
 
 Run: ``python benchmarks/_gpu_compare.py REFERENCE OTHER [OTHER ...] [--out FILE]``.
@@ -18,12 +18,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-#: row fields that time a run (``jaxstale.runs.groups.TIMING_FIELDS``; this script stays
-#: importable without jax)
-TIMINGS = ("wall_s", "cpu_s")
+from jaxstale.runs.groups import TIMING_FIELDS
 
 #: row fields that are results, not the cell's name
-RESULTS = ("final_", "diverged", "updates_to_target", *TIMINGS, "extended")
+RESULTS = ("final_", "diverged", "updates_to_target", *TIMING_FIELDS, "extended")
 
 
 def _key(row: dict[str, Any]) -> tuple:
@@ -52,7 +50,7 @@ def compare(ref: Path, other: Path) -> dict[str, Any]:
     same = len(shared) == len(a) == len(b)
     for k in shared:
         for f, v in a[k].items():
-            if f in TIMINGS or f not in b[k]:
+            if f in TIMING_FIELDS or f not in b[k]:
                 continue
             w = b[k][f]
             if v != w:

@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from jaxstale.runs.groups import TIMING_FIELDS
+
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 TOL = 1e-5
@@ -278,14 +280,12 @@ def test_run_folder_written_once_and_resumed_alike(tmp_path):
 
 
 def _same_rows(got: list[dict], want: list[dict]) -> None:
-    """Rows equal field by field, floats to 1e-5; wall and CPU times left out (the timing
-    fields of ``jaxstale.runs.groups.TIMING_FIELDS``; not imported: this module leaves jax to
-    the processes it launches)."""
+    """Rows equal field by field, floats to 1e-5; wall and CPU times left out."""
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
         assert g.keys() == w.keys()
         for k in w:
-            if k.startswith("wall") or k == "cpu_s":
+            if k.startswith("wall") or k in TIMING_FIELDS:
                 continue
             if isinstance(w[k], float):
                 assert g[k] == pytest.approx(w[k], abs=TOL), (k, g, w)
