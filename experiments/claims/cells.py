@@ -181,7 +181,9 @@ def restore(
     archive holds several when the configuration, or the code, was changed and swept again.
     The one restored is the run folder's own when it has a ``config.json`` (nothing, when the
     archive holds no cell of its configuration and code), else the latest sweep of ``want[name]``
-    (the configuration the checkout declares) when archived, else the latest sweep. Only the
+    (the configuration the checkout declares; nothing when none is archived: a configuration
+    changed since its last sweep starts afresh, where the old sweep's ``config.json`` would make
+    its ``--run`` refuse the folder), else, with no ``want[name]``, the latest sweep. Only the
     cells of that sweep's code are written (and those its run folder had reused with
     ``--force-resume``): a run folder never receives cells of two codes from an archive, so
     ``--restore --run`` at the archive's latest code resumes, and at other code the run folder
@@ -212,9 +214,15 @@ def restore(
             shards = chosen[0]
         else:
             asked = want.get(name) if want else None
-            config = _dump(json.loads(runs.to_json(asked))) if asked is not None else None
-            chosen = [shards for sweep, shards in groups if sweep[0] == config]
-            shards = chosen[-1] if chosen else groups[-1][1]
+            if asked is None:
+                shards = groups[-1][1]
+            else:
+                config = _dump(json.loads(runs.to_json(asked)))
+                chosen = [shards for sweep, shards in groups if sweep[0] == config]
+                if not chosen:  # a changed configuration: the old sweep would block its run
+                    todo.append((name, None, {}, total))
+                    continue
+                shards = chosen[-1]
         header = shards[-1][0]
         ok = runs.accepted_codes(header)
         merged = {f: c for _, found in shards for f, c in found}

@@ -27,8 +27,8 @@ def _compute(calls):
     return compute
 
 
-def _sweep(out, keys=KEYS, calls=None):
-    folder = runs.RunFolder("demo", CONFIG, out=out)
+def _sweep(out, keys=KEYS, calls=None, config=CONFIG):
+    folder = runs.RunFolder("demo", config, out=out)
     return folder, folder.run_grouped(
         keys, _compute([] if calls is None else calls), vary=("seed",)
     )
@@ -142,7 +142,8 @@ def test_a_damaged_archive_is_one_error_and_restores_nothing(tmp_path):
 
 
 def test_the_command_line_packs_and_restores_the_claims_configurations(tmp_path, capsys):
-    _sweep(tmp_path / "res" / "async")  # a run folder under a configuration's name
+    declared = claims.RUNS["async"].config.resolved()  # what --restore asks the archive for
+    _sweep(tmp_path / "res" / "async", config=declared)  # a run folder of a configuration
     out, box = tmp_path / "docs" / "claims.md", tmp_path / "docs" / "claims" / "cells"
     got = claims.main(["--pack", "--results", str(tmp_path / "res"), "--out", str(out)])
     assert got["text"] is None and not out.exists()
@@ -151,7 +152,7 @@ def test_the_command_line_packs_and_restores_the_claims_configurations(tmp_path,
     claims.main(["--restore", "--results", str(tmp_path / "new"), "--cells", str(box)])
     assert len(list((tmp_path / "new" / "async" / "cells").iterdir())) == 6
     assert "async: restored 6 cells (" in capsys.readouterr().err
-    other = runs.RunFolder("async", CONFIG, out=tmp_path / "res2" / "async", code=_other_code())
+    other = runs.RunFolder("async", declared, out=tmp_path / "res2" / "async", code=_other_code())
     other.run_grouped(KEYS[:3], _compute([]), vary=("seed",))  # a later sweep, other code
     claims.main(["--pack", "--results", str(tmp_path / "res2"), "--out", str(out)])
     claims.main(["--restore", "--results", str(tmp_path / "new2"), "--cells", str(box)])
@@ -198,6 +199,12 @@ def test_a_configuration_swept_again_under_its_name_keeps_both_archives_apart(tm
     assert len(back.run_grouped(KEYS, _compute(calls := []), vary=("seed",))) == 6 and not calls
     # a run folder of the new configuration resumes from the new cells, whatever is asked
     assert cells.restore(box, tmp_path / "n", ["demo"], want={"demo": CONFIG}) == {"demo": (0, 3)}
+    # a configuration changed since its last sweep (none archived): nothing is restored, and
+    # its run starts in the folder, where the old sweep's config.json would have refused it
+    changed = {**CONFIG, "steps": 45}
+    got = cells.restore(box, tmp_path / "m", ["demo"], want={"demo": changed})
+    assert got == {"demo": (0, 6)} and not (tmp_path / "m" / "demo").exists()
+    runs.RunFolder("demo", changed, out=tmp_path / "m" / "demo").create()
     other = runs.RunFolder("demo", {"lr": [9.0]}, out=tmp_path / "c" / "demo")
     other.create()
     with pytest.raises(cells.CellsError, match="holds another configuration"):
