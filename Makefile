@@ -29,8 +29,9 @@ test: $(STAMP)
 # compiling every slow case segfaulted inside XLA late in the run (a cache read once, a compile
 # once, at 87-97 %), and so did the asyncdp + pipeline process once the GPT and stage-tree
 # parity cases joined it (in XLA's compile, in test_mesh.py at 89 %): the mesh parity matrix
-# (128 cases) runs in a process of its own.
-SLOW := $(BIN)/python -m pytest -q -m slow
+# (128 cases) runs in a process of its own. Each set runs on two pytest-xdist workers, as
+# `make test` does.
+SLOW := $(BIN)/python -m pytest -q -n 2 -m slow
 test-slow: $(STAMP)
 	JAXSTALE_TEST_JIT_CACHE=off $(SLOW) tests/asyncdp tests/pipeline --ignore=tests/pipeline/test_mesh.py
 	JAXSTALE_TEST_JIT_CACHE=off $(SLOW) tests/pipeline/test_mesh.py
