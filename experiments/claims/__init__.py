@@ -66,7 +66,7 @@ from .asynchronous import (
     judge_lc_asgd,
     judge_moonshot_async,
 )
-from .configs import RUNS, Run
+from .configs import FAMILIES, RUNS, Run
 from .core import (
     Claim,
     Context,
@@ -311,7 +311,7 @@ def report(
     lines += edges.section(ctx.results, list(RUNS))
     folders = {n: ctx.path(n) for n in RUNS if ctx.has(n)}
     lines += ["", '<a id="provenance"></a>', ""]
-    lines += provenance.section(folders, snap, _rows_link(out, snap))
+    lines += provenance.section(folders, snap, _rows_link(out, snap), FAMILIES)
     return "\n".join(lines) + "\n"
 
 

@@ -313,6 +313,7 @@ LM_RUNS: dict[str, Run] = {
         what="the moonshot: a 16-block GPT at N = 16 (one block per stage), AdamW",
     ),
 }
+IMAGE_RUNS = tuple(RUNS)  # the image claims' configurations (MNIST-1D)
 RUNS.update(LM_RUNS)
 
 #: The DiLoCo family's workload (issue 24): MNIST-1D, the MLP, ``M`` workers of AdamW at
@@ -412,3 +413,12 @@ LOCAL_RUNS: dict[str, Run] = {
     ),
 }
 RUNS.update(LOCAL_RUNS)
+
+#: the report's families of configurations, whose hours its Provenance section sums apart: issue
+#: 23 budgets the language-model claims (8 CPU-hours) without the moonshot beside them
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "the image claims": IMAGE_RUNS,
+    "the language-model claims LM1–LM6": tuple(n for n in LM_RUNS if n != "lm-deep"),
+    "the language-model moonshot LM-M, also LM1's N = 16": ("lm-deep",),
+    "the DiLoCo-family claims": tuple(LOCAL_RUNS),
+}

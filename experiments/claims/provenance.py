@@ -290,9 +290,27 @@ def _reuse(header: Mapping[str, Any]) -> str:
     return "; ".join(parts) or "–"
 
 
-def section(folders: Mapping[str, Path], snap: Snapshot | None, rows_link: str | None) -> list[str]:
+def _time_text(rows: list[Any]) -> str:
+    """Wall and CPU hours summed over ``rows`` (CPU over the rows that record it)."""
+    wall, _ = _seconds(rows, "wall_s")
+    cpu, n_cpu = _seconds(rows, "cpu_s")
+    return f"{wall / 3600:.1f} hours of wall time" + (
+        f"; {cpu / 3600:.1f} CPU-hours (user + system, every thread) over the "
+        f"{n_cpu} of {len(rows)} rows that record it"
+        if n_cpu
+        else "; no row records its CPU time"
+    )
+
+
+def section(
+    folders: Mapping[str, Path],
+    snap: Snapshot | None,
+    rows_link: str | None,
+    families: Mapping[str, Sequence[str]] | None = None,
+) -> list[str]:
     """The report's "Provenance" section: the commit of the report and, per configuration (by
-    name, its folder), the fingerprint of its runs (markdown lines)."""
+    name, its folder), the fingerprint of its runs and the hours its rows sum to; the hours of
+    each of ``families`` (a label: its configurations' names) with a folder (markdown lines)."""
     lines = ["## Provenance", ""]
     if snap is not None and rows_link is not None:
         at = (
@@ -349,21 +367,20 @@ def section(folders: Mapping[str, Path], snap: Snapshot | None, rows_link: str |
         body.append(row if same else [*row, versions[name]])
     lines.append(runs.markdown_table(head, body))
     every = [r for rs in rows.values() for r in rs]
-    wall, _ = _seconds(every, "wall_s")
-    cpu, n_cpu = _seconds(every, "cpu_s")
     lines += [
         "",
         f"Time, summed over the rows (a row carries its run group's time over the group's "
         f"runs, so the sums cover every session of a resumed sweep, compiles and evaluations "
         f"included, process start-up not; wall time depends on what else shared the machine): "
-        f"{wall / 3600:.1f} hours of wall time"
-        + (
-            f"; {cpu / 3600:.1f} CPU-hours (user + system, every thread) over the "
-            f"{n_cpu} of {len(every)} rows that record it."
-            if n_cpu
-            else "; no row records its CPU time."
-        ),
+        f"{_time_text(every)}.",
     ]
+    each = []
+    for label, names in (families or {}).items():
+        if have := [n for n in names if n in folders]:
+            part = [r for n in have for r in rows[n]]
+            listed = ", ".join(f"`{n}`" for n in have)
+            each.append(f"- {label} ({listed}): {_time_text(part)}.")
+    lines += ["", "The same sums by family of claims:", "", *each] if each else []
     reused = [(n, r) for n in folders if (r := _reuse(headers[n])) != "–"]
     if reused:
         lines += ["", *(f"- `{n}`: {r}." for n, r in reused)]

@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 
 from experiments import claims
 from experiments.claims import figures, provenance, sweeps
+from experiments.claims.configs import FAMILIES
 from experiments.claims.verdicts import Diff
 from jaxstale.runs import fingerprint
 
@@ -168,7 +169,8 @@ def test_provenance_sums_each_configurations_time_from_its_rows(tmp_path):
     two = [{"wall_s": 1800.0, "cpu_s": 3240.0}] * 2  # 1 hour of wall, 1.8 CPU-hours
     old = [{"wall_s": 3600.0}, {"wall_s": 3600.0, "cpu_s": 360.0}, {}]  # partly recorded
     folders = {"a": folder(tmp_path, "a", two), "b": folder(tmp_path, "b", old)}
-    text = "\n".join(provenance.section(folders, None, None))
+    families = {"A": ("a",), "A and B": ("a", "b", "c"), "C": ("c",)}  # "c": no folder
+    text = "\n".join(provenance.section(folders, None, None, families))
     assert "| configuration | rows | wall h | CPU h | code hash |" in text
     assert "| `a` | 2 | 1.0 | 1.8 | `feedfacecafebeef` |" in text
     assert "| `b` | 3 | 2.0 (2 of 3 rows) | 0.1 (1 of 3 rows) |" in text
@@ -176,6 +178,10 @@ def test_provenance_sums_each_configurations_time_from_its_rows(tmp_path):
         "3.0 hours of wall time; 1.9 CPU-hours (user + system, every thread) over the 3 of 5"
         in text
     )
+    assert "- A (`a`): 1.0 hours of wall time; 1.8 CPU-hours" in text
+    assert "- A and B (`a`, `b`): 3.0 hours of wall time; 1.9 CPU-hours" in text
+    assert "- C" not in text
+    assert "- A" not in "\n".join(provenance.section(folders, None, None))  # no families
 
 
 def test_snapshot_mirrors_the_results_and_drops_configurations_no_longer_there(tmp_path):
@@ -461,3 +467,8 @@ def test_the_recorded_commit_state_is_read_before_the_rows_are_written(tmp_path,
     )
     snap = provenance.snapshot(res, rows, list(claims.RUNS), quick=False)
     assert seen == [False] and not snap.dirty and (rows / "async" / "summary.json").exists()
+
+
+def test_every_configuration_is_in_one_family_of_the_provenance_sums():
+    named = [n for names in FAMILIES.values() for n in names]
+    assert sorted(named) == sorted(claims.RUNS) and len(set(named)) == len(named)
