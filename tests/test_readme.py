@@ -27,6 +27,15 @@ def test_readme_example_runs(index, tmp_path, monkeypatch):
     exec(compile(BLOCKS[index], f"README.md[python block {index}]", "exec"), {"__name__": "readme"})
 
 
+def _numbers_not_in_the_report(part: str, at_least: int) -> list[str]:
+    """The decimal numbers of a hand-written README passage that docs/claims.md does not hold
+    (checking the passage still quotes more than ``at_least`` of them)."""
+    report = (README.parent / "docs" / "claims.md").read_text()
+    numbers = re.findall(r"(?<![\w.])[−+-]?(\d+\.\d+)", part)
+    assert len(numbers) > at_least
+    return sorted({n for n in numbers if n not in report})
+
+
 def test_the_diloco_paragraphs_quote_only_the_reports_numbers():
     """README's D1–D7 paragraphs are written by hand from docs/claims.md: every decimal number
     in them is the report's, so a re-run that changes the report fails here until they are
@@ -34,10 +43,7 @@ def test_the_diloco_paragraphs_quote_only_the_reports_numbers():
     text = README.read_text()
     start = text.index("**The DiLoCo-family claims**")
     part = text[start : text.index("\n### ", start)]
-    report = (README.parent / "docs" / "claims.md").read_text()
-    numbers = re.findall(r"(?<![\w.])[−+-]?(\d+\.\d+)", part)
-    assert len(numbers) > 20
-    missing = sorted({n for n in numbers if n not in report})
+    missing = _numbers_not_in_the_report(part, 20)
     assert not missing, f"not in docs/claims.md: {missing}"
 
 
@@ -53,8 +59,5 @@ def test_the_language_model_paragraphs_quote_only_the_reports_numbers():
     part = text[start : text.index("**The DiLoCo-family claims**", start)]
     kept = [p for p in part.split("\n\n") if not p.startswith("Before reading that as a finding")]
     assert len(kept) < len(part.split("\n\n"))  # the set-up check is still there, left out
-    report = (README.parent / "docs" / "claims.md").read_text()
-    numbers = re.findall(r"(?<![\w.])[−+-]?(\d+\.\d+)", "\n\n".join(kept))
-    assert len(numbers) > 40
-    missing = sorted({n for n in numbers if n not in report})
+    missing = _numbers_not_in_the_report("\n\n".join(kept), 40)
     assert not missing, f"not in docs/claims.md: {missing}"
