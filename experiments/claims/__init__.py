@@ -263,6 +263,9 @@ def report(
         "one missed;",
         "- **reached** / **not reached** for a moonshot (M1, M2, LM-M): the target met / missed;",
         "- **not run**: the claim's run folder (or its primary comparison's cells) is missing;",
+        "- a verdict followed by **reference not converged at the budget of** a run rests on "
+        "a configuration whose synchronous reference was still improving at its budget "
+        "([Budget](#budget)): a gap to it may close with more updates;",
         "- a verdict followed by **on rows of an earlier configuration of** a run rests on rows "
         "that configuration produced before its settings changed in the code (listed below): "
         "it stands until the re-run replaces them.",
@@ -331,15 +334,22 @@ def _drifted(ctx: Context, name: str) -> list[str]:
 
 
 def assess_all(ctx: Context) -> dict[str, Verdict]:
-    """Every claim's verdict, by id; a claim resting on rows of an earlier configuration of one
-    of its runs says so in its caveat (the Summary and the README print it beside the verdict),
-    so a verdict is never quoted as the current configuration's while its re-run is pending."""
+    """Every claim's verdict, by id; a claim resting on a configuration whose synchronous
+    reference had not converged at its budget (:func:`budget.unconverged`), or on rows of an
+    earlier configuration of one of its runs, says so in its caveat (the Summary and the README
+    print it beside the verdict), so a verdict is never quoted as the protocol's while its
+    budget falls short of it or its re-run is pending."""
     out = {}
     for c in CLAIMS:
         v = c.assess(ctx)
+        notes = []
+        short = budget.unconverged(ctx.results, [n for n in c.runs if ctx.has(n)])
+        if short and v.verdict != "not run":
+            notes.append(f"reference not converged at the budget of {', '.join(short)}")
         old = [n for n in c.runs if _drifted(ctx, n)]
         if old and v.verdict != "not run":
-            note = f"on rows of an earlier configuration of {', '.join(old)}"
+            notes.append(f"on rows of an earlier configuration of {', '.join(old)}")
+        for note in notes:
             v = dataclasses.replace(v, caveat=f"{v.caveat}; {note}" if v.caveat else note)
         out[c.id] = v
     return out

@@ -24,7 +24,7 @@ from jaxstale import runs
 
 from ..common import convergence
 
-__all__ = ["FILE", "REFERENCES", "facts", "section"]
+__all__ = ["FILE", "REFERENCES", "facts", "section", "unconverged"]
 
 #: the file beside a configuration's committed rows
 FILE = "budget.json"
@@ -90,12 +90,37 @@ def _text_references(folder: Path) -> dict[str, float] | None:
         return None
 
 
-def _verdict(f: dict[str, Any]) -> str:
+def _converged(f: dict[str, Any]) -> bool:
+    """Within ``TOL`` of the last-third plateau from some update on, and not still rising over
+    the last third beyond noise (an accuracy reference; no curve: not converged)."""
     mean, half, n = f["delta_last_third"]
     rising = n > 1 and math.isfinite(half) and mean - half > 0
-    if f["flat_since"] is None or rising:
-        return "**not converged**"
-    return "converged"
+    return f["plateau"] is not None and f["flat_since"] is not None and not rising
+
+
+def _verdict(f: dict[str, Any]) -> str:
+    return "converged" if _converged(f) else "**not converged**"
+
+
+def unconverged(rows: Path, names: Sequence[str]) -> list[str]:
+    """The configurations of ``names`` whose synchronous reference has not converged at their
+    budget in some setting (the Budget section's **not converged**, or no curve without
+    divergence at the selected rate), from the ``budget.json`` files under ``rows``. A
+    language model's reference is compared at equal updates on its schedule and never listed.
+
+    Example:
+        >>> unconverged(Path("no-such-rows"), ["async"])
+        []
+    """
+    out = []
+    for name in names:
+        path = rows / name / FILE
+        if not path.exists():
+            continue
+        found = json.loads(path.read_text())
+        if any(f.get("metric") != "loss" and not _converged(f) for f in found):
+            out.append(name)
+    return out
 
 
 def _loss_line(name: str, setting: str, f: dict[str, Any]) -> str:

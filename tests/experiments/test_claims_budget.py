@@ -116,3 +116,33 @@ def test_local_sgds_data_parallel_arm_is_a_reference_and_its_rate_a_multiple(tmp
         "- `diloco`, method dp, workers 4, inner_steps 10, rate 8 × the inner rate: "
         "**not converged**"
     )
+
+
+def _fact(method, flat_since, delta, metric=None, plateau=0.8):
+    f = {"setting": {"method": method}, "lr": 0.01, "steps": 600, "plateau": plateau,
+         "flat_since": flat_since, "delta_last_third": delta}  # fmt: skip
+    return {**f, "metric": metric} if metric else f
+
+
+def test_unconverged_lists_the_configurations_whose_reference_still_improves(tmp_path):
+    """Not flat by the end, still rising beyond noise over the last third, or no curve without
+    divergence: listed; a language model's reference (compared at equal updates): never."""
+    rows = tmp_path / "rows"
+    facts = {
+        "flat": [_fact("sgd", 300, [0.001, 0.004, 10])],
+        "late": [_fact("sgd", 300, [0.001, 0.004, 10]), _fact("sync", None, [0.0, 0.01, 10])],
+        "rising": [_fact("sgd", 500, [0.02, 0.006, 10])],
+        "noisy": [_fact("sgd", 500, [0.02, 0.03, 10])],  # rising within noise: converged
+        "diverged": [_fact("dp", None, [float("nan"), float("nan"), 0], plateau=None)],
+        "lm": [_fact("sync", None, [-0.1, 0.01, 5], metric="loss", plateau=1.9)],
+    }
+    for name, found in facts.items():
+        (rows / name).mkdir(parents=True)
+        (rows / name / budget.FILE).write_text(json.dumps(found))
+    names = [*facts, "not-run"]
+    assert budget.unconverged(rows, names) == ["late", "rising", "diverged"]
+    assert budget.unconverged(rows, ["noisy", "flat", "lm"]) == []
+    lines = budget.section(rows, names)  # the section says the same of the others
+    said = {n for n in facts for x in lines if x.startswith(f"- `{n}`") and "**not conv" in x}
+    assert said == {"late", "rising"}
+    assert any(x.startswith("- `diverged`") and "no curve without divergence" in x for x in lines)

@@ -11,7 +11,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from experiments import claims
-from experiments.claims import figures, provenance, sweeps
+from experiments.claims import budget, figures, provenance, sweeps
 from experiments.claims.configs import FAMILIES
 from experiments.claims.verdicts import Diff
 from jaxstale.runs import fingerprint
@@ -472,3 +472,34 @@ def test_the_recorded_commit_state_is_read_before_the_rows_are_written(tmp_path,
 def test_every_configuration_is_in_one_family_of_the_provenance_sums():
     named = [n for names in FAMILIES.values() for n in names]
     assert sorted(named) == sorted(claims.RUNS) and len(set(named)) == len(named)
+
+
+def test_every_verdict_on_such_a_configuration_says_so_before_any_other_note(tmp_path):
+    """The caveat names the configuration, in the Summary and the README, and comes before
+    the earlier-configuration note (which lists runs to its end)."""
+    res = _results(tmp_path)
+    before = claims.assess_all(claims.Context(res, quick=False))
+    (res / "async" / budget.FILE).write_text(
+        json.dumps([_budget_fact("sgd", None, [0.02, 0.01, 10])])
+    )
+    after = claims.assess_all(claims.Context(res, quick=False))
+    note = "reference not converged at the budget of async"
+    flagged = set()
+    for c in claims.CLAIMS:
+        v, was = after[c.id], before[c.id]
+        assert v.verdict == was.verdict
+        if "async" in c.runs and v.verdict != "not run":
+            tag = "on rows of an earlier configuration"
+            head, _, rest = was.caveat.partition(tag)
+            want = [head.rstrip("; "), note, tag + rest if rest else ""]
+            assert v.caveat == "; ".join(x for x in want if x), c.id
+            assert note in v.summary
+            flagged.add(c.id)
+        else:
+            assert v.caveat == was.caveat, c.id
+    assert "C1" in flagged
+
+
+def _budget_fact(method, flat_since, delta):
+    return {"setting": {"method": method}, "lr": 0.01, "steps": 600, "plateau": 0.8,
+            "flat_since": flat_since, "delta_last_third": delta}  # fmt: skip
