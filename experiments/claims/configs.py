@@ -399,6 +399,21 @@ LOCAL_RUNS: dict[str, Run] = {
         what="D7's set-up check, added after diloco-lookahead ran: asynchronous outer Nesterov "
         "and momentum look-ahead on outer rates 0.01–0.1 (extended at an edge)",
     ),
+    # D1's set-up check, added after diloco ran: its data-parallel reference was still rising at
+    # 2,250 inner steps per worker (Budget: +2.7 points over the last third), so dp and DiLoCo
+    # run again at three times the budget, as the image claims went from 9,000 to 27,000 updates
+    "diloco-long": Run(
+        local_sgd,
+        _LS(
+            **{**LOCAL, "steps": 3 * LOCAL["steps"]},
+            workers=(4,),
+            inner_steps=(10, 50),
+            methods=("dp", "diloco"),
+        ),
+        LOCAL_QUICK,
+        what="D1's set-up check, added after diloco ran: data parallelism and synchronous "
+        "DiLoCo at three times the budget (6,750 inner steps per worker), M = 4, H = 10 and 50",
+    ),
     "diloco-overlap": Run(
         local_sgd,
         _LS(

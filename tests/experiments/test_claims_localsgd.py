@@ -186,6 +186,7 @@ def test_a_claim_without_its_run_is_not_run_and_the_report_lists_them(tmp_path):
         "diloco-async",
         "diloco-lookahead",
         "diloco-async-low",
+        "diloco-long",
         "diloco-overlap",
     ],
 )
@@ -240,3 +241,26 @@ def test_an_arm_at_chance_at_every_rate_makes_the_verdict_a_bound(tmp_path):
     v = _assess(tmp_path, "D2")
     assert v.verdict == "held"
     assert v.caveat == "a bound: async-nesterov at chance at every rate of its grid", v.caveat
+
+
+def test_d1_reads_its_set_up_check_at_three_times_the_budget_as_a_secondary(tmp_path):
+    """The primary stays the configured budget's; the longer budget's contrasts are labelled
+    secondaries with their own table, and the check's rows alone leave the primary not run."""
+    cells = {("dp", 4, 10): _accs(0.85), ("diloco", 4, 10): _accs(0.84),
+             ("diloco", 4, 50): _accs(0.82)}  # fmt: skip
+    _folder(tmp_path, "diloco", _rows(cells))
+    before = _assess(tmp_path, "D1")
+    assert localsgd.LONG_LABEL not in before.evidence and len(before.tables) == 1
+    long = {("dp", 4, 10): _accs(0.90), ("diloco", 4, 10): _accs(0.895),
+            ("diloco", 4, 50): _accs(0.885)}  # fmt: skip
+    _folder(tmp_path, "diloco-long", _rows(long))
+    v = _assess(tmp_path, "D1")
+    assert v.verdict == before.verdict == "did not hold"  # 3 points below dp: the primary's
+    assert f"secondary, {localsgd.LONG_LABEL}" in v.evidence
+    assert "diloco (H=10, 3× budget) − dp (3× budget) + 1 point" in v.evidence
+    assert "diloco (H=50, 3× budget) − dp (3× budget) + 1 point (non-inferiority, margin 1 " \
+        "point) = -0.5" in v.evidence  # fmt: skip
+    assert v.tables[1].startswith("At three times the budget (diloco-long):\n\n| method |")
+    assert "88.5" in v.tables[1] and "90.0" in v.tables[1]
+    (tmp_path / "diloco" / "summary.json").unlink()
+    assert _assess(tmp_path, "D1").verdict == "not run"
