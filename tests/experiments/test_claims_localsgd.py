@@ -260,6 +260,7 @@ def test_d1_reads_its_set_up_check_at_three_times_the_budget_as_a_secondary(tmp_
     assert "diloco (H=10, 3× budget) − dp (3× budget) + 1 point" in v.evidence
     assert "diloco (H=50, 3× budget) − dp (3× budget) + 1 point (non-inferiority, margin 1 " \
         "point) = -0.5" in v.evidence  # fmt: skip
+    assert "plain difference: diloco (H=50, 3× budget) − dp (3× budget) = -1.5" in v.evidence
     assert v.tables[1].startswith("At three times the budget (diloco-long):\n\n| method |")
     assert "88.5" in v.tables[1] and "90.0" in v.tables[1]
     (tmp_path / "diloco" / "summary.json").unlink()
