@@ -221,8 +221,9 @@ RUNS: dict[str, Run] = {
 #: Budget: a pipeline run's cost is proportional to its batch (gpt-cpu, N = 8, vanilla, the
 #: same machine and hour: 0.174 CPU-s per update at batch 16, 0.358 at 32), so the pipelines
 #: went from batch 32 (the first sweep: ~19 CPU-hours for all six) to the constant-delay
-#: sweeps' 16: ~169 runs of gpt-cpu for LM1–LM6 at ~3 CPU-minutes each, and ``lm-deep`` (the
-#: moonshot, reported beside the claims) 32 runs of twice that (README; rows carry ``cpu_s``).
+#: sweeps' 16: 168 runs of gpt-cpu for LM1–LM6, measured at ~6.1 CPU-hours (README, "Their
+#: cost, measured"; rows carry ``cpu_s``), and ``lm-deep`` (the moonshot, reported beside the
+#: claims) 32 runs of twice a gpt-cpu run's cost.
 LM: dict[str, Any] = {"dataset": "shakespeare", "steps": 1000, "seeds": 5, "tune_seeds": 1}
 #: their smoke versions: gpt-tiny, 40 updates, 2 seeds, the first seed tunes
 LM_QUICK: tuple[tuple[str, Any], ...] = (
