@@ -340,10 +340,12 @@ def assess_all(ctx: Context) -> dict[str, Verdict]:
     print it beside the verdict), so a verdict is never quoted as the protocol's while its
     budget falls short of it or its re-run is pending."""
     out = {}
+    # judged among every configuration: a longer run of a reference may be another claim's
+    unconverged = budget.unconverged(ctx.results, [n for n in RUNS if ctx.has(n)])
     for c in CLAIMS:
         v = c.assess(ctx)
         notes = []
-        short = budget.unconverged(ctx.results, [n for n in c.runs if ctx.has(n)])
+        short = [n for n in c.runs if n in unconverged]
         if short and v.verdict != "not run":
             notes.append(f"reference not converged at the budget of {', '.join(short)}")
         old = [n for n in c.runs if _drifted(ctx, n)]

@@ -6,10 +6,13 @@ configuration with a synchronous arm — ``sgd`` (``async_workers``' 1-worker SG
 depth, momentum), :func:`facts` takes the rate selected on validation and the learning curves of
 its seeds and applies :func:`experiments.common.convergence`: the plateau of the mean validation
 curve over the last third, the first update from which it stays within 1 point of it, and the
-per-seed change over the last third with its 95 % interval. The curves live in the run folders'
-cells, which are not committed, so :func:`experiments.claims.provenance.snapshot` writes these
-facts as ``budget.json`` beside each configuration's rows and the report reads them there
-(:func:`section`).
+per-seed change over the last third with its 95 % interval. A reference on a decaying schedule
+(warm-up + cosine: the DiLoCo configurations' inner AdamW) gains over its last third at any
+length, so it is judged instead against a longer run of the same reference where one exists
+(:func:`unconverged`); a language model's is compared at equal updates and not judged. The
+curves live in the run folders' cells, which are not committed, so
+:func:`experiments.claims.provenance.snapshot` writes these facts as ``budget.json`` beside each
+configuration's rows and the report reads them there (:func:`section`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jaxstale import runs
+from jaxstale import optimizers, runs
 
 from ..common import convergence
 
@@ -102,25 +105,74 @@ def _verdict(f: dict[str, Any]) -> str:
     return "converged" if _converged(f) else "**not converged**"
 
 
+#: the configuration fields that decide how a reference trains, besides its setting: two
+#: configurations equal on them train the same reference for different budgets
+_SAME = ("dataset", "standardize", "optimizer", "momentum", "inner_lr", "batch_size")
+
+
+def _config(rows: Path, name: str) -> dict[str, Any]:
+    try:
+        return json.loads((rows / name / "config.json").read_text())["config"]
+    except (FileNotFoundError, KeyError, TypeError, json.JSONDecodeError):
+        return {}
+
+
+def _judged(rows: Path, names: Sequence[str]) -> list[tuple[str, dict[str, Any], Any]]:
+    """Every fact of ``names`` with its judgement: True (converged), False (not), or, for an
+    accuracy reference on a decaying schedule (an optimizer of
+    :data:`jaxstale.optimizers.NAMES`: warm-up + cosine over the run, whose last third gains
+    from the decay at any length), the longest other configuration of ``names`` that trains the
+    same reference (:data:`_SAME`, the same setting) for more updates, as ``(name, fact,
+    converged)``, converged when its plateau is within :data:`TOL` of that one's; None without
+    such a run. A language model's fact (compared at equal updates) is None too."""
+    facts = {
+        n: json.loads((rows / n / FILE).read_text()) for n in names if (rows / n / FILE).exists()
+    }
+    cfgs = {n: _config(rows, n) for n in facts}
+    out = []
+    for name, found in facts.items():
+        cfg = cfgs[name]
+        decays = cfg.get("optimizer") in optimizers.NAMES
+        for f in found:
+            if f.get("metric") == "loss":
+                out.append((name, f, None))
+                continue
+            if not decays or f["plateau"] is None:  # (no curve without divergence: not)
+                out.append((name, f, _converged(f)))
+                continue
+            longer = [
+                (g["steps"], other, g)
+                for other, theirs in facts.items()
+                if other != name and all(cfgs[other].get(k) == cfg.get(k) for k in _SAME)
+                for g in theirs
+                if g["setting"] == f["setting"] and g["steps"] > f["steps"]
+                and g.get("plateau") is not None
+            ]  # fmt: skip
+            if not longer:
+                out.append((name, f, None))
+                continue
+            _, other, g = max(longer, key=lambda t: t[0])
+            ok = f["plateau"] is not None and g["plateau"] - f["plateau"] <= TOL
+            out.append((name, f, (other, g, ok)))
+    return out
+
+
+def _ok(judged: Any) -> bool | None:
+    return judged[2] if isinstance(judged, tuple) else judged
+
+
 def unconverged(rows: Path, names: Sequence[str]) -> list[str]:
     """The configurations of ``names`` whose synchronous reference has not converged at their
-    budget in some setting (the Budget section's **not converged**, or no curve without
-    divergence at the selected rate), from the ``budget.json`` files under ``rows``. A
-    language model's reference is compared at equal updates on its schedule and never listed.
+    budget in some setting (the Budget section's **not converged**: :func:`_judged`), from the
+    ``budget.json`` files under ``rows``. A language model's reference, compared at equal
+    updates on its schedule, and a decaying schedule's without a longer run are not judged and
+    never listed.
 
     Example:
         >>> unconverged(Path("no-such-rows"), ["async"])
         []
     """
-    out = []
-    for name in names:
-        path = rows / name / FILE
-        if not path.exists():
-            continue
-        found = json.loads(path.read_text())
-        if any(f.get("metric") != "loss" and not _converged(f) for f in found):
-            out.append(name)
-    return out
+    return list(dict.fromkeys(name for name, _, j in _judged(rows, names) if _ok(j) is False))
 
 
 def _loss_line(name: str, setting: str, f: dict[str, Any]) -> str:
@@ -155,7 +207,7 @@ def _rate(f: dict[str, Any]) -> str:
     return f"lr {f['lr']:g}"
 
 
-def _line(name: str, f: dict[str, Any]) -> str:
+def _line(name: str, f: dict[str, Any], judged: Any) -> str:
     if f.get("metric") == "loss":
         return _loss_line(name, ", ".join(f"{k} {v}" for k, v in f["setting"].items()), f)
     setting = ", ".join(f"{k} {v}" for k, v in f["setting"].items())
@@ -167,30 +219,43 @@ def _line(name: str, f: dict[str, Any]) -> str:
     )
     if f["plateau"] is None:
         return f"- `{name}`, {setting}: no curve without divergence at {_rate(f)}."
+    head = f"- `{name}`, {setting}, {_rate(f)}"
+    plateau = f"validation plateau {100 * f['plateau']:.1f} %"
+    decay = (
+        f"on its warm-up + cosine schedule, whose last third gains from the decay at any "
+        f"length (here {change})"
+    )
+    if judged is None:
+        return (
+            f"{head}: not judged; {plateau} over the last third of {f['steps']:,} updates, "
+            f"{decay}, and no longer run of it to compare with."
+        )
+    if isinstance(judged, tuple):
+        other, g, ok = judged
+        return (
+            f"{head}: {'converged' if ok else '**not converged**'}; {plateau} at "
+            f"{f['steps']:,} updates against {100 * g['plateau']:.1f} % at {g['steps']:,} "
+            f"(`{other}`), judged by that longer run: {decay}."
+        )
     flat = (
         f"flat (±{100 * TOL:g} point) since update {f['flat_since']:,} of {f['steps']:,}"
         if f["flat_since"] is not None
         else f"not within ±{100 * TOL:g} point of its plateau at the end ({f['steps']:,} updates)"
     )
-    return (
-        f"- `{name}`, {setting}, {_rate(f)}: {_verdict(f)}; validation plateau "
-        f"{100 * f['plateau']:.1f} %, {flat}; change over the last third {change}."
-    )
+    return f"{head}: {_verdict(f)}; {plateau}, {flat}; change over the last third {change}."
 
 
 def section(rows: Path, names: Sequence[str]) -> list[str]:
     """The report's "Budget" lines from each configuration's ``budget.json`` under ``rows``
     (``[]`` when none has one)."""
-    lines = []
-    for name in names:
-        path = rows / name / FILE
-        if path.exists():
-            lines += [_line(name, f) for f in json.loads(path.read_text())]
+    lines = [_line(name, f, j) for name, f, j in _judged(rows, names)]
     if not lines:
         return []
     head = (
         "The synchronous reference of each configuration at its rate selected on validation "
         "(mean validation curve over the seeds; **not converged**: never within 1 point of its "
-        "last-third plateau, or still rising over the last third beyond noise):"
+        "last-third plateau, or still rising over the last third beyond noise; on a decaying "
+        "schedule, its last-third plateau more than 1 point below that of a longer run of the "
+        "same reference):"
     )
     return ["", '<a id="budget"></a>', "", "## Budget", "", head, "", *lines]

@@ -146,3 +146,42 @@ def test_unconverged_lists_the_configurations_whose_reference_still_improves(tmp
     said = {n for n in facts for x in lines if x.startswith(f"- `{n}`") and "**not conv" in x}
     assert said == {"late", "rising"}
     assert any(x.startswith("- `diverged`") and "no curve without divergence" in x for x in lines)
+
+
+def test_a_reference_on_a_decaying_schedule_is_judged_by_a_longer_run_of_it(tmp_path):
+    """AdamW's warm-up + cosine makes the last third rise at any length: such a reference is
+    not converged when a longer run of the same reference (same setting, data, optimizer) ends
+    more than a point higher, converged within a point, and not judged without one."""
+    rows = tmp_path / "rows"
+    cfg = {"dataset": "mnist1d", "optimizer": "adamw", "inner_lr": 0.003, "batch_size": 32}
+    rising = [0.02, 0.006, 10]
+    runs_ = {
+        "short": (cfg, 2250, 0.873),
+        "long": (cfg, 6750, 0.909),
+        "longer": (cfg, 13500, 0.914),
+        "other-lr": ({**cfg, "inner_lr": 0.01}, 2250, 0.80),  # another reference: no pair
+    }
+    for name, (c, steps, plateau) in runs_.items():
+        (rows / name).mkdir(parents=True)
+        (rows / name / "config.json").write_text(json.dumps({"config": {**c, "steps": steps}}))
+        f = {**_fact("dp", None, rising, plateau=plateau), "steps": steps}
+        (rows / name / budget.FILE).write_text(json.dumps([f]))
+    names = list(runs_)
+    assert budget.unconverged(rows, names) == ["short"]  # 4.1 points below `longer`
+    assert budget.unconverged(rows, ["short", "long"]) == ["short"]
+    assert budget.unconverged(rows, ["long", "longer"]) == []  # within a point
+    assert budget.unconverged(rows, ["short", "other-lr"]) == []  # nothing longer to judge by
+    lines = {x.split("`")[1]: x for x in budget.section(rows, names) if x.startswith("- `")}
+    assert "**not converged**; validation plateau 87.3 % at 2,250 updates against 91.4 % at " \
+        "13,500 (`longer`)" in lines["short"]  # fmt: skip
+    assert lines["long"].split(": ")[1].startswith("converged; validation plateau 90.9 %")
+    assert (
+        ": not judged; validation plateau 91.4 % over the last third of 13,500" in (lines["longer"])
+    )
+    assert "(here +2.0 ± 0.6 points over 10 seeds)" in lines["longer"]
+    # a constant-rate reference keeps the last-third test, whatever ran longer
+    for name in ("short", "long"):
+        (rows / name / "config.json").write_text(
+            json.dumps({"config": {**cfg, "optimizer": "sgd"}})
+        )
+    assert budget.unconverged(rows, ["short", "long"]) == ["short", "long"]

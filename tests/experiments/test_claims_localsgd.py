@@ -265,3 +265,27 @@ def test_d1_reads_its_set_up_check_at_three_times_the_budget_as_a_secondary(tmp_
     assert "88.5" in v.tables[1] and "90.0" in v.tables[1]
     (tmp_path / "diloco" / "summary.json").unlink()
     assert _assess(tmp_path, "D1").verdict == "not run"
+
+
+def test_a_longer_run_judges_the_reference_of_every_claim_that_reads_the_shorter(tmp_path):
+    """dp on AdamW's cosine: diloco-long (three times the budget) ends 3.6 points higher, so
+    diloco's reference has not converged — on D1, which reads both, and on D2 and D3, which
+    read diloco alone; diloco-long's own reference, with nothing longer, is not judged."""
+    from experiments.claims import budget
+
+    cells = {("dp", 4, 10): _accs(0.85), ("diloco", 4, 10): _accs(0.84),
+             ("async-nesterov", 4, 10): _accs(0.6),
+             ("async-delayed", 4, 10): _accs(0.8)}  # fmt: skip
+    for name, steps, plateau in (("diloco", 2250, 0.873), ("diloco-long", 6750, 0.909)):
+        _folder(tmp_path, name, _rows(cells))
+        cfg = {"dataset": "mnist1d", "optimizer": "adamw", "inner_lr": 0.003, "steps": steps}
+        (tmp_path / name / "config.json").write_text(json.dumps({"config": cfg}))
+        fact = {"setting": {"model": "mlp", "method": "dp", "workers": 4, "inner_steps": 10},
+                "lr": 8.0, "steps": steps, "plateau": plateau, "flat_since": None,
+                "delta_last_third": [0.02, 0.005, 10]}  # fmt: skip
+        (tmp_path / name / budget.FILE).write_text(json.dumps([fact]))
+    got = claims.assess_all(claims.Context(tmp_path, quick=False))
+    note = "reference not converged at the budget of diloco"
+    for cid in ("D1", "D2", "D3"):
+        assert got[cid].caveat.endswith(note) or f"{note};" in got[cid].caveat, cid
+    assert f"{note}, diloco-long" not in got["D1"].caveat  # (the fixture's configs drifted)
