@@ -243,32 +243,41 @@ def test_an_arm_at_chance_at_every_rate_makes_the_verdict_a_bound(tmp_path):
     assert v.caveat == "a bound: async-nesterov at chance at every rate of its grid", v.caveat
 
 
-def test_d1_reads_its_set_up_check_at_three_times_the_budget_as_a_secondary(tmp_path):
+def test_d1_reads_its_set_up_check_on_a_longer_budget_as_a_secondary(tmp_path):
     """The primary stays the configured budget's; the longer budget's contrasts are labelled
-    secondaries with their own table, and the check's rows alone leave the primary not run."""
+    secondaries, named by the multiple of the budget the two configurations record, with their
+    own table, and the check's rows alone leave the primary not run."""
     cells = {("dp", 4, 10): _accs(0.85), ("diloco", 4, 10): _accs(0.84),
              ("diloco", 4, 50): _accs(0.82)}  # fmt: skip
     _folder(tmp_path, "diloco", _rows(cells))
     before = _assess(tmp_path, "D1")
-    assert localsgd.LONG_LABEL not in before.evidence and len(before.tables) == 1
+    assert "set-up check" not in before.evidence and len(before.tables) == 1
     long = {("dp", 4, 10): _accs(0.90), ("diloco", 4, 10): _accs(0.895),
             ("diloco", 4, 50): _accs(0.885)}  # fmt: skip
     _folder(tmp_path, "diloco-long", _rows(long))
+    for name, steps in (("diloco", 2250), ("diloco-long", 6750)):
+        cfg = {"dataset": "mnist1d", "steps": steps}
+        (tmp_path / name / "config.json").write_text(json.dumps({"config": cfg}))
     v = _assess(tmp_path, "D1")
     assert v.verdict == before.verdict == "did not hold"  # 3 points below dp: the primary's
-    assert f"secondary, {localsgd.LONG_LABEL}" in v.evidence
+    label = localsgd.LONG_LABEL.format(times="3×")
+    assert f"secondary, {label}" in v.evidence and "(diloco-long)" in label
     assert "diloco (H=10, 3× budget) − dp (3× budget) + 1 point" in v.evidence
     assert "diloco (H=50, 3× budget) − dp (3× budget) + 1 point (non-inferiority, margin 1 " \
         "point) = -0.5" in v.evidence  # fmt: skip
     assert "plain difference: diloco (H=50, 3× budget) − dp (3× budget) = -1.5" in v.evidence
-    assert v.tables[1].startswith("At three times the budget (diloco-long):\n\n| method |")
+    assert v.tables[1].startswith("At 3× the budget (diloco-long):\n\n| method |")
     assert "88.5" in v.tables[1] and "90.0" in v.tables[1]
+    (tmp_path / "diloco-long" / "config.json").write_text(json.dumps({"config": {}}))
+    assert (
+        "diloco (H=10, a longer budget) − dp (a longer budget)" in _assess(tmp_path, "D1").evidence
+    )
     (tmp_path / "diloco" / "summary.json").unlink()
     assert _assess(tmp_path, "D1").verdict == "not run"
 
 
 def test_a_longer_run_judges_the_reference_of_every_claim_that_reads_the_shorter(tmp_path):
-    """dp on AdamW's cosine: diloco-long (three times the budget) ends 3.6 points higher, so
+    """dp on AdamW's cosine: diloco-long (a longer budget) ends 3.6 points higher, so
     diloco's reference has not converged — on D1, which reads both, and on D2 and D3, which
     read diloco alone; diloco-long's own reference, with nothing longer, is not judged."""
     from experiments.claims import budget
