@@ -351,8 +351,8 @@ def assess_all(ctx: Context) -> dict[str, Verdict]:
         old = [n for n in c.runs if _drifted(ctx, n)]
         if old and v.verdict != "not run":
             notes.append(f"on rows of an earlier configuration of {', '.join(old)}")
-        for note in notes:
-            v = dataclasses.replace(v, caveat=f"{v.caveat}; {note}" if v.caveat else note)
+        if notes:
+            v = dataclasses.replace(v, caveat="; ".join(x for x in (v.caveat, *notes) if x))
         out[c.id] = v
     return out
 

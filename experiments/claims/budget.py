@@ -21,7 +21,7 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from jaxstale import optimizers, runs
 
@@ -87,9 +87,8 @@ def _text_references(folder: Path) -> dict[str, float] | None:
     from jaxstale import text
 
     try:
-        name = json.loads((folder / "config.json").read_text())["config"]["dataset"]
-        return text.reference_losses(name)
-    except (FileNotFoundError, KeyError, ValueError, json.JSONDecodeError):
+        return text.reference_losses(_config(folder)["dataset"])
+    except (KeyError, ValueError):
         return None
 
 
@@ -101,8 +100,8 @@ def _converged(f: dict[str, Any]) -> bool:
     return f["plateau"] is not None and f["flat_since"] is not None and not rising
 
 
-def _verdict(f: dict[str, Any]) -> str:
-    return "converged" if _converged(f) else "**not converged**"
+def _verdict(converged: bool | None) -> str:
+    return "converged" if converged else "**not converged**"
 
 
 #: the configuration fields that decide how a reference trains, besides its setting: two
@@ -110,35 +109,47 @@ def _verdict(f: dict[str, Any]) -> str:
 _SAME = ("dataset", "standardize", "optimizer", "momentum", "inner_lr", "batch_size")
 
 
-def _config(rows: Path, name: str) -> dict[str, Any]:
+def _config(folder: Path) -> dict[str, Any]:
+    """The configuration a run folder's (or its committed rows') ``config.json`` records;
+    ``{}`` without one."""
     try:
-        return json.loads((rows / name / "config.json").read_text())["config"]
+        return json.loads((folder / "config.json").read_text())["config"]
     except (FileNotFoundError, KeyError, TypeError, json.JSONDecodeError):
         return {}
 
 
-def _judged(rows: Path, names: Sequence[str]) -> list[tuple[str, dict[str, Any], Any]]:
-    """Every fact of ``names`` with its judgement: True (converged), False (not), or, for an
-    accuracy reference on a decaying schedule (an optimizer of
-    :data:`jaxstale.optimizers.NAMES`: warm-up + cosine over the run, whose last third gains
-    from the decay at any length), the longest other configuration of ``names`` that trains the
-    same reference (:data:`_SAME`, the same setting) for more updates, as ``(name, fact,
-    converged)``, converged when its plateau is within :data:`TOL` of that one's; None without
-    such a run. A language model's fact (compared at equal updates) is None too."""
+class Judged(NamedTuple):
+    """One Budget fact of configuration ``name`` and its judgement: ``converged`` True, False,
+    or None (not judged); ``by``: the longer run ``(name, fact)`` it was judged against."""
+
+    name: str
+    fact: dict[str, Any]
+    converged: bool | None
+    by: tuple[str, dict[str, Any]] | None = None
+
+
+def _judged(rows: Path, names: Sequence[str]) -> list[Judged]:
+    """Every fact of ``names``, judged by :func:`_converged`; or, for an accuracy reference on
+    a decaying schedule (an optimizer of :data:`jaxstale.optimizers.NAMES`: warm-up + cosine
+    over the run, whose last third gains from the decay at any length), against the longest
+    other configuration of ``names`` that trains the same reference (:data:`_SAME`, the same
+    setting) for more updates: converged when its plateau is within :data:`TOL` of that one's,
+    not judged without such a run. A language model's fact (compared at equal updates) is not
+    judged either."""
     facts = {
         n: json.loads((rows / n / FILE).read_text()) for n in names if (rows / n / FILE).exists()
     }
-    cfgs = {n: _config(rows, n) for n in facts}
+    cfgs = {n: _config(rows / n) for n in facts}
     out = []
     for name, found in facts.items():
         cfg = cfgs[name]
         decays = cfg.get("optimizer") in optimizers.NAMES
         for f in found:
             if f.get("metric") == "loss":
-                out.append((name, f, None))
+                out.append(Judged(name, f, None))
                 continue
             if not decays or f["plateau"] is None:  # (no curve without divergence: not)
-                out.append((name, f, _converged(f)))
+                out.append(Judged(name, f, _converged(f)))
                 continue
             longer = [
                 (g["steps"], other, g)
@@ -149,16 +160,11 @@ def _judged(rows: Path, names: Sequence[str]) -> list[tuple[str, dict[str, Any],
                 and g.get("plateau") is not None
             ]  # fmt: skip
             if not longer:
-                out.append((name, f, None))
+                out.append(Judged(name, f, None))
                 continue
             _, other, g = max(longer, key=lambda t: t[0])
-            ok = f["plateau"] is not None and g["plateau"] - f["plateau"] <= TOL
-            out.append((name, f, (other, g, ok)))
+            out.append(Judged(name, f, g["plateau"] - f["plateau"] <= TOL, (other, g)))
     return out
-
-
-def _ok(judged: Any) -> bool | None:
-    return judged[2] if isinstance(judged, tuple) else judged
 
 
 def unconverged(rows: Path, names: Sequence[str]) -> list[str]:
@@ -172,7 +178,7 @@ def unconverged(rows: Path, names: Sequence[str]) -> list[str]:
         >>> unconverged(Path("no-such-rows"), ["async"])
         []
     """
-    return list(dict.fromkeys(name for name, _, j in _judged(rows, names) if _ok(j) is False))
+    return list(dict.fromkeys(j.name for j in _judged(rows, names) if j.converged is False))
 
 
 def _loss_line(name: str, setting: str, f: dict[str, Any]) -> str:
@@ -207,7 +213,8 @@ def _rate(f: dict[str, Any]) -> str:
     return f"lr {f['lr']:g}"
 
 
-def _line(name: str, f: dict[str, Any], judged: Any) -> str:
+def _line(judged: Judged) -> str:
+    name, f = judged.name, judged.fact
     if f.get("metric") == "loss":
         return _loss_line(name, ", ".join(f"{k} {v}" for k, v in f["setting"].items()), f)
     setting = ", ".join(f"{k} {v}" for k, v in f["setting"].items())
@@ -225,15 +232,15 @@ def _line(name: str, f: dict[str, Any], judged: Any) -> str:
         f"on its warm-up + cosine schedule, whose last third gains from the decay at any "
         f"length (here {change})"
     )
-    if judged is None:
+    if judged.converged is None:
         return (
             f"{head}: not judged; {plateau} over the last third of {f['steps']:,} updates, "
             f"{decay}, and no longer run of it to compare with."
         )
-    if isinstance(judged, tuple):
-        other, g, ok = judged
+    if judged.by is not None:
+        other, g = judged.by
         return (
-            f"{head}: {'converged' if ok else '**not converged**'}; {plateau} at "
+            f"{head}: {_verdict(judged.converged)}; {plateau} at "
             f"{f['steps']:,} updates against {100 * g['plateau']:.1f} % at {g['steps']:,} "
             f"(`{other}`), judged by that longer run: {decay}."
         )
@@ -242,13 +249,16 @@ def _line(name: str, f: dict[str, Any], judged: Any) -> str:
         if f["flat_since"] is not None
         else f"not within ±{100 * TOL:g} point of its plateau at the end ({f['steps']:,} updates)"
     )
-    return f"{head}: {_verdict(f)}; {plateau}, {flat}; change over the last third {change}."
+    return (
+        f"{head}: {_verdict(judged.converged)}; {plateau}, {flat}; change over the last "
+        f"third {change}."
+    )
 
 
 def section(rows: Path, names: Sequence[str]) -> list[str]:
     """The report's "Budget" lines from each configuration's ``budget.json`` under ``rows``
     (``[]`` when none has one)."""
-    lines = [_line(name, f, j) for name, f, j in _judged(rows, names)]
+    lines = [_line(j) for j in _judged(rows, names)]
     if not lines:
         return []
     head = (

@@ -35,10 +35,13 @@ CHECK_ALPHA = "diloco-streaming-a0"
 CHECK_LOW = "diloco-async-low"
 #: the heading of that check's secondaries
 LOW_LABEL = f"set-up check added after the run: outer rates 0.01–0.1 ({CHECK_LOW})"
-#: D1's set-up check, added after ``diloco`` ran: dp and DiLoCo on a longer budget than its
+#: D1's set-up check, added after ``diloco`` ran: dp and DiLoCo on a longer budget than
+#: ``diloco``'s
 CHECK_LONG = "diloco-long"
 #: the heading of that check's secondaries (its budget's multiple of ``diloco``'s, from the rows)
 LONG_LABEL = "set-up check added after the run: {times} the budget (" + CHECK_LONG + ")"
+#: the order in which exchanges lose precision (D4's primary takes the last one run)
+PRECISIONS = ("streaming", "streaming-fp8", "streaming-fp4")
 
 
 def _times(ctx: Context) -> str:
@@ -49,10 +52,6 @@ def _times(ctx: Context) -> str:
     except (FileNotFoundError, KeyError, TypeError, ZeroDivisionError):
         return "a longer"
     return f"{ratio:g}×"
-
-
-#: the order in which exchanges lose precision (D4's primary takes the last one run)
-PRECISIONS = ("streaming", "streaming-fp8", "streaming-fp4")
 
 
 def _arm(rows: Sequence[dict], method: str, workers: int, h: int | None = None) -> list[dict]:
