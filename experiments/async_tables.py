@@ -74,7 +74,7 @@ def make_table(
             sub, by=EDGE_BY, grid=lrs, limit=lim, chance_acc=ds_chance, knob=KNOB, task=task
         )
         parts += [edges] if edges else []
-    parts += [note] if (note := tuning_note(cfg)) else []
+    parts += [note] if (note := tuning_note(cfg, task)) else []
     if cfg.get("preset"):
         mu, one = max(cfg["momentum"]), lambda meth, m: (meth in ONE_WORKER) == (m == 1)
         pick = lambda meth, m: _selected_rows(rows, selected, meth, m, mu) if one(meth, m) else None

@@ -287,7 +287,7 @@ def make_table(
     edges = reports.edge_notes(
         rows, by=EDGE_BY, grid=cfg["lrs"], limit=lim, chance_acc=chance_acc, task=task
     )
-    parts += [n for n in (edges, reports.tuning_note(cfg)) if n]
+    parts += [n for n in (edges, reports.tuning_note(cfg, task)) if n]
     if {r["method"] for r in rows} == set(METHODS):
         table, _ = reports.paired_table(
             [r for r in picked if r["delay"] != "0"], index=("model",), compare="method",

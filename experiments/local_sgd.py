@@ -429,7 +429,7 @@ def make_table(
         rows, by=EDGE_BY, grid=grid_of(cfg), limit=cfg.get("extend_edges", 0),
         chance_acc=chance_acc, task=task,
     )  # fmt: skip
-    parts += [n for n in (edges, reports.tuning_note(cfg)) if n]
+    parts += [n for n in (edges, reports.tuning_note(cfg, task)) if n]
     if any(r["method"] == "diloco" for r in picked):
         table, _ = reports.paired_table(
             picked, index=("model",), compare="method",

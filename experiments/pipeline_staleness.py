@@ -445,7 +445,7 @@ def make_table(
     ]
     lim, lrs = cfg.get("extend_edges", 0), cfg.get("lrs", ())
     edges = edge_notes(rows, by=EDGE_BY, grid=lrs, limit=lim, chance_acc=chance_acc, task=task)
-    parts += [n for n in (edges, reports.tuning_note(cfg)) if n]
+    parts += [n for n in (edges, reports.tuning_note(cfg, task)) if n]
     methods = list(dict.fromkeys(r["method"] for r in rows))
     for base in ("vanilla", "sync"):
         if base in methods and len(methods) > 1:

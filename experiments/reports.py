@@ -252,8 +252,9 @@ def edge_notes(
     return "\n".join([head, *(lines or ["- every selected rate is interior to its grid."])])
 
 
-def tuning_note(cfg: dict[str, Any]) -> str:
-    """The line a two-stage sweep's tables carry (``--tune-seeds``); empty otherwise."""
+def tuning_note(cfg: dict[str, Any], task: tasks.Task | None = None) -> str:
+    """The line a two-stage sweep's tables carry (``--tune-seeds``); empty otherwise. The
+    selection metric is the task's (validation accuracy, or loss for a language model)."""
     k = cfg.get("tune_seeds")
     if not k:
         return ""
@@ -261,7 +262,8 @@ def tuning_note(cfg: dict[str, Any]) -> str:
     first = "seed 0" if k == 1 else f"seeds 0–{k - 1}"
     return (
         f"**Two-stage sweep** (--tune-seeds {k}): each rate grid (and its extensions) ran on "
-        f"{first}, and the rate was selected on their validation accuracy (the grid tables "
+        f"{first}, and the rate was selected on their validation "
+        f"{tasks.or_default(task).metric} (the grid tables "
         f"show those seeds); the selected rate then ran on all {n} seeds, which every table "
         "at the selected rate reports."
     )

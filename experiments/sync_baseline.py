@@ -218,7 +218,7 @@ def summarise(
     notes = edge_notes(
         rows, by=("model",), grid=cfg["lrs"], limit=lim, chance_acc=chance_acc, task=task
     )
-    notes = "\n\n".join(n for n in (notes, tuning_note(cfg)) if n)
+    notes = "\n\n".join(n for n in (notes, tuning_note(cfg, task)) if n)
     grid += "\n\n" + notes if notes else ""
     return make_table(rows, cfg, ref, grid, task, unigram), selected, ref
 

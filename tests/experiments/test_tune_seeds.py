@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from experiments import async_workers, pipeline_staleness, sync_baseline
+from experiments import async_workers, pipeline_staleness, reports, sync_baseline
 from experiments.config import ConfigError
 from experiments.grids import confirm_selected, extend_grid, grid_seeds
-from jaxstale import runs
+from jaxstale import runs, tasks
 from jaxstale.runs.groups import TIMING_FIELDS
 
 GRID = [0.01, 0.03, 0.1]
@@ -147,3 +147,11 @@ def test_async_workers_and_pipeline_two_stage(tmp_path):
         [(0.003, 0), (0.003, 1), (0.01, 0), (0.01, 1), (lr, 2)]
     )
     assert "**Two-stage sweep** (--tune-seeds 2)" in res["table"]
+
+
+def test_tuning_note_names_the_tasks_selection_metric():
+    cfg = {"tune_seeds": 2, "seeds": 5}
+    assert "selected on their validation accuracy (" in reports.tuning_note(cfg)
+    lm = reports.tuning_note(cfg, tasks.language_model(65))
+    assert "ran on seeds 0–1, and the rate was selected on their validation loss (" in lm
+    assert "ran on all 5 seeds" in lm and reports.tuning_note({"seeds": 5}) == ""
