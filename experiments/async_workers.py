@@ -327,7 +327,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
     )
     out: dict[int, tuple[dict, list]] = {}
     for part in parts:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         scheds = [
             make_delay(
                 cfg["delay"],
@@ -365,6 +365,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
             metric=task.metric,
         )
         wall = (time.perf_counter() - t0) / len(part)
+        cpu = (time.process_time() - c0) / len(part)  # the process's, every thread
         for k, r in zip(part, res, strict=True):
             extra = {
                 "delay": "sync" if is_sync else cfg["delay"],
@@ -374,6 +375,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
                 "dataset": cfg["dataset"],
                 "warmup_epochs": cfg["warmup_epochs"],
                 "wall_s": wall,
+                "cpu_s": round(cpu, 3),
             }
             out[id(k)] = run_row(r, spe, extra, cfg["target"], task)
     return [out[id(k)] for k in keys]

@@ -226,7 +226,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
     method = keys[0]["method"]
     b, steps = cfg["batch_size"], cfg["steps"]
     spe = len(ds.x_train) // b
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     scheds = [make_delay("constant", k["delay"] + 1, steps, batch_size=b, seed=0) for k in keys]
     apply, ps, ss, xs, ys = lanes_for(
         ds,
@@ -251,6 +251,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
         metric=task_of(ds).metric,
     )
     wall = (time.perf_counter() - t0) / len(keys)
+    cpu = (time.process_time() - c0) / len(keys)  # the process's, every thread
     extra = {
         "momentum": cfg["momentum"],
         "model": cfg["model"],
@@ -258,6 +259,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
         "batch_size": b,
         "epochs": steps / spe,
         "wall_s": wall,
+        "cpu_s": round(cpu, 3),
     }
     return [run_row(r, spe, extra, cfg["target"], task_of(ds)) for r in res]
 

@@ -322,7 +322,7 @@ class _Runner:
         if base.startswith("streaming"):
             kw = {"fragments": cfg["fragments"], "overlap": int(tau), "alpha": cfg["alpha"]}
             kw["exchange"] = base.partition("-")[2] or "fp32"
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if cfg.get("executor") == "mesh":
             results = [
                 self._on_mesh(f, base, m, k["lr"], inner, sched, x, y, kw)
@@ -333,8 +333,9 @@ class _Runner:
         streams = base.startswith("streaming")
         updates = run_sched[0].num_updates * (cfg["fragments"] if streams else 1)
         wall = (time.perf_counter() - t0) / len(keys)
+        cpu = (time.process_time() - c0) / len(keys)  # the process's, every thread
         self.computed += len(keys)
-        return self._rows(results, scheds, base, m, updates, streams, wall)
+        return self._rows(results, scheds, base, m, updates, streams, (wall, cpu))
 
     def _on_mesh(self, f: Any, base: str, m: int, lr: float, inner: Any, sched: Any,
                  x: Any, y: Any, kw: dict) -> Any:  # fmt: skip
@@ -364,9 +365,11 @@ class _Runner:
         return results
 
     def _rows(self, results: list, scheds: list, base: str, m: int, updates: int,
-              streaming: bool, wall: float) -> list[tuple[dict[str, Any], list[dict]]]:  # fmt: skip
-        """The summary rows and curves of a group's runs."""
-        cfg = self.cfg
+              streaming: bool, times: tuple[float, float],
+              ) -> list[tuple[dict[str, Any], list[dict]]]:  # fmt: skip
+        """The summary rows and curves of a group's runs (``times``: each run's wall and CPU
+        seconds)."""
+        cfg, (wall, cpu) = self.cfg, times
         # outer updates per whole model a worker sends: an asynchronous arrival is one worker's,
         # a streaming exchange one fragment
         per_send = m if base.startswith("async") else cfg["fragments"] if streaming else 1
@@ -387,6 +390,7 @@ class _Runner:
                     late if late is not None else float(tau_all.mean()) if len(tau_all) else 0.0
                 ),
                 "wall_s": round(wall, 3),
+                "cpu_s": round(cpu, 3),
             }
             out.append((row, res.curve))
         return out

@@ -36,7 +36,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
     """Pending runs (cells differing in seed): each trains once and evaluates every policy."""
     b, updates = cfg["batch_size"], cfg["updates"]
     spe = len(ds.x_train) // b
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     scheds = [
         make_delay(cfg["delay"], k["workers"], updates, batch_size=b, seed=k["seed"]).validate()
         for k in keys
@@ -67,6 +67,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
         s0 = stack(banks) if vmap else banks[0]
         results = _train(ex, p0, s0, apply, cfg, ds, spe)
         wall = (time.perf_counter() - t0) / len(keys)
+        cpu = (time.process_time() - c0) / len(keys)  # the process's, every thread
         for i, (row, curve) in zip(g, results, strict=True):
             tau = np.asarray(scheds[i].staleness)
             row.update(
@@ -83,6 +84,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
                     "model": cfg["model"],
                     "dataset": cfg["dataset"],
                     "wall_s": wall,
+                    "cpu_s": round(cpu, 3),
                 }
             )
             out[i] = (row, curve)

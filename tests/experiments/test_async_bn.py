@@ -37,6 +37,7 @@ def test_end_to_end_rows_shared_weights_files_and_resume(tmp_path, monkeypatch):
         got = {(q["policy"], q["decay"]) for q in r["policies"]}
         assert got == {("ordinary", 0.1), ("async-bn", 0.1), ("recomputed", None)}
         assert r["params_checksum"] is not None and not r["diverged"]
+        assert r["cpu_s"] > 0 and r["wall_s"] > 0  # the group's share
         assert r["updates"] == 12 and (r["max_staleness"] == 0) == (r["workers"] == 1)
         by = {q["policy"]: q for q in r["policies"]}
         if r["workers"] == 1:  # one worker: the pulled copy is the server's, the policies agree

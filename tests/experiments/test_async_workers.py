@@ -9,6 +9,7 @@ import pytest
 from experiments import async_workers
 from experiments.config import ConfigError
 from jaxstale.asyncdp import register_method
+from jaxstale.runs.groups import TIMING_FIELDS
 
 TINY = ["--steps", "24", "--seeds", "1", "--workers", "1,4", "--momentum", "0.9"]
 TINY += ["--batch-size", "16", "--extend-edges", "0"]  # the grid as given (test_grid_edges)
@@ -37,6 +38,7 @@ def test_end_to_end_files_rows_and_resume(tmp_path, monkeypatch, capsys):
         ("asgd", 1),
         ("asgd", 4),
     }
+    assert all(r["cpu_s"] > 0 and r["wall_s"] > 0 for r in rows)  # the group's share each
     for r in rows:
         for k in [
             "lr",
@@ -191,7 +193,7 @@ def test_dc_asgd_at_scale_one_is_the_fixed_lambda0_cell(tmp_path):
     tuned = async_workers.main([*argv, "--dc-lambda-scales", "1,10", "--out", str(tmp_path / "a")])
     plain = async_workers.main([*argv, "--out", str(tmp_path / "b")])
     at1 = [r for r in tuned["rows"] if r["lam"] == 2.0]
-    drop = ("lam", "wall_s")
+    drop = ("lam", *TIMING_FIELDS)
     assert [{k: v for k, v in r.items() if k not in drop} for r in at1] == [
         {k: v for k, v in r.items() if k not in drop} for r in plain["rows"]
     ]

@@ -20,6 +20,7 @@ def test_tiny_grid_end_to_end_and_resume(tmp_path, monkeypatch):
         assert (out / name).exists(), name
     rows = json.loads((out / "summary.json").read_text())["rows"]
     assert len(rows) == 2 * 2 * 2
+    assert all(r["cpu_s"] > 0 and r["wall_s"] > 0 for r in rows)  # the group's share each
     by = {(r["method"], r["delay"], r["lr"]): r for r in rows}
     bad = by[("asgd", 4, 1e30)]
     assert bad["diverged"] and bad["final_test_accuracy"] is None

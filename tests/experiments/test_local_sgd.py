@@ -39,6 +39,7 @@ def test_equal_tokens_fewer_exchanges_end_to_end(tmp_path):
     eager = by["diloco-eager"]  # a round per H steps; the other worker's half arrives late
     assert eager["models_sent"] == 2 and eager["mean_staleness"] == 0.5
     assert all(r["final_val_accuracy"] is not None for r in rows) and len(rows) == 12
+    assert all(r["cpu_s"] > 0 and r["wall_s"] > 0 for r in rows)  # the group's share each
     table = res["table"]
     assert "| mlp | dp − diloco |" in table and "models sent" in table
     assert (out / "plot.png").exists()
