@@ -5,6 +5,7 @@ committed as ``budget.json`` beside the rows and rendered in the report's Budget
 import json
 
 from experiments.claims import budget, provenance
+from tests.experiments.budget_facts import fact as _fact
 
 
 def _cell(folder, key, val, curve):
@@ -116,12 +117,6 @@ def test_local_sgds_data_parallel_arm_is_a_reference_and_its_rate_a_multiple(tmp
         "- `diloco`, method dp, workers 4, inner_steps 10, rate 8 × the inner rate: "
         "**not converged**"
     )
-
-
-def _fact(method, flat_since, delta, metric=None, plateau=0.8):
-    f = {"setting": {"method": method}, "lr": 0.01, "steps": 600, "plateau": plateau,
-         "flat_since": flat_since, "delta_last_third": delta}  # fmt: skip
-    return {**f, "metric": metric} if metric else f
 
 
 def test_unconverged_lists_the_configurations_whose_reference_still_improves(tmp_path):

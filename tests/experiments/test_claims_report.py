@@ -15,6 +15,7 @@ from experiments.claims import budget, figures, provenance, sweeps
 from experiments.claims.configs import FAMILIES
 from experiments.claims.verdicts import Diff
 from jaxstale.runs import fingerprint
+from tests.experiments.budget_facts import fact as _budget_fact
 
 BASE = [0.90, 0.91, 0.905, 0.895, 0.90]
 NOISE = [0.0005, -0.0005, 0.001, -0.001, 0.0]
@@ -498,8 +499,3 @@ def test_every_verdict_on_such_a_configuration_says_so_before_any_other_note(tmp
         else:
             assert v.caveat == was.caveat, c.id
     assert "C1" in flagged
-
-
-def _budget_fact(method, flat_since, delta):
-    return {"setting": {"method": method}, "lr": 0.01, "steps": 600, "plateau": 0.8,
-            "flat_since": flat_since, "delta_last_third": delta}  # fmt: skip
