@@ -53,7 +53,6 @@ from __future__ import annotations
 import functools
 import json
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +68,7 @@ from .async_tables import (
 )
 from .common import (
     chance,
+    group_clock,
     lanes_for,
     load_checked,
     make_delay,
@@ -327,7 +327,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
     )
     out: dict[int, tuple[dict, list]] = {}
     for part in parts:
-        t0, c0 = time.perf_counter(), time.process_time()
+        clock = group_clock()
         scheds = [
             make_delay(
                 cfg["delay"],
@@ -364,8 +364,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
             executor=cfg["executor"],
             metric=task.metric,
         )
-        wall = (time.perf_counter() - t0) / len(part)
-        cpu = (time.process_time() - c0) / len(part)  # the process's, every thread
+        wall, cpu = clock(len(part))
         for k, r in zip(part, res, strict=True):
             extra = {
                 "delay": "sync" if is_sync else cfg["delay"],

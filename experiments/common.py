@@ -22,6 +22,7 @@ Experiments do not import each other; what two of them need lives here.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,6 +39,7 @@ __all__ = [
     "chance",
     "convergence",
     "fit_grid",
+    "group_clock",
     "lanes_for",
     "load_checked",
     "load_data",
@@ -391,6 +393,15 @@ def lanes_for(
         ys.append(Gather(ds.y_train, idx))
     assert apply is not None
     return apply, ps, ss, xs, ys
+
+
+def group_clock() -> Callable[[int], tuple[float, float]]:
+    """Starts a run group's clocks; the function returned gives each of its ``n`` runs' share of
+    the time since, ``(wall, cpu)`` seconds: wall from :func:`time.perf_counter`, CPU from
+    :func:`time.process_time` (the process's user + system time, every thread). Rows record
+    them as ``wall_s`` and ``cpu_s``."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    return lambda n: ((time.perf_counter() - t0) / n, (time.process_time() - c0) / n)
 
 
 def run_row(

@@ -40,7 +40,6 @@ Run: ``python -m experiments.constant_delay --help``.
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +50,7 @@ from jaxstale import data, delayed, loop, models, optimizers, runs, tasks
 from jaxstale.pipeline.kernel import compose
 
 from . import grids, reports
-from .common import chance, load_checked, opened, outcome, splits, task_of, title
+from .common import chance, group_clock, load_checked, opened, outcome, splits, task_of, title
 from .config import (
     EVAL_HELP,
     Base,
@@ -199,7 +198,7 @@ class _Runner:
                 for k in keys
             ]
         )
-        t0, c0 = time.perf_counter(), time.process_time()
+        clock = group_clock()
         ex = delayed.executor(
             compose(inits[0]), self.tx, ds.x_train, ds.y_train, idx, delay=taus,
             predict=method == "predicted", vmap=True,
@@ -209,8 +208,7 @@ class _Runner:
             ex, params, states, eval_every=cfg["eval_every"], eval_data=splits(ds),
             metric=self.task.metric,
         )  # fmt: skip
-        wall = (time.perf_counter() - t0) / len(keys)
-        cpu = (time.process_time() - c0) / len(keys)  # the process's, every thread
+        wall, cpu = clock(len(keys))
         self.computed += len(keys)
         out = []
         for res in results:

@@ -71,7 +71,6 @@ Run: ``python -m experiments.delay_cliff [--quick] [--out DIR] [--methods a,b] [
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +79,7 @@ from jaxstale import asyncdp, data, models, tasks
 from .cliff_tables import make_figures, make_table
 from .common import (
     chance,
+    group_clock,
     lanes_for,
     load_checked,
     make_delay,
@@ -226,7 +226,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
     method = keys[0]["method"]
     b, steps = cfg["batch_size"], cfg["steps"]
     spe = len(ds.x_train) // b
-    t0, c0 = time.perf_counter(), time.process_time()
+    clock = group_clock()
     scheds = [make_delay("constant", k["delay"] + 1, steps, batch_size=b, seed=0) for k in keys]
     apply, ps, ss, xs, ys = lanes_for(
         ds,
@@ -250,8 +250,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
         vmap=seed_mode(cfg["model"], cfg["seed_mode"]),
         metric=task_of(ds).metric,
     )
-    wall = (time.perf_counter() - t0) / len(keys)
-    cpu = (time.process_time() - c0) / len(keys)  # the process's, every thread
+    wall, cpu = clock(len(keys))
     extra = {
         "momentum": cfg["momentum"],
         "model": cfg["model"],

@@ -63,7 +63,6 @@ Run: ``python -m experiments.local_sgd --help``.
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,7 +77,7 @@ from jaxstale.transforms.lookahead import momentum_lookahead
 from jaxstale.transforms.outer import cgad, delayed_nesterov, staleness_weight
 
 from . import grids, reports
-from .common import chance, load_checked, opened, outcome, splits, task_of, title
+from .common import chance, group_clock, load_checked, opened, outcome, splits, task_of, title
 from .config import Base, ConfigError, check_memory, check_model, cli, flag, opt, refuse_unused
 
 EXPERIMENT = "local_sgd"
@@ -322,7 +321,7 @@ class _Runner:
         if base.startswith("streaming"):
             kw = {"fragments": cfg["fragments"], "overlap": int(tau), "alpha": cfg["alpha"]}
             kw["exchange"] = base.partition("-")[2] or "fp32"
-        t0, c0 = time.perf_counter(), time.process_time()
+        clock = group_clock()
         if cfg.get("executor") == "mesh":
             results = [
                 self._on_mesh(f, base, m, k["lr"], inner, sched, x, y, kw)
@@ -332,8 +331,7 @@ class _Runner:
             results = self._lanes(keys, inits, base, m, inner, run_sched, xs, ys, kw)
         streams = base.startswith("streaming")
         updates = run_sched[0].num_updates * (cfg["fragments"] if streams else 1)
-        wall = (time.perf_counter() - t0) / len(keys)
-        cpu = (time.process_time() - c0) / len(keys)  # the process's, every thread
+        wall, cpu = clock(len(keys))
         self.computed += len(keys)
         return self._rows(results, scheds, base, m, updates, streams, (wall, cpu))
 

@@ -84,7 +84,6 @@ schedule with weight versions). Run: ``python -m experiments.pipeline_staleness 
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -94,7 +93,7 @@ import numpy as np
 
 from jaxstale import data, loop, models, optimizers, pipeline, runs, schedules, tasks
 
-from . import grids, memory, reports
+from . import common, grids, memory, reports
 from .common import chance, load_checked, opened, outcome, seed_mode, splits, task_of, title
 from .config import (
     EVAL_HELP,
@@ -325,7 +324,7 @@ class _Runner:
         stages = self.template(name, n)
         sched = schedule_factory(method)(n, cfg["steps"])
         kw = {"backward": cfg["backward"], "momentum": cfg["momentum"]}
-        t0, c0 = time.perf_counter(), time.process_time()
+        clock = common.group_clock()
         results: list[loop.Result] = []
         if cfg["executor"] == "mesh":  # one run at a time, its own optimizer object
             for k in keys:
@@ -348,8 +347,7 @@ class _Runner:
                 args = (stages, sched, method, self.tx, xb, yb)
                 ex = pipeline.make("emulate", *args, lanes=len(part), hyperparams=lrs, **kw)
                 results += self._run(ex, [self.init(name, n, k["seed"]) for k in part])
-        wall = (time.perf_counter() - t0) / len(keys)
-        cpu = (time.process_time() - c0) / len(keys)  # the process's, every thread
+        wall, cpu = clock(len(keys))
         self.computed += len(keys)
         policy = pipeline.get_policy(method)
         out = []

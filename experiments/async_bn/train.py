@@ -5,7 +5,6 @@ statistics bank; at the end, every policy and the recomputed statistics on valid
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +14,7 @@ import numpy as np
 
 from jaxstale import data, loop, runs
 
-from ..common import lanes_for, make_delay, seed_mode
+from ..common import group_clock, lanes_for, make_delay, seed_mode
 from .bank import (
     RECOMPUTED,
     _evaluate,
@@ -36,7 +35,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
     """Pending runs (cells differing in seed): each trains once and evaluates every policy."""
     b, updates = cfg["batch_size"], cfg["updates"]
     spe = len(ds.x_train) // b
-    t0, c0 = time.perf_counter(), time.process_time()
+    clock = group_clock()
     scheds = [
         make_delay(cfg["delay"], k["workers"], updates, batch_size=b, seed=k["seed"]).validate()
         for k in keys
@@ -66,8 +65,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
         p0 = stack([ps[i] for i in g]) if vmap else ps[g[0]]
         s0 = stack(banks) if vmap else banks[0]
         results = _train(ex, p0, s0, apply, cfg, ds, spe)
-        wall = (time.perf_counter() - t0) / len(keys)
-        cpu = (time.process_time() - c0) / len(keys)  # the process's, every thread
+        wall, cpu = clock(len(keys))
         for i, (row, curve) in zip(g, results, strict=True):
             tau = np.asarray(scheds[i].staleness)
             row.update(
