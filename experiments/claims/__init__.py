@@ -262,7 +262,9 @@ def report(
         "- **held** / **did not hold** for a threshold check (A1, P2): every threshold met / "
         "one missed;",
         "- **reached** / **not reached** for a moonshot (M1, M2, LM-M): the target met / missed;",
-        "- **not run**: the claim's run folder (or its primary comparison's cells) is missing;",
+        "- **not run**: the claim's run folder (or its primary comparison's cells) is missing, "
+        "or the primary's arms are in two runs of different set-ups (the evidence says how they "
+        "differ: a seed pairs across runs of one set-up only);",
         "- a verdict followed by **reference not converged at the budget of** a run rests on "
         "a configuration whose synchronous reference was still improving at its budget "
         "([Budget](#budget)): a gap to it may close with more updates;",

@@ -68,11 +68,8 @@ CHECK_VARIES = ("methods", "workers", "lc_lambdas", "dc_lambda_scales")
 
 def _check_differs(ctx: Context) -> list[str]:
     """How the set-up check's configuration differs from ``async``'s outside
-    :data:`CHECK_VARIES` (``"field async → check"``); empty when their rows can be read
-    together. A check re-run at another budget than the rows of ``async`` is not combined."""
-    a, b = ctx.config("async"), ctx.config(CHECK_LAM)
-    keys = sorted((set(a) | set(b)) - set(CHECK_VARIES))
-    return [f"{k} {a.get(k)} → {b.get(k)}" for k in keys if a.get(k) != b.get(k)]
+    :data:`CHECK_VARIES` (:meth:`Context.differs`); empty when their rows can be read together."""
+    return ctx.differs("async", CHECK_LAM, CHECK_VARIES)
 
 
 def _checked(ctx: Context) -> bool:

@@ -272,6 +272,27 @@ class Context:
         """The chance level of a run's task (1 / classes of its dataset)."""
         return chance_of(self.rows(name)) if self.rows(name) else math.nan
 
+    def differs(self, base: str, other: str, varies: Sequence[str]) -> list[str]:
+        """How ``other``'s configuration differs from ``base``'s outside the fields ``varies``
+        (``"field base → other"``, sorted); empty when the two runs' rows can be read together:
+        a seed then pairs across them (same data, model, budget, evaluation), so a paired
+        difference may take one arm from each. A run re-run at another budget while the other
+        keeps its rows is not read with them."""
+        a, b = self.config(base), self.config(other)
+        keys = sorted((set(a) | set(b)) - set(varies))
+        return [f"{k} {a.get(k)} → {b.get(k)}" for k in keys if a.get(k) != b.get(k)]
+
+    def apart(self, base: str, other: str, varies: Sequence[str]) -> str | None:
+        """The evidence line saying why ``other``'s rows are not read with ``base``'s (None
+        when they can be: :meth:`differs` is empty)."""
+        d = self.differs(base, other, varies)
+        if not d:
+            return None
+        return (
+            f"- `{other}`'s rows not read with `{base}`'s: its configuration differs outside "
+            f"{', '.join(varies)} ({'; '.join(d)}); a seed pairs across runs of one set-up only"
+        )
+
 
 # --------------------------------------------------------------------------------- judging
 

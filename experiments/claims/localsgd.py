@@ -35,6 +35,9 @@ CHECK_ALPHA = "diloco-streaming-a0"
 CHECK_LOW = "diloco-async-low"
 #: the heading of that check's secondaries
 LOW_LABEL = f"set-up check added after the run: outer rates 0.01–0.1 ({CHECK_LOW})"
+#: the fields in which the asynchronous runs (``diloco-async``, :data:`CHECK_LOW`,
+#: :data:`LOOKAHEAD`) may differ for their rows to be read together (:meth:`Context.differs`)
+ASYNC_VARIES = ("methods", "lrs", "adam_lrs")
 #: D1's set-up check, added after ``diloco`` ran: dp and DiLoCo on a longer budget than
 #: ``diloco``'s
 CHECK_LONG = "diloco-long"
@@ -161,11 +164,20 @@ def _async_at(ctx: Context, name: str, method: str) -> list[tuple[int, list, lis
     return out
 
 
+def _low_apart(ctx: Context, name: str) -> list[str]:
+    """Why the set-up check's rows are not read with run ``name``'s (empty when they are, or
+    when either did not run)."""
+    if name == CHECK_LOW or not (ctx.has(CHECK_LOW) and ctx.has(name)):
+        return []
+    apart = ctx.apart(name, CHECK_LOW, ASYNC_VARIES)
+    return [apart] if apart else []
+
+
 def _low_nesterov(ctx: Context, name: str, method: str) -> dict[str, list[Diff]]:
     """The set-up check's secondary: ``method`` of run ``name`` − async-nesterov on the low
     grid (:data:`CHECK_LOW`, the same seeds, data and timing) at every M both ran (``name`` the
     check itself: ``method``'s low-grid rows); ``{}`` without the check's run."""
-    if not (ctx.has(CHECK_LOW) and ctx.has(name)):
+    if not (ctx.has(CHECK_LOW) and ctx.has(name)) or _low_apart(ctx, name):
         return {}
     low, rows = ctx.rows(CHECK_LOW), ctx.rows(name)
     where = ", low grid" if name == CHECK_LOW else ""
@@ -204,7 +216,7 @@ def judge_naive_async(ctx: Context) -> Evidence:
             "more workers": more,
             **_low_nesterov(ctx, "diloco-async", "diloco"),
         },
-        [],
+        _low_apart(ctx, "diloco-async"),
         [_table(rows, methods, sets)],
         [("diloco", "plot")],
     )
@@ -304,6 +316,7 @@ def judge_age_aware(ctx: Context) -> Evidence:
     stale = {r["workers"]: r.get("mean_staleness") for r in rows if r["method"] == "async-nesterov"}
     taus = ", ".join(f"{m}: {t:.1f}" for m, t in sorted(stale.items()) if t is not None)
     notes = [f"- mean staleness τ of async-nesterov's arrivals by M: {taus}"]
+    notes += _low_apart(ctx, "diloco-async")
     methods = [x for x in ("diloco", "async-nesterov", "async-cgad") if x in _methods(rows)]
     return Evidence(
         d[-1],
@@ -367,7 +380,9 @@ def judge_lookahead(ctx: Context) -> Evidence:
     gives the reference on the same seeds); secondaries: the other M, and async-lookahead −
     diloco (the synchronous rounds) at every M."""
     look = ctx.rows(LOOKAHEAD)
-    ref = ctx.rows("diloco-async") if ctx.has("diloco-async") else []
+    has = ctx.has("diloco-async")
+    apart = ctx.apart("diloco-async", LOOKAHEAD, ASYNC_VARIES) if has else None
+    ref = ctx.rows("diloco-async") if has and not apart else []
     pts = [
         (m, got, _arm(ref, "async-nesterov", m, h), _arm(ref, "diloco", m, h))
         for m, h in _settings(look)
@@ -375,8 +390,9 @@ def judge_lookahead(ctx: Context) -> Evidence:
     ]
     pts = [p for p in pts if p[2]]
     if not pts:
-        return Evidence(None, notes=[f"- no async-lookahead ({LOOKAHEAD}) and async-nesterov "
-                                     "(diloco-async) rows at one M"])  # fmt: skip
+        none = (f"- no async-lookahead ({LOOKAHEAD}) and async-nesterov (diloco-async) rows at "
+                "one M")  # fmt: skip
+        return Evidence(None, notes=[none, *([apart] if apart else [])])
     d = [diff(g, n, f"async-lookahead (M={m})", f"async-nesterov (M={m})") for m, g, n, _ in pts]
     sync = [diff(g, s, f"async-lookahead (M={m})", f"diloco (M={m})") for m, g, _, s in pts if s]
     notes = [

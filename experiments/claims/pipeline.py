@@ -173,9 +173,15 @@ MEMORY_LIGHT = ("vanilla", "spectrain-v1", "spectrain-v2", "nesterov", "pipemare
                 "2bw")  # fmt: skip
 
 
+#: the fields in which ``pipeline``'s and ``pipeline-n8``'s configurations may differ for their
+#: N = 8 rows to be read together (every other field, the budget among them, must match)
+POLICY_VARIES = ("methods", "policies", "schedules", "stages")
+
+
 def judge_moonshot_pipeline(ctx: Context) -> Verdict:
     rows = [r for r in ctx.rows("pipeline-n8") if r["stages"] == 8]
-    if ctx.has("pipeline"):  # the default policies at N = 8 (same seeds: paired)
+    apart = ctx.apart("pipeline-n8", "pipeline", POLICY_VARIES) if ctx.has("pipeline") else None
+    if ctx.has("pipeline") and apart is None:  # the default policies at N = 8 (same seeds)
         rows += [r for r in ctx.rows("pipeline") if r["stages"] == 8 and r["method"] != "sync"]
     methods = _methods_of(ctx, "pipeline-n8", rows)
     light = [m for m in methods if m in MEMORY_LIGHT]
@@ -190,6 +196,7 @@ def judge_moonshot_pipeline(ctx: Context) -> Verdict:
         if pick and m != "sync" and m not in names:
             tag = "" if m in MEMORY_LIGHT else " (N − k weight versions: not memory-light)"
             ev.append(f"  - {diff(ref, pick, 'sync', m).text()}{tag}")
+    ev += [apart] if apart else []
     tables = [pipe_table(rows, methods, [8])]
     if ctx.has("pipeline-nadam"):
         nrows = ctx.rows("pipeline-nadam")

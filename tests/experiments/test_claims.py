@@ -132,6 +132,27 @@ def test_pipeline_prediction_claim_and_the_n8_moonshot(tmp_path):
     assert v.verdict == "not reached" and "pipemare" in v.evidence
 
 
+def test_the_n8_moonshot_reads_the_default_policies_only_under_one_set_up(tmp_path):
+    hi, lo = [0.97, 0.968, 0.972, 0.97, 0.969], [0.90, 0.91, 0.905, 0.90, 0.902]
+    _folder(tmp_path, "pipeline", _pipe_rows({("sync", 8): lo, ("vanilla", 8): hi}), [],
+            steps=27000)  # fmt: skip
+    n8 = _pipe_rows({("sync", 8): hi, ("2bw", 8): [a - 0.01 for a in hi], ("pipemare", 8): lo})
+    _folder(tmp_path, "pipeline-n8", n8, [], steps=9000)
+    v = claims.judge_moonshot_pipeline(claims.Context(tmp_path, quick=False))
+    # vanilla at 27,000 updates is not compared with sync at 9,000
+    assert v.verdict == "not reached" and "vanilla" not in v.tables[0], v.evidence
+    assert "best on validation 2bw" in v.evidence
+    assert (
+        "- `pipeline`'s rows not read with `pipeline-n8`'s: its configuration differs outside "
+        "methods, policies, schedules, stages (steps 9000 → 27000)"
+    ) in v.evidence
+    _folder(tmp_path, "pipeline", _pipe_rows({("sync", 8): lo, ("vanilla", 8): hi}), [],
+            steps=9000)  # fmt: skip
+    v = claims.judge_moonshot_pipeline(claims.Context(tmp_path, quick=False))
+    assert v.verdict == "reached" and "best on validation vanilla" in v.evidence
+    assert "not read with" not in v.evidence
+
+
 def test_async_moonshot_picks_the_best_method_on_validation(tmp_path):
     ref = [0.975, 0.97, 0.972, 0.974, 0.971]
     rows = _rows({("sgd", 1): ref, ("gap-aware", 64): [a - 0.002 for a in ref],

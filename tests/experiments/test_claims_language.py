@@ -142,6 +142,21 @@ def test_lm3_and_lm6_read_the_policies_paired_with_the_depth_runs_seeds(tmp_path
     assert "pipemare − vanilla — **against the claim**" in v6.evidence
 
 
+def test_lm3_does_not_pair_the_policies_with_depth_rows_of_another_budget(tmp_path):
+    _folder(tmp_path, "lm-depth", _prows({("sync", 8): _losses(1.9), ("vanilla", 8): _losses(2.3)}),
+            steps=3000)  # fmt: skip
+    pol = {("stash", 8): _losses(2.2), ("2bw", 8): _losses(1.91), ("pipemare", 8): _losses(2.4)}
+    _folder(tmp_path, "lm-policies", _prows(pol), steps=1000)
+    v3 = claims.claim("LM3").assess(_ctx(tmp_path))
+    assert "sync (N=8)" not in v3.evidence and "2bw − vanilla" not in v3.evidence
+    assert (
+        "- `lm-depth`'s rows not read with `lm-policies`'s: its configuration differs outside "
+        "methods, policies, schedules, stages (steps 1000 → 3000); a seed pairs across runs of "
+        "one set-up only"
+    ) in v3.evidence
+    assert v3.verdict == "not run"  # sync and vanilla are in the other run
+
+
 def _delays(gap1, gap4, gap16, closed, base):
     cells = {("stale", 0): _losses(base)}
     for t, g, c in ((1, gap1, closed[0]), (4, gap4, closed[1]), (16, gap16, closed[2])):
@@ -164,6 +179,18 @@ def test_lm4_is_a_difference_of_gaps_and_lm5_takes_its_expected_effect_from_the_
     want = language.closed_fraction(4) * 0.5  # marin's fraction × this task's gap at τ = 4
     assert f"expected {want:.3f} nats (from this task's runs" in v5.evidence
     assert "the fraction closed shrinks as τ grows — for the claim" in v5.evidence
+
+
+def test_lm4_pairs_the_two_optimizers_gaps_only_under_one_set_up(tmp_path):
+    _folder(tmp_path, "lm-delay-adamw", _delays(0.4, 0.7, 1.2, (0.6, 0.3, 0.1), 1.9), steps=1000)
+    _folder(tmp_path, "lm-delay-muon", _delays(0.05, 0.5, 1.4, (0.5, 0.4, 0.2), 1.7), steps=2000,
+            optimizer="muon")  # fmt: skip
+    v4 = claims.claim("LM4").assess(_ctx(tmp_path))
+    assert "Muon's gap (τ=1) =" not in v4.evidence and "× Muon's" not in v4.evidence
+    assert "its configuration differs outside optimizer, lrs, delays (steps 1000 → 2000)" in (
+        v4.evidence
+    )
+    assert v4.verdict == "not run"  # its primary pairs a seed across the two runs
 
 
 def test_closed_fraction_interpolates_marins_figures_in_log2_tau():

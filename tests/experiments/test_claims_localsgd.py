@@ -36,11 +36,11 @@ def _rows(cells, lrs=(0.7,)):
     return rows
 
 
-def _folder(root, name, rows):
+def _folder(root, name, rows, **config):
     d = root / name
     d.mkdir(parents=True, exist_ok=True)
     (d / "summary.json").write_text(json.dumps({"rows": rows}))
-    (d / "config.json").write_text(json.dumps({"config": {"dataset": "mnist1d"}}))
+    (d / "config.json").write_text(json.dumps({"config": {"dataset": "mnist1d", **config}}))
 
 
 def _assess(root, cid):
@@ -298,3 +298,24 @@ def test_a_longer_run_judges_the_reference_of_every_claim_that_reads_the_shorter
     for cid in ("D1", "D2", "D3"):
         assert got[cid].caveat.endswith(note) or f"{note};" in got[cid].caveat, cid
     assert f"{note}, diloco-long" not in got["D1"].caveat  # (the fixture's configs drifted)
+
+
+def test_the_async_checks_pair_with_diloco_async_only_under_one_set_up(tmp_path):
+    cells = {}
+    for w in (4, 16):
+        cells[("diloco", w, 10)] = _accs(0.87)
+        cells[("async-nesterov", w, 10)] = _accs(0.1)
+        cells[("async-cgad", w, 10)] = _accs(0.75)
+    _folder(tmp_path, "diloco-async", _rows(cells), steps=6750)
+    low = {("async-nesterov", 4, 10): _accs(0.78), ("async-nesterov", 16, 10): _accs(0.81)}
+    _folder(tmp_path, "diloco-async-low", _rows(low), steps=2250)
+    _folder(tmp_path, "diloco-lookahead", _rows({("async-lookahead", 16, 10): _accs(0.8)}),
+            steps=2250)  # fmt: skip
+    why = "its configuration differs outside methods, lrs, adam_lrs (steps 6750 → 2250)"
+    d5 = _assess(tmp_path, "D5")
+    assert localsgd.LOW_LABEL not in d5.evidence and "low grid" not in d5.evidence
+    assert f"- `diloco-async-low`'s rows not read with `diloco-async`'s: {why}" in d5.evidence
+    assert d5.verdict == "held", d5.verdict
+    d7 = _assess(tmp_path, "D7")
+    assert d7.verdict == "not run" and "async-lookahead (M=16) −" not in d7.evidence
+    assert f"- `diloco-lookahead`'s rows not read with `diloco-async`'s: {why}" in d7.evidence
