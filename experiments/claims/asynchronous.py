@@ -66,6 +66,11 @@ LAM_LABEL = f"set-up check added after the run: λ beyond the grid ({CHECK_LAM})
 CHECK_VARIES = ("methods", "workers", "lc_lambdas", "dc_lambda_scales")
 
 
+#: the fields in which ``async-momentum0`` may differ from ``async`` for C3 to pair DANA's
+#: seeds across them (the momentum and the methods, workers, rates and λ grids that go with it)
+MOMENTUM_VARIES = ("momentum", "lrs", *CHECK_VARIES)
+
+
 def _check_differs(ctx: Context) -> list[str]:
     """How the set-up check's configuration differs from ``async``'s outside
     :data:`CHECK_VARIES` (:meth:`Context.differs`); empty when their rows can be read together."""
@@ -234,17 +239,21 @@ def judge_dana(ctx: Context) -> Evidence:
         sync_label: at_sync,
     }
     tables = [_async_table(ctx, "async", ["sgd", "asgd", "dana", "dana-dc"], [1, *cfgw])]
+    notes: list[str] = []
     if ctx.has("async-momentum0"):
-        # momentum helps with DANA: DANA at μ = 0.9 vs DANA at μ = 0 (paired by seed)
+        # momentum helps with DANA: DANA at μ = 0.9 vs DANA at μ = 0 (paired by seed, when the
+        # two runs share their set-up: the same updates, data, model and delays)
         r9 = [r for r in ctx.rows("async") if r["momentum"] == 0.9]
         r0 = ctx.rows("async-momentum0")
         m0 = _workers(ctx, "async-momentum0")
+        apart = ctx.apart("async", "async-momentum0", MOMENTUM_VARIES)
         ds = []
-        for w in m0:
+        for w in m0 if apart is None else []:
             a, b = selected(r9, method="dana", workers=w), selected(r0, method="dana", workers=w)
             if a and b:
                 ds.append(diff(a, b, f"dana μ=0.9 (M={w})", f"dana μ=0 (M={w})"))
         sec["momentum helps DANA (μ = 0.9 vs 0)"] = ds
+        notes += [f"{apart} (momentum helps DANA: not judged)"] if apart else []
         tables.append(
             "Without momentum (rate grid ×10):\n\n"
             + _async_table(ctx, "async-momentum0", ["sgd", "asgd", "gap-aware", "dana"], m0, 0.0)
@@ -252,6 +261,7 @@ def judge_dana(ctx: Context) -> Evidence:
     return Evidence(
         _one(_ordering(ctx, "async", pair, [top])),
         _secondary(sec),
+        notes,
         tables=tables,
         figures=[("async", "accuracy_vs_workers")],
     )

@@ -251,6 +251,26 @@ def test_c3_did_not_hold(tmp_path):
     assert v.verdict == "did not hold" and "dana (M=32) − asgd (M=32) = -2.0" in v.evidence
 
 
+def test_c3_pairs_dana_without_momentum_only_at_asyncs_budget(tmp_path):
+    accs = _async({"dana": _plus(NOISE, 0.02)})
+    _folder(tmp_path, "async", _rows(accs), [4, 8, 16, 32], updates=27000)
+    no_mu = {("dana", m): _plus(BASE, -0.05) for m in (16, 32)}
+    _folder(tmp_path, "async-momentum0", _rows(no_mu, mu=0.0), [16, 32], updates=27000,
+            momentum=[0.0])  # fmt: skip
+    v = claims.claim("C3").assess(claims.Context(tmp_path, quick=False))
+    assert "dana μ=0.9 (M=32) − dana μ=0 (M=32) = +7.0" in v.evidence, v.evidence
+    _folder(tmp_path, "async-momentum0", _rows(no_mu, mu=0.0), [16, 32], updates=9000,
+            momentum=[0.0])  # fmt: skip
+    v = claims.claim("C3").assess(claims.Context(tmp_path, quick=False))
+    assert "dana μ=0.9" not in v.evidence
+    assert (
+        "- `async-momentum0`'s rows not read with `async`'s: its configuration differs outside "
+        "momentum, lrs, methods, workers, lc_lambdas, dc_lambda_scales (updates 27000 → 9000); "
+        "a seed pairs across runs of one set-up only (momentum helps DANA: not judged)"
+    ) in v.evidence
+    assert v.verdict == "held", v.verdict
+
+
 def test_c2_is_a_trend_in_m_and_leaves_the_one_rate_conditions_out(tmp_path):
     # Gap-Aware's advantage grows by one point per doubling of M: 2, 3, 4, 5 points
     grow = {"gap-aware": lambda m: _plus(NOISE, 0.01 * math.log2(m)), "sa-asgd": NOISE}
