@@ -61,3 +61,14 @@ def test_the_language_model_paragraphs_quote_only_the_reports_numbers():
     assert len(kept) < len(part.split("\n\n"))  # the set-up check is still there, left out
     missing = _numbers_not_in_the_report("\n\n".join(kept), 40)
     assert not missing, f"not in docs/claims.md: {missing}"
+
+
+def test_the_image_claims_paragraphs_quote_only_the_reports_numbers():
+    """README's paragraphs on the image claims re-run at 27,000 updates (`async`, `pipeline`)
+    are written by hand from docs/claims.md, as the DiLoCo and LM ones are."""
+    text = README.read_text()
+    start = text.index("What `async` at 27,000 updates shows")
+    part = text[start : text.index("What the digits runs below show", start)]
+    assert "What `pipeline` at 27,000 updates shows" in part
+    missing = _numbers_not_in_the_report(part, 25)
+    assert not missing, f"not in docs/claims.md: {missing}"

@@ -117,6 +117,7 @@ def test_pipeline_prediction_claim_and_the_n8_moonshot(tmp_path):
     assert v.verdict == "held" and "| spectrain-v1 |" in v.tables[0]
     assert "**primary**: spectrain-v1 (N=8) − vanilla (N=8) = +" in v.evidence
     assert "stash (N=4) − vanilla (N=4)" in v.evidence
+    assert "  - sync (N=8) − vanilla (N=8) = +6.6" in v.evidence  # what staleness costs
     # the moonshot: 2bw is the best memory-light policy; stash is not memory-light
     n8 = _pipe_rows({("sync", 8): hi, ("2bw", 8): [a - 0.003 for a in hi],
                      ("pipemare", 8): lo})  # fmt: skip
@@ -130,6 +131,25 @@ def test_pipeline_prediction_claim_and_the_n8_moonshot(tmp_path):
     (tmp_path / "pipeline" / "summary.json").write_text(json.dumps({"rows": []}))
     v = claims.judge_moonshot_pipeline(claims.Context(tmp_path, quick=False))
     assert v.verdict == "not reached" and "pipemare" in v.evidence
+
+
+def test_p1_states_the_validation_target_and_says_when_no_policy_reached_it(tmp_path):
+    hi, lo = [0.97, 0.968, 0.972, 0.97, 0.969], [0.90, 0.91, 0.905, 0.90, 0.902]
+    policies = ("sync", "vanilla", "spectrain-v1")
+    rows = _pipe_rows({(m, n): hi if m == "sync" else lo for m in policies for n in (4, 8)})
+    for r in rows:
+        r["updates_to_target"] = 300 + r["seed"] if r["stages"] == 4 else None
+    _folder(tmp_path, "pipeline", rows, [], target=0.95)
+    v = claims.claim("P1").assess(claims.Context(tmp_path, quick=False))
+    assert (
+        "- updates to the validation target (95 %, the run's --target) at N = 4 (selected "
+        "rates): sync 302, vanilla 302, spectrain-v1 302"
+    ) in v.evidence
+    assert (
+        "- no policy reached the validation target (95 %, the run's --target) at N = 8: time to "
+        "target not measured"
+    ) in v.evidence
+    assert "never [0/5]" not in v.evidence
 
 
 def test_the_n8_moonshot_reads_the_default_policies_only_under_one_set_up(tmp_path):
