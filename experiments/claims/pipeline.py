@@ -10,6 +10,7 @@ from typing import Any
 from jaxstale import runs
 
 from .. import cliff_tables
+from . import speed
 from .core import (
     Context,
     Diff,
@@ -55,6 +56,15 @@ PIPE_PAIRS = (
     ("sync", "spectrain-v1"),
     ("sync", "nesterov"),
     ("sync", "stash"),
+)
+
+#: the speed readings' pairs at the deepest pipeline (:mod:`.speed`): what staleness costs
+#: in speed, and what each policy recovers of it
+SPEED_PAIRS = (
+    ("sync", "vanilla"),
+    ("stash", "vanilla"),
+    ("spectrain-v1", "vanilla"),
+    ("nesterov", "vanilla"),
 )
 
 #: prediction against stashing (P1 claims prediction beats PipeDream's stashing too)
@@ -143,6 +153,11 @@ def _pipeline_evidence(ctx: Context, name: str) -> Evidence:
     others = [f"  - {d.text()}" for d in _pairs_at(rows, PIPE_PAIRS, deep)]
     if others:
         notes += ["- further differences (no claimed direction; not in the verdict):", *others]
+    notes += speed.notes(
+        [(pipe_cell(rows, a, top), pipe_cell(rows, b, top), f"{a} (N={top})", f"{b} (N={top})")
+         for a, b in SPEED_PAIRS],
+        diff,
+    )  # fmt: skip
     primary = _pairs_at(rows, [("spectrain-v1", "vanilla")], [top])
     return Evidence(
         primary[0] if primary else None,

@@ -30,7 +30,7 @@ from typing import Any
 from jaxstale import runs
 from jaxstale.runs import fingerprint
 
-from . import budget
+from . import budget, speed
 
 __all__ = [
     "INDEX",
@@ -127,22 +127,27 @@ def _summary_text(summary: Mapping[str, Any]) -> str:
 
 def with_predictions(folder: Path, summary: Mapping[str, Any]) -> dict[str, Any]:
     """``summary`` with each row's ``test_correct`` taken from its cell file's last metric
-    record (rows whose cell has none are left as they are)."""
-    found: dict[str, str] = {}
+    record, and the speed readings of its validation curve (:func:`.speed.curve_facts`);
+    rows whose cell has neither are left as they are."""
+    found: dict[str, dict[str, Any]] = {}
     fields: tuple[str, ...] = ()
     for path in sorted((folder / "cells").glob("*.json")):
         try:
             cell = json.loads(path.read_text())
-            key, last = cell["key"], (cell.get("metrics") or [{}])[-1]
+            key, metrics = cell["key"], cell.get("metrics") or [{}]
         except (json.JSONDecodeError, KeyError, TypeError):
             continue
         fields = tuple(sorted(key))
+        last = metrics[-1]
+        extra = dict(speed.curve_facts(metrics, (cell.get("row") or {}).get("steps")))
         if isinstance(last, dict) and last.get("test_correct"):
-            found[json.dumps([key[k] for k in fields])] = last["test_correct"]
+            extra["test_correct"] = last["test_correct"]
+        if extra:
+            found[json.dumps([key[k] for k in fields])] = extra
     rows = []
     for r in summary.get("rows", []):
         got = found.get(json.dumps([r.get(k) for k in fields])) if fields else None
-        rows.append({**r, "test_correct": got} if got else dict(r))
+        rows.append({**r, **got} if got else dict(r))
     return {**summary, "rows": rows}
 
 

@@ -1,0 +1,81 @@
+"""experiments/claims/speed.py: the speed readings of a run's validation curve (the mean over
+its evaluations, the value at a third of the budget), copied into the rows with the test
+predictions, and the pipeline claims' speed lines paired by seed."""
+
+import json
+
+import numpy as np
+import pytest
+
+from experiments import claims
+from experiments.claims import speed
+from experiments.claims.provenance import with_predictions
+
+
+def _curve(values, every=100):
+    return [{"step": every * (i + 1), "val_accuracy": v} for i, v in enumerate(values)]
+
+
+def test_curve_facts_hand_computed():
+    facts = speed.curve_facts(_curve([0.2, 0.4, 0.6, 0.8, 0.9, 0.9]), budget=600)
+    assert facts == {"val_mean": pytest.approx(3.8 / 6), "val_third": 0.4, "third_step": 200}
+    # a budget in other units than the curve's steps (smaller than its last) is not used
+    assert speed.curve_facts(_curve([0.2, 0.4, 0.6]), budget=3)["third_step"] == 100
+    # a loss curve; a diverged run's non-finite records are left out
+    loss = [{"step": s, "val_loss": v} for s, v in ((1, 3.0), (2, 2.0), (3, 1.0), (4, np.nan))]
+    assert speed.curve_facts(loss, budget=4) == {"val_mean": 2.0, "val_third": 3.0, "third_step": 1}
+    assert speed.curve_facts([{"step": 1, "train_loss": 2.0}]) == {}
+    assert speed.curve_facts([{"step": 1, "val_accuracy": None}]) == {}
+
+
+def test_the_rows_copy_takes_the_speed_readings_from_each_cells_curve(tmp_path):
+    (tmp_path / "cells").mkdir()
+    for seed in (0, 1):
+        key = {"method": "sync", "lr": 0.1, "seed": seed}
+        cell = {"key": key, "row": {"steps": 300}, "metrics": _curve([0.5, 0.7 + seed / 10, 0.9])}
+        (tmp_path / "cells" / f"{seed}.json").write_text(json.dumps(cell))
+    rows = [{"method": "sync", "lr": 0.1, "seed": s, "final_test_accuracy": 0.9} for s in (0, 1)]
+    out = with_predictions(tmp_path, {"rows": rows})["rows"]
+    assert out[0]["val_mean"] == pytest.approx(0.7) and out[0]["val_third"] == 0.5
+    assert out[1]["val_mean"] == pytest.approx(0.7333333) and out[1]["third_step"] == 100
+    assert "test_correct" not in out[0] and "val_mean" not in rows[0]  # the input unchanged
+
+
+def _pipe(method, base, n=8):
+    """Rows of one (policy, depth) cell: 5 seeds, final accuracy 0.85; mean validation over
+    the run ``base`` + the seed's luck, at a third ``base`` − 0.1."""
+    luck = np.array([0.0, 0.003, -0.003, 0.001, -0.001])
+    return [{"method": method, "model": "mlp", "stages": n, "lr": 0.01, "seed": s,
+             "diverged": False, "final_val_accuracy": 0.85, "final_test_accuracy": 0.85,
+             "val_mean": base + j, "val_third": base - 0.1 + j, "third_step": 9000 - (n - 1)}
+            for s, j in enumerate(luck)]  # fmt: skip
+
+
+def test_p1_lists_the_speed_readings_paired_by_seed(tmp_path):
+    rows = [*_pipe("sync", 0.80), *_pipe("vanilla", 0.77), *_pipe("stash", 0.775),
+            *_pipe("spectrain-v1", 0.79), *_pipe("nesterov", 0.79)]  # fmt: skip
+    rows[0]["third_step"] = 9000  # sync's evaluation falls a few updates later
+    d = tmp_path / "pipeline"
+    d.mkdir()
+    (d / "summary.json").write_text(json.dumps({"rows": rows}))
+    (d / "config.json").write_text(json.dumps({"config": {"dataset": "mnist1d"}}))
+    v = claims.claim("P1").assess(claims.Context(tmp_path, quick=False))
+    lines = v.evidence.splitlines()
+    at = lines.index(
+        "- speed, from the validation curves (no claimed direction; not in the verdict):"
+    )
+    assert lines[at + 1].startswith(
+        "  - the mean validation accuracy over the run's evaluations: sync (N=8) − vanilla "
+        "(N=8) = +3.0 ± 0.0 points (5 seeds, beyond noise); stash (N=8) − vanilla (N=8) = +0.5"
+    )
+    assert "spectrain-v1 (N=8) − vanilla (N=8) = +2.0" in lines[at + 1]
+    assert lines[at + 2].startswith(
+        "  - the validation accuracy at about update 9,000 (the last evaluation within a third "
+        "of the budget): sync (N=8) − vanilla (N=8) = +3.0"
+    )
+    assert v.verdict.startswith("within noise")  # the final accuracies are equal: not in it
+
+
+def test_rows_without_the_readings_give_no_speed_lines():
+    rows = [{"seed": 0, "final_test_accuracy": 0.5}]
+    assert speed.notes([(rows, rows, "a", "b")], claims.diff) == []
