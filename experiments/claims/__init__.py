@@ -502,8 +502,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         _packing(p, args, results, cells_dir)
         if args.pack or not args.run:
             return {"text": None, "path": None, "rows": None}
-    elif args.cells is not None:
-        p.error("argument --cells: applies with --pack or --restore only (nothing would read it)")
+    elif args.cells is not None and not args.keep_rows:
+        p.error("argument --cells: applies with --pack, --restore or --keep-rows only")
     if from_rows:
         for flag, given in (
             ("--run", args.run),
@@ -553,6 +553,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
         except ValueError as e:
             p.error(f"argument --keep-rows: {e}")
+        if args.keep_rows:  # kept rows copied before the speed readings: from the packed cells
+            provenance.with_archived_curves(rows, cells_dir, [n for n in RUNS if n not in done])
     refresh = done if args.keep_rows else None
     ctx = Context(snap.rows, snap.quick)
     text = report(ctx, out, snap=snap, figures_from=None if from_rows else results, refresh=refresh)

@@ -46,7 +46,7 @@ from typing import Any, NamedTuple
 
 from jaxstale import runs
 
-__all__ = ["SUFFIX", "CellsError", "Restored", "pack", "read", "restore"]
+__all__ = ["SUFFIX", "CellsError", "Restored", "pack", "read", "restore", "sweep"]
 
 #: an archive's name is ``<configuration><SUFFIX>``
 SUFFIX = ".jsonl.xz"
@@ -157,6 +157,23 @@ def read(path: Path) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
     if not isinstance(header, dict) or bad:
         raise CellsError(f"{path}: not a cells archive (bad entries: {bad[:3]})")
     return header, found
+
+
+def sweep(cells: Path, name: str, header: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The archived cells of ``name``'s sweep that a run folder's ``config.json`` ``header``
+    records (its configuration and code, :func:`_sweep_of`; a file packed twice: its latest
+    version); empty when none is archived.
+
+    Raises:
+      CellsError: an archive that cannot be read.
+    """
+    want = _sweep_of(header)
+    latest: dict[str, dict[str, Any]] = {}
+    for got, shards in _groups(cells, name):
+        if got == want:
+            for _, found in shards:
+                latest.update(found)
+    return list(latest.values())
 
 
 class Restored(NamedTuple):

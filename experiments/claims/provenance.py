@@ -30,7 +30,7 @@ from typing import Any
 from jaxstale import runs
 from jaxstale.runs import fingerprint
 
-from . import budget, speed
+from . import budget, cells, speed
 
 __all__ = [
     "INDEX",
@@ -129,13 +129,24 @@ def with_predictions(folder: Path, summary: Mapping[str, Any]) -> dict[str, Any]
     """``summary`` with each row's ``test_correct`` taken from its cell file's last metric
     record, and the speed readings of its validation curve (:func:`.speed.curve_facts`);
     rows whose cell has neither are left as they are."""
-    found: dict[str, dict[str, Any]] = {}
-    fields: tuple[str, ...] = ()
+    found = []
     for path in sorted((folder / "cells").glob("*.json")):
         try:
-            cell = json.loads(path.read_text())
+            found.append(json.loads(path.read_text()))
+        except json.JSONDecodeError:
+            continue
+    return with_cells(found, summary)
+
+
+def with_cells(found: Sequence[Any], summary: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`with_predictions` from cells already read (a run folder's, or an archived sweep's:
+    :func:`.cells.sweep`)."""
+    extras: dict[str, dict[str, Any]] = {}
+    fields: tuple[str, ...] = ()
+    for cell in found:
+        try:
             key, metrics = cell["key"], cell.get("metrics") or [{}]
-        except (json.JSONDecodeError, KeyError, TypeError):
+        except (KeyError, TypeError):
             continue
         fields = tuple(sorted(key))
         last = metrics[-1]
@@ -143,12 +154,44 @@ def with_predictions(folder: Path, summary: Mapping[str, Any]) -> dict[str, Any]
         if isinstance(last, dict) and last.get("test_correct"):
             extra["test_correct"] = last["test_correct"]
         if extra:
-            found[json.dumps([key[k] for k in fields])] = extra
+            extras[json.dumps([key[k] for k in fields])] = extra
     rows = []
     for r in summary.get("rows", []):
-        got = found.get(json.dumps([r.get(k) for k in fields])) if fields else None
+        got = extras.get(json.dumps([r.get(k) for k in fields])) if fields else None
         rows.append({**r, **got} if got else dict(r))
     return {**summary, "rows": rows}
+
+
+def with_archived_curves(rows: Path, cells_dir: Path | None, names: Sequence[str]) -> list[str]:
+    """Adds the speed readings (:func:`.speed.curve_facts`) to the committed rows of each
+    configuration of ``names`` whose rows lack them, from the cells of the same sweep packed
+    under ``cells_dir`` (:func:`.cells.sweep`: the configuration and code its ``config.json``
+    records), rows copied before those readings existed and whose run folders are gone;
+    returns the names it rewrote. A row keeps every field it had (its ``test_correct``
+    included): only the readings are added."""
+    done = []
+    for name in names:
+        path = rows / name / "summary.json"
+        if cells_dir is None or not path.exists() or not (rows / name / "config.json").exists():
+            continue
+        summary = json.loads(path.read_text())
+        if all(speed.FIELDS[0] in r for r in summary.get("rows", [])):
+            continue
+        header = json.loads((rows / name / "config.json").read_text())
+        found = [{**c, "metrics": _no_predictions(c)} for c in cells.sweep(cells_dir, name, header)]
+        if not found:
+            continue
+        out = with_cells(found, summary)
+        if out != summary:
+            runs.atomic_write_text(path, _summary_text(out))
+            done.append(name)
+    return done
+
+
+def _no_predictions(cell: Mapping[str, Any]) -> list[Any]:
+    """A cell's metric records without the test predictions (kept rows have theirs)."""
+    return [{k: v for k, v in m.items() if k != "test_correct"} if isinstance(m, dict) else m
+            for m in cell.get("metrics") or []]  # fmt: skip
 
 
 def kept_kind_problem(rows: Path, quick: bool, earlier: Snapshot | None = None) -> str | None:

@@ -3,13 +3,15 @@ its evaluations, the value at a third of the budget), copied into the rows with 
 predictions, and the pipeline claims' speed lines paired by seed."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
 
 from experiments import claims
-from experiments.claims import speed
-from experiments.claims.provenance import with_predictions
+from experiments.claims import cells, speed
+from experiments.claims.provenance import with_archived_curves, with_predictions
+from jaxstale import runs
 
 
 def _curve(values, every=100):
@@ -79,3 +81,35 @@ def test_p1_lists_the_speed_readings_paired_by_seed(tmp_path):
 def test_rows_without_the_readings_give_no_speed_lines():
     rows = [{"seed": 0, "final_test_accuracy": 0.5}]
     assert speed.notes([(rows, rows, "a", "b")], claims.diff) == []
+
+
+def _sweep(tmp_path, lr, curves):
+    """A run folder ``results/demo`` (config lr) with one cell per seed, packed."""
+    folder = runs.RunFolder("demo", {"lr": lr}, out=tmp_path / "results" / "demo")
+    for seed, curve in enumerate(curves):
+        folder.record({"seed": seed}, {"acc": curve[-1]["val_accuracy"]}, curve)
+    cells.pack(tmp_path / "results", tmp_path / "cells", ["demo"])
+    return json.loads((tmp_path / "results" / "demo" / "config.json").read_text())
+
+
+def test_kept_rows_gain_the_speed_readings_of_their_own_archived_sweep(tmp_path):
+    old = _sweep(tmp_path, 0.1, [_curve([0.1, 0.2, 0.3])] * 2)
+    shutil.rmtree(tmp_path / "results")
+    new = _sweep(tmp_path, 0.2, [_curve([0.5, 0.6, 0.7]), _curve([0.5, 0.7, 0.9])])
+    assert len(cells.sweep(tmp_path / "cells", "demo", old)) == 2
+    assert [c["metrics"][0]["val_accuracy"] for c in cells.sweep(tmp_path / "cells", "demo", new)]
+    rows = tmp_path / "rows" / "demo"
+    rows.mkdir(parents=True)
+    summary = {"rows": [{"seed": s, "acc": 0.8, "test_correct": "x"} for s in (0, 1)]}
+    (rows / "summary.json").write_text(json.dumps(summary))
+    (rows / "config.json").write_text(json.dumps(new))
+    done = with_archived_curves(tmp_path / "rows", tmp_path / "cells", ["demo", "absent"])
+    got = json.loads((rows / "summary.json").read_text())["rows"]
+    assert done == ["demo"] and got[0]["test_correct"] == "x"
+    assert got[0]["val_mean"] == pytest.approx(0.6) and got[1]["val_mean"] == pytest.approx(0.7)
+    # nothing more to add: nothing rewritten; rows of a sweep not archived: left as they are
+    assert with_archived_curves(tmp_path / "rows", tmp_path / "cells", ["demo"]) == []
+    (rows / "summary.json").write_text(json.dumps(summary))
+    (rows / "config.json").write_text(json.dumps({**new, "config": {"lr": 0.3}}))
+    assert with_archived_curves(tmp_path / "rows", tmp_path / "cells", ["demo"]) == []
+    assert json.loads((rows / "summary.json").read_text()) == summary
