@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from jaxstale import runs
 
 from .. import async_bn
+from . import speed
 from .core import (
     Context,
     Diff,
@@ -26,6 +27,7 @@ from .core import (
     _conditional,
     _methods_of,
     _ordering,
+    _pick,
     _secondary,
     _target,
     _trend_in_m,
@@ -38,6 +40,19 @@ from .core import (
 
 #: the moonshot's run: its M = 64 and 128 cells are secondaries of C1–C3
 BIG = "async-m128"
+
+
+def _speed(ctx: Context, pairs: Sequence[tuple[str, str]], workers: Sequence[int]) -> list[str]:
+    """The speed readings (:mod:`.speed`) of ``pairs`` in ``async`` (momentum 0.9) at each M of
+    ``workers``, every arm at its (rate, λ) selected on validation; empty where the rows carry
+    none."""
+    rows = [r for r in ctx.rows("async") if r["momentum"] == 0.9]
+    knob = ("lr", "lam")
+    return speed.notes(
+        [(_pick(rows, a, w, knob), _pick(rows, b, w, knob), f"{a} (M={w})", f"{b} (M={w})")
+         for a, b in pairs for w in workers],
+        diff,
+    )  # fmt: skip
 
 
 def _one(diffs: list[Diff]) -> Diff | None:
@@ -183,6 +198,7 @@ def judge_dc_asgd(ctx: Context) -> Evidence:
     )
     notes = _lambda_notes(ctx, "dc-asgd-a", "DC-ASGD-a's λ0", cfgw, "(the paper's × 0.1, 1, 10)")
     notes += _lambda_notes(ctx, "dc-asgd-c", "DC-ASGD-c's λ0", cfgw, "(the paper's × 0.1, 1, 10)")
+    notes += _speed(ctx, pairs[:2], cfgw)
     return Evidence(
         _one(_ordering(ctx, "async", pairs[:1], [8])),
         _secondary(sec),
@@ -219,7 +235,7 @@ def judge_gap_aware(ctx: Context) -> Evidence:
     return Evidence(
         _trend_in_m(ctx, "async", "gap-aware", "sa-asgd", cfgw),
         _secondary(sec),
-        [NOT_NEUTRAL],
+        [NOT_NEUTRAL, *_speed(ctx, pair, cfgw)],
         [table],
         [("async", "accuracy_vs_workers")],
     )
@@ -258,6 +274,7 @@ def judge_dana(ctx: Context) -> Evidence:
             "Without momentum (rate grid ×10):\n\n"
             + _async_table(ctx, "async-momentum0", ["sgd", "asgd", "gap-aware", "dana"], m0, 0.0)
         )
+    notes += _speed(ctx, pair, cfgw)
     return Evidence(
         _one(_ordering(ctx, "async", pair, [top])),
         _secondary(sec),
@@ -284,6 +301,7 @@ def judge_lc_asgd(ctx: Context) -> Evidence:
     }
     notes = _lambda_notes(ctx, "lc-asgd", "LC-ASGD's λ", cfgw, "(sign included)")
     notes += _lambda_notes(ctx, "dc-asgd-a", "DC-ASGD-a's λ0", cfgw, "(the paper's × 0.1, 1, 10)")
+    notes += _speed(ctx, pairs[:1], cfgw)
     table = _async_table(ctx, "async", ["sgd", "asgd", "dc-asgd-a", "lc-asgd"], [1, *cfgw])
     return Evidence(
         _one(_ordering(ctx, "async", pairs[:1], [16])),
