@@ -371,8 +371,11 @@ def section(
             f"copied from the run folders in {snap.source_text()} into "
             f"[`{rows_link}/`]({rows_link}/index.json): "
             "each configuration's `summary.json` (the rows behind every table, one per line), "
-            "`config.json` and `table.md`. `python -m experiments.claims --from-rows` rebuilds "
-            "this report (and the forest plots) from them byte for byte, without recomputing.",
+            "`config.json` and `table.md`; each row's speed readings (its validation curve's "
+            "mean and its value at a third of the budget) are read from its cell's curve, in the "
+            "run folder or, for rows kept from an earlier copy, in the same sweep's packed cells "
+            "(`claims/cells/`). `python -m experiments.claims --from-rows` rebuilds this report "
+            "(and the forest plots) from them byte for byte, without recomputing.",
             "",
         ]
     else:
