@@ -127,7 +127,7 @@ def _summary_text(summary: Mapping[str, Any]) -> str:
 
 def with_predictions(folder: Path, summary: Mapping[str, Any]) -> dict[str, Any]:
     """``summary`` with each row's ``test_correct`` taken from its cell file's last metric
-    record, and the speed readings of its validation curve (:func:`.speed.curve_facts`);
+    record, and the speed readings of its test curve (:func:`.speed.curve_facts`);
     rows whose cell has neither are left as they are."""
     found = []
     for path in sorted((folder / "cells").glob("*.json")):
@@ -371,7 +371,7 @@ def section(
             f"copied from the run folders in {snap.source_text()} into "
             f"[`{rows_link}/`]({rows_link}/index.json): "
             "each configuration's `summary.json` (the rows behind every table, one per line), "
-            "`config.json` and `table.md`; each row's speed readings (its validation curve's "
+            "`config.json` and `table.md`; each row's speed readings (its test curve's "
             "mean and its value at a third of the budget) are read from its cell's curve, in the "
             "run folder or, for rows kept from an earlier copy, in the same sweep's packed cells "
             "(`claims/cells/`). `python -m experiments.claims --from-rows` rebuilds this report "

@@ -1,16 +1,17 @@
-"""How fast each arm learned, from its validation curve: a speed reading beside the verdicts.
+"""How fast each arm learned, from its test curve: a speed reading beside the verdicts.
 
 A claim's verdict reads the test metric at the end of the budget. Staleness can cost speed
 without costing the end point (the pipelines on MNIST-1D: vanilla below sync at 9,000 updates,
 level with it at 27,000), and a time to a fixed target says nothing when the target is above
-what the task reaches. Two target-free readings of each run's validation curve (the mean of
-the validation metric over the run's evaluations, ``val_mean``, a normalised area under the
-curve, and its value at the last evaluation within the first third of the budget,
-``val_third``) are taken from the cells' curves when the rows are copied
+what the task reaches. Two target-free readings of each run's test curve (the mean of the test
+metric over the run's evaluations, ``test_mean``, a normalised area under the curve, and its
+value at the last evaluation within the first third of the budget,
+``test_third``) are taken from the cells' curves when the rows are copied
 (:func:`curve_facts`, called by :func:`experiments.claims.provenance.with_predictions`: the
 curves are not committed), and :func:`notes` pairs them by seed as the verdicts pair the
-test metric. They are validation numbers, never used for selection, and carry no claimed
-direction: the report lists them, not in the verdict.
+test metric. Like every number the report gives, they are read on the test split, each arm
+at its rate selected on validation (the curve of the run that selection picked); they carry
+no claimed direction: the report lists them, not in the verdict.
 """
 
 from __future__ import annotations
@@ -21,23 +22,23 @@ from typing import Any
 __all__ = ["FIELDS", "curve_facts", "notes"]
 
 #: the readings :func:`curve_facts` adds to a row
-FIELDS = ("val_mean", "val_third")
-#: where ``val_third`` is read
+FIELDS = ("test_mean", "test_third")
+#: where ``test_third`` is read
 THIRD = "the last evaluation within a third of the budget"
 
 
 def curve_facts(metrics: Sequence[Mapping[str, Any]], budget: int | None = None) -> dict[str, Any]:
-    """``val_mean``, ``val_third`` and ``third_step`` of one run's metric records (``step``
-    and ``val_<metric>``: accuracy, else loss) over a run of ``budget`` updates (default: its
-    last record's); ``{}`` without a validation curve. A record without a finite value (a
+    """``test_mean``, ``test_third`` and ``third_step`` of one run's metric records (``step``
+    and ``test_<metric>``: accuracy, else loss) over a run of ``budget`` updates (default: its
+    last record's); ``{}`` without a test curve. A record without a finite value (a
     diverged run's last) is left out.
 
     Example:
-        >>> curve_facts([{"step": s, "val_accuracy": s / 100} for s in (10, 20, 30, 40, 50)], 60)
-        {'val_mean': 0.3, 'val_third': 0.2, 'third_step': 20}
+        >>> curve_facts([{"step": s, "test_accuracy": s / 100} for s in (10, 20, 30, 40, 50)], 60)
+        {'test_mean': 0.3, 'test_third': 0.2, 'third_step': 20}
     """
     key = next(
-        (k for k in ("val_accuracy", "val_loss") if any(k in m for m in metrics)),
+        (k for k in ("test_accuracy", "test_loss") if any(k in m for m in metrics)),
         None,
     )
     if key is None:
@@ -49,8 +50,8 @@ def curve_facts(metrics: Sequence[Mapping[str, Any]], budget: int | None = None)
     last = max(budget or 0, max(s for s, _ in pts))  # a budget in other units is not used
     early = [(s, v) for s, v in pts if 3 * s <= last] or pts[:1]
     return {
-        "val_mean": round(sum(v for _, v in pts) / len(pts), 6),
-        "val_third": round(early[-1][1], 6),
+        "test_mean": round(sum(v for _, v in pts) / len(pts), 6),
+        "test_third": round(early[-1][1], 6),
         "third_step": early[-1][0],
     }
 
@@ -77,16 +78,16 @@ def notes(
             parts.append(d.text())
         if not parts:
             continue
-        if field == "val_mean":
-            label = f"the mean validation {metric} over the run's evaluations"
+        if field == "test_mean":
+            label = f"the mean test {metric} over the run's evaluations"
         elif steps and max(steps) - min(steps) <= 0.01 * max(steps):
             at = f"update {max(steps):,}" if len(steps) == 1 else f"about update {max(steps):,}"
-            label = f"the validation {metric} at {at} ({THIRD})"
+            label = f"the test {metric} at {at} ({THIRD})"
         else:
-            label = f"the validation {metric} at {THIRD}"
+            label = f"the test {metric} at {THIRD}"
         out.append(f"  - {label}: " + "; ".join(parts))
     if out:
-        head = "- speed, from the validation curves (no claimed direction; not in the verdict):"
+        head = "- speed, from the test curves (no claimed direction; not in the verdict):"
         out.insert(0, head)
     return out
 

@@ -1,4 +1,4 @@
-"""experiments/claims/speed.py: the speed readings of a run's validation curve (the mean over
+"""experiments/claims/speed.py: the speed readings of a run's test curve (the mean over
 its evaluations, the value at a third of the budget), copied into the rows with the test
 predictions, and the pipeline claims' speed lines paired by seed."""
 
@@ -15,19 +15,19 @@ from jaxstale import runs
 
 
 def _curve(values, every=100):
-    return [{"step": every * (i + 1), "val_accuracy": v} for i, v in enumerate(values)]
+    return [{"step": every * (i + 1), "test_accuracy": v} for i, v in enumerate(values)]
 
 
 def test_curve_facts_hand_computed():
     facts = speed.curve_facts(_curve([0.2, 0.4, 0.6, 0.8, 0.9, 0.9]), budget=600)
-    assert facts == {"val_mean": pytest.approx(3.8 / 6), "val_third": 0.4, "third_step": 200}
+    assert facts == {"test_mean": pytest.approx(3.8 / 6), "test_third": 0.4, "third_step": 200}
     # a budget in other units than the curve's steps (smaller than its last) is not used
     assert speed.curve_facts(_curve([0.2, 0.4, 0.6]), budget=3)["third_step"] == 100
     # a loss curve; a diverged run's non-finite records are left out
-    loss = [{"step": s, "val_loss": v} for s, v in ((1, 3.0), (2, 2.0), (3, 1.0), (4, np.nan))]
-    assert speed.curve_facts(loss, budget=4) == {"val_mean": 2.0, "val_third": 3.0, "third_step": 1}
+    loss = [{"step": s, "test_loss": v} for s, v in ((1, 3.0), (2, 2.0), (3, 1.0), (4, np.nan))]
+    assert speed.curve_facts(loss, budget=4) == {"test_mean": 2.0, "test_third": 3.0, "third_step": 1}
     assert speed.curve_facts([{"step": 1, "train_loss": 2.0}]) == {}
-    assert speed.curve_facts([{"step": 1, "val_accuracy": None}]) == {}
+    assert speed.curve_facts([{"step": 1, "test_accuracy": None}]) == {}
 
 
 def test_the_rows_copy_takes_the_speed_readings_from_each_cells_curve(tmp_path):
@@ -38,18 +38,18 @@ def test_the_rows_copy_takes_the_speed_readings_from_each_cells_curve(tmp_path):
         (tmp_path / "cells" / f"{seed}.json").write_text(json.dumps(cell))
     rows = [{"method": "sync", "lr": 0.1, "seed": s, "final_test_accuracy": 0.9} for s in (0, 1)]
     out = with_predictions(tmp_path, {"rows": rows})["rows"]
-    assert out[0]["val_mean"] == pytest.approx(0.7) and out[0]["val_third"] == 0.5
-    assert out[1]["val_mean"] == pytest.approx(0.7333333) and out[1]["third_step"] == 100
-    assert "test_correct" not in out[0] and "val_mean" not in rows[0]  # the input unchanged
+    assert out[0]["test_mean"] == pytest.approx(0.7) and out[0]["test_third"] == 0.5
+    assert out[1]["test_mean"] == pytest.approx(0.7333333) and out[1]["third_step"] == 100
+    assert "test_correct" not in out[0] and "test_mean" not in rows[0]  # the input unchanged
 
 
 def _pipe(method, base, n=8):
-    """Rows of one (policy, depth) cell: 5 seeds, final accuracy 0.85; mean validation over
+    """Rows of one (policy, depth) cell: 5 seeds, final accuracy 0.85; mean test accuracy over
     the run ``base`` + the seed's luck, at a third ``base`` − 0.1."""
     luck = np.array([0.0, 0.003, -0.003, 0.001, -0.001])
     return [{"method": method, "model": "mlp", "stages": n, "lr": 0.01, "seed": s,
              "diverged": False, "final_val_accuracy": 0.85, "final_test_accuracy": 0.85,
-             "val_mean": base + j, "val_third": base - 0.1 + j, "third_step": 9000 - (n - 1)}
+             "test_mean": base + j, "test_third": base - 0.1 + j, "third_step": 9000 - (n - 1)}
             for s, j in enumerate(luck)]  # fmt: skip
 
 
@@ -64,15 +64,15 @@ def test_p1_lists_the_speed_readings_paired_by_seed(tmp_path):
     v = claims.claim("P1").assess(claims.Context(tmp_path, quick=False))
     lines = v.evidence.splitlines()
     at = lines.index(
-        "- speed, from the validation curves (no claimed direction; not in the verdict):"
+        "- speed, from the test curves (no claimed direction; not in the verdict):"
     )
     assert lines[at + 1].startswith(
-        "  - the mean validation accuracy over the run's evaluations: sync (N=8) − vanilla "
+        "  - the mean test accuracy over the run's evaluations: sync (N=8) − vanilla "
         "(N=8) = +3.0 ± 0.0 points (5 seeds, beyond noise); stash (N=8) − vanilla (N=8) = +0.5"
     )
     assert "spectrain-v1 (N=8) − vanilla (N=8) = +2.0" in lines[at + 1]
     assert lines[at + 2].startswith(
-        "  - the validation accuracy at about update 9,000 (the last evaluation within a third "
+        "  - the test accuracy at about update 9,000 (the last evaluation within a third "
         "of the budget): sync (N=8) − vanilla (N=8) = +3.0"
     )
     assert v.verdict.startswith("within noise")  # the final accuracies are equal: not in it
@@ -87,7 +87,7 @@ def _sweep(tmp_path, lr, curves):
     """A run folder ``results/demo`` (config lr) with one cell per seed, packed."""
     folder = runs.RunFolder("demo", {"lr": lr}, out=tmp_path / "results" / "demo")
     for seed, curve in enumerate(curves):
-        folder.record({"seed": seed}, {"acc": curve[-1]["val_accuracy"]}, curve)
+        folder.record({"seed": seed}, {"acc": curve[-1]["test_accuracy"]}, curve)
     cells.pack(tmp_path / "results", tmp_path / "cells", ["demo"])
     return json.loads((tmp_path / "results" / "demo" / "config.json").read_text())
 
@@ -97,7 +97,7 @@ def test_kept_rows_gain_the_speed_readings_of_their_own_archived_sweep(tmp_path)
     shutil.rmtree(tmp_path / "results")
     new = _sweep(tmp_path, 0.2, [_curve([0.5, 0.6, 0.7]), _curve([0.5, 0.7, 0.9])])
     assert len(cells.sweep(tmp_path / "cells", "demo", old)) == 2
-    assert [c["metrics"][0]["val_accuracy"] for c in cells.sweep(tmp_path / "cells", "demo", new)]
+    assert [c["metrics"][0]["test_accuracy"] for c in cells.sweep(tmp_path / "cells", "demo", new)]
     rows = tmp_path / "rows" / "demo"
     rows.mkdir(parents=True)
     summary = {"rows": [{"seed": s, "acc": 0.8, "test_correct": "x"} for s in (0, 1)]}
@@ -106,7 +106,7 @@ def test_kept_rows_gain_the_speed_readings_of_their_own_archived_sweep(tmp_path)
     done = with_archived_curves(tmp_path / "rows", tmp_path / "cells", ["demo", "absent"])
     got = json.loads((rows / "summary.json").read_text())["rows"]
     assert done == ["demo"] and got[0]["test_correct"] == "x"
-    assert got[0]["val_mean"] == pytest.approx(0.6) and got[1]["val_mean"] == pytest.approx(0.7)
+    assert got[0]["test_mean"] == pytest.approx(0.6) and got[1]["test_mean"] == pytest.approx(0.7)
     # nothing more to add: nothing rewritten; rows of a sweep not archived: left as they are
     assert with_archived_curves(tmp_path / "rows", tmp_path / "cells", ["demo"]) == []
     (rows / "summary.json").write_text(json.dumps(summary))
@@ -122,7 +122,7 @@ def test_c3_lists_the_speed_readings_at_every_worker_count(tmp_path):
                        (("asgd", 0.7), ("dana", 0.75))]]:  # fmt: skip
         rows += [{"method": m, "workers": w, "momentum": 0.9, "lr": 0.01, "lam": None,
                   "seed": s, "diverged": False, "final_val_accuracy": 0.8,
-                  "final_test_accuracy": 0.8, "val_mean": base + j, "val_third": base + j,
+                  "final_test_accuracy": 0.8, "test_mean": base + j, "test_third": base + j,
                   "third_step": 9000} for s, j in enumerate(luck)]  # fmt: skip
     d = tmp_path / "async"
     d.mkdir()
@@ -132,7 +132,7 @@ def test_c3_lists_the_speed_readings_at_every_worker_count(tmp_path):
     )
     v = claims.claim("C3").assess(claims.Context(tmp_path, quick=False))
     assert (
-        "  - the mean validation accuracy over the run's evaluations: dana (M=4) − asgd (M=4) = "
+        "  - the mean test accuracy over the run's evaluations: dana (M=4) − asgd (M=4) = "
         "+5.0 ± 0.0 points (5 seeds, beyond noise); dana (M=8) − asgd (M=8) = +5.0"
     ) in v.evidence
-    assert "the validation accuracy at update 9,000 (the last evaluation" in v.evidence
+    assert "the test accuracy at update 9,000 (the last evaluation" in v.evidence
