@@ -25,7 +25,11 @@ def test_curve_facts_hand_computed():
     assert speed.curve_facts(_curve([0.2, 0.4, 0.6]), budget=3)["third_step"] == 100
     # a loss curve; a diverged run's non-finite records are left out
     loss = [{"step": s, "test_loss": v} for s, v in ((1, 3.0), (2, 2.0), (3, 1.0), (4, np.nan))]
-    assert speed.curve_facts(loss, budget=4) == {"test_mean": 2.0, "test_third": 3.0, "third_step": 1}
+    assert speed.curve_facts(loss, budget=4) == {
+        "test_mean": 2.0,
+        "test_third": 3.0,
+        "third_step": 1,
+    }
     assert speed.curve_facts([{"step": 1, "train_loss": 2.0}]) == {}
     assert speed.curve_facts([{"step": 1, "test_accuracy": None}]) == {}
 
@@ -63,9 +67,7 @@ def test_p1_lists_the_speed_readings_paired_by_seed(tmp_path):
     (d / "config.json").write_text(json.dumps({"config": {"dataset": "mnist1d"}}))
     v = claims.claim("P1").assess(claims.Context(tmp_path, quick=False))
     lines = v.evidence.splitlines()
-    at = lines.index(
-        "- speed, from the test curves (no claimed direction; not in the verdict):"
-    )
+    at = lines.index("- speed, from the test curves (no claimed direction; not in the verdict):")
     assert lines[at + 1].startswith(
         "  - the mean test accuracy over the run's evaluations: sync (N=8) − vanilla "
         "(N=8) = +3.0 ± 0.0 points (5 seeds, beyond noise); stash (N=8) − vanilla (N=8) = +0.5"

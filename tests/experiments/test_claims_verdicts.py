@@ -80,7 +80,8 @@ def test_the_rows_copy_takes_each_rows_test_predictions_from_its_cell(tmp_path):
     rows = [{"method": "sgd", "lr": 0.1, "seed": s, "final_test_accuracy": 0.5} for s in (0, 1)]
     out = with_predictions(tmp_path, {"rows": rows, "n": 2})
     assert out["n"] == 2 and out["rows"][0]["test_correct"] == "2:QA=="
-    assert out["rows"][1] == rows[1] and "test_correct" not in rows[0]  # the input unchanged
+    assert "test_correct" not in out["rows"][1] and out["rows"][1]["test_mean"] == 0.5
+    assert "test_correct" not in rows[0] and "test_mean" not in rows[1]  # the input unchanged
 
 
 @pytest.mark.parametrize(
