@@ -230,6 +230,11 @@ def judge_moonshot_pipeline(ctx: Context) -> Verdict:
             tag = "" if m in MEMORY_LIGHT else " (N − k weight versions: not memory-light)"
             ev.append(f"  - {diff(ref, pick, 'sync', m).text()}{tag}")
     ev += [apart] if apart else []
+    ev += speed.notes(
+        [(ref, pick, "sync (N=8)", f"{m} (N=8)") for m in methods if m != "sync"
+         if (pick := pipe_cell(rows, m, 8))],
+        diff,
+    )  # fmt: skip
     tables = [pipe_table(rows, methods, [8])]
     if ctx.has("pipeline-nadam"):
         nrows = ctx.rows("pipeline-nadam")

@@ -138,3 +138,16 @@ def test_c3_lists_the_speed_readings_at_every_worker_count(tmp_path):
         "+5.0 ± 0.0 points (5 seeds, beyond noise); dana (M=8) − asgd (M=8) = +5.0"
     ) in v.evidence
     assert "the test accuracy at update 9,000 (the last evaluation" in v.evidence
+
+
+def test_m2_lists_what_each_policy_loses_in_speed_against_sync(tmp_path):
+    rows = [*_pipe("sync", 0.80), *_pipe("2bw", 0.78), *_pipe("pipemare", 0.75)]
+    d = tmp_path / "pipeline-n8"
+    d.mkdir()
+    (d / "summary.json").write_text(json.dumps({"rows": rows}))
+    (d / "config.json").write_text(json.dumps({"config": {"dataset": "mnist1d"}}))
+    v = claims.claim("M2").assess(claims.Context(tmp_path, quick=False))
+    assert (
+        "  - the mean test accuracy over the run's evaluations: sync (N=8) − 2bw (N=8) = +2.0 ± "
+        "0.0 points (5 seeds, beyond noise); sync (N=8) − pipemare (N=8) = +5.0"
+    ) in v.evidence
