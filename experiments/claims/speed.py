@@ -71,8 +71,9 @@ def notes(
     for field in FIELDS:
         parts, steps = [], set()
         for a_rows, b_rows, a, b in pairs:
-            if not (a_rows and b_rows) or not all(field in r for r in (*a_rows, *b_rows)):
-                continue
+            trained = [r for r in (*a_rows, *b_rows) if not r.get("diverged")]
+            if not (a_rows and b_rows and trained) or not all(field in r for r in trained):
+                continue  # a diverged run has no finite curve: the pair scores it as the test does
             steps |= {r.get("third_step") for r in (*a_rows, *b_rows) if not r.get("diverged")}
             d = diff(_as_test(a_rows, field, test), _as_test(b_rows, field, test), a, b)
             parts.append(d.text())

@@ -61,6 +61,9 @@ def test_p1_lists_the_speed_readings_paired_by_seed(tmp_path):
     rows = [*_pipe("sync", 0.80), *_pipe("vanilla", 0.77), *_pipe("stash", 0.775),
             *_pipe("spectrain-v1", 0.79), *_pipe("nesterov", 0.79)]  # fmt: skip
     rows[0]["third_step"] = 9000  # sync's evaluation falls a few updates later
+    rows[-1].update(diverged=True, final_test_accuracy=None)  # NAG's last seed: no curve
+    for k in ("test_mean", "test_third", "third_step"):
+        del rows[-1][k]
     d = tmp_path / "pipeline"
     d.mkdir()
     (d / "summary.json").write_text(json.dumps({"rows": rows}))
@@ -73,6 +76,10 @@ def test_p1_lists_the_speed_readings_paired_by_seed(tmp_path):
         "(N=8) = +3.0 ± 0.0 points (5 seeds, beyond noise); stash (N=8) − vanilla (N=8) = +0.5"
     )
     assert "spectrain-v1 (N=8) − vanilla (N=8) = +2.0" in lines[at + 1]
+    assert (
+        "nesterov (N=8) − vanilla (N=8) = +2.0 ± 0.0 points (4 seeds, beyond noise); intention"
+        in (lines[at + 1])
+    )  # the diverged seed left out, and scored at chance in the intention-to-treat companion
     assert lines[at + 2].startswith(
         "  - the test accuracy at about update 9,000 (the last evaluation within a third "
         "of the budget): sync (N=8) − vanilla (N=8) = +3.0"
