@@ -19,6 +19,7 @@ import numpy as np
 
 from jaxstale import runs
 
+from . import speed
 from .core import (
     Claim,
     Context,
@@ -135,6 +136,9 @@ def judge_depth(ctx: Context) -> Evidence:
     notes, tables = [], [_table(rows, ["sync", "vanilla"], ns)]
     if primary is None:
         notes.append(f"- the trend needs two depths with both policies; this run has N = {ns}")
+    loss_speed = speed.notes(
+        [(a, b, f"vanilla (N={n})", f"sync (N={n})") for n, a, b in pts], diff, metric="loss"
+    )
     if ctx.has("lm-deep"):
         deep = ctx.rows("lm-deep")
         for n in _stages(deep):
@@ -144,6 +148,7 @@ def judge_depth(ctx: Context) -> Evidence:
                     f"- the 16-block GPT (not in the trend: another model): "
                     f"{_gap(a, b, f'vanilla (N={n})', f'sync (N={n})').text()}"
                 )
+    notes += loss_speed
     return Evidence(
         primary, {k: v for k, v in sec.items() if v}, notes, tables, [("lm-depth", "plot")]
     )

@@ -20,6 +20,7 @@ import numpy as np
 
 from jaxstale import runs
 
+from . import speed
 from .core import Claim, Context, Diff, Evidence, cell, contrast, diff, selected, trend
 
 #: the non-inferiority margin of D1 and D4, accuracy as a fraction: 1 point (a seventh of the
@@ -147,6 +148,9 @@ def judge_matches_dp(ctx: Context) -> Evidence:
     if sent.get("dp") and sent.get("diloco"):
         notes.append(f"- models each worker sent: dp {sent['dp']}, diloco {sent['diloco']} "
                      f"(at H = {min(hs)})")  # fmt: skip
+    notes += speed.notes(
+        [(_arm(rows, "diloco", m, h), dp, f"diloco (H={h})", "dp") for h in hs], diff
+    )
     return Evidence(primary, secondary, notes, tables, [("diloco", "plot")])
 
 

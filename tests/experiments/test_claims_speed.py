@@ -158,3 +158,36 @@ def test_m2_lists_what_each_policy_loses_in_speed_against_sync(tmp_path):
         "  - the mean test accuracy over the run's evaluations: sync (N=8) − 2bw (N=8) = +2.0 ± "
         "0.0 points (5 seeds, beyond noise); sync (N=8) − pipemare (N=8) = +5.0"
     ) in v.evidence
+
+
+def _write(root, name, rows, dataset):
+    d = root / name
+    d.mkdir()
+    (d / "summary.json").write_text(json.dumps({"rows": rows}))
+    (d / "config.json").write_text(json.dumps({"config": {"dataset": dataset}}))
+
+
+def test_lm1_reads_the_speed_in_nats_and_d1_in_points(tmp_path):
+    luck = [0.0, 0.004, -0.004, 0.002, -0.002]
+    lm = [{"method": m, "stages": n, "model": "gpt-cpu", "lr": 0.003, "seed": s, "diverged": False,
+           "final_val_loss": 2.0, "final_test_loss": 2.0 + g, "test_mean": 2.5 + g + j,
+           "test_third": 3.0 + g, "third_step": 330}
+          for m, g in (("sync", 0.0), ("vanilla", 0.4)) for n in (4, 8)
+          for s, j in enumerate(luck)]  # fmt: skip
+    _write(tmp_path, "lm-depth", lm, "shakespeare")
+    v = claims.claim("LM1").assess(claims.Context(tmp_path, quick=False))
+    assert (
+        "  - the mean test loss over the run's evaluations: vanilla (N=4) − sync (N=4) = +0.400 ± "
+        "0.000 nats (5 seeds, beyond noise)"
+    ) in v.evidence
+    dl = [{"method": m, "workers": 4, "inner_steps": h, "lr": 0.7, "seed": s, "diverged": False,
+           "final_val_accuracy": 0.9, "final_test_accuracy": 0.9, "test_mean": b + j,
+           "test_third": b + j, "third_step": 700}
+          for m, h, b in (("dp", 10, 0.85), ("diloco", 10, 0.84), ("diloco", 50, 0.8))
+          for s, j in enumerate(luck)]  # fmt: skip
+    _write(tmp_path, "diloco", dl, "mnist1d")
+    v = claims.claim("D1").assess(claims.Context(tmp_path, quick=False))
+    assert (
+        "  - the mean test accuracy over the run's evaluations: diloco (H=10) − dp = -1.0 ± 0.0 "
+        "points (5 seeds, beyond noise); diloco (H=50) − dp = -5.0"
+    ) in v.evidence
