@@ -175,8 +175,8 @@ def with_archived_curves(rows: Path, cells_dir: Path | None, names: Sequence[str
         if cells_dir is None or not path.exists() or not (rows / name / "config.json").exists():
             continue
         summary = json.loads(path.read_text())
-        if all(speed.FIELDS[0] in r for r in summary.get("rows", [])):
-            continue
+        if all(speed.FIELDS[0] in r for r in summary.get("rows", []) if not r.get("diverged")):
+            continue  # a diverged run has no finite curve to read
         header = json.loads((rows / name / "config.json").read_text())
         found = [{**c, "metrics": _no_predictions(c)} for c in cells.sweep(cells_dir, name, header)]
         if not found:
