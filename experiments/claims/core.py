@@ -228,6 +228,14 @@ def chance_if_needed(rows: Sequence[Mapping[str, Any]], value: str = "final_val_
     return chance_of(rows) if _needs_chance(rows, value) else 0.0
 
 
+#: configuration fields that decide which cells a sweep runs and how, not what a cell computes
+#: (how many seeds, which ran the rate grid, how far a grid is extended, how seeds are grouped
+#: into vmapped lanes: bit for bit the same numbers, or float rounding apart where README's
+#: "What agrees with what" says so): two runs may differ in them and still be read together
+#: (:meth:`Context.differs`)
+PROCEDURAL = ("seeds", "tune_seeds", "extend_edges", "seed_mode")
+
+
 class Context:
     """The run folders' rows, by configuration name."""
 
@@ -279,7 +287,7 @@ class Context:
         difference may take one arm from each. A run re-run at another budget while the other
         keeps its rows is not read with them."""
         a, b = self.config(base), self.config(other)
-        keys = sorted((set(a) | set(b)) - set(varies))
+        keys = sorted((set(a) | set(b)) - set(varies) - set(PROCEDURAL))
         return [f"{k} {a.get(k)} → {b.get(k)}" for k in keys if a.get(k) != b.get(k)]
 
     def apart(self, base: str, other: str, varies: Sequence[str]) -> str | None:

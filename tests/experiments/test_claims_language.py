@@ -155,6 +155,9 @@ def test_lm3_does_not_pair_the_policies_with_depth_rows_of_another_budget(tmp_pa
         "one set-up only"
     ) in v3.evidence
     assert v3.verdict == "not run"  # sync and vanilla are in the other run
+    # fields that decide which cells run, never their numbers, may differ
+    _folder(tmp_path, "lm-policies", _prows(pol), steps=3000, seeds=10, seed_mode="sequential")
+    assert claims.claim("LM3").assess(_ctx(tmp_path)).verdict == "held"
 
 
 def _delays(gap1, gap4, gap16, closed, base):
