@@ -272,6 +272,12 @@ def report(
         "that configuration produced before its settings changed in the code (listed below): "
         "it stands until the re-run replaces them.",
         "",
+        "Under a claim, **speed** lines pair each arm's learning curve by seed as the verdict "
+        "pairs its end point: the mean of the test metric over the run's evaluations (a "
+        "normalised area under the curve) and its value at the last evaluation within a third "
+        "of the budget (`experiments/claims/speed.py`). Staleness can cost speed without "
+        "costing the end point; these lines are not in the verdict.",
+        "",
         *_source_lines(ctx, out, snap),
         "",
     ]
