@@ -191,3 +191,9 @@ def test_lm1_reads_the_speed_in_nats_and_d1_in_points(tmp_path):
         "  - the mean test accuracy over the run's evaluations: diloco (H=10) − dp = -1.0 ± 0.0 "
         "points (5 seeds, beyond noise); diloco (H=50) − dp = -5.0"
     ) in v.evidence
+
+
+def test_the_report_header_says_what_the_speed_lines_are(tmp_path):
+    text = claims.report(claims.Context(tmp_path, quick=False), tmp_path / "docs" / "claims.md")
+    assert "Under a claim, **speed** lines pair each arm's learning curve by seed" in text
+    assert "these lines are not in the verdict" in text
