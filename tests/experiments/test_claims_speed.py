@@ -14,6 +14,14 @@ from experiments.claims.provenance import with_archived_curves, with_predictions
 from jaxstale import runs
 
 
+def _write(root, name, rows, dataset, **config):
+    """A hand-built run folder: its rows and its configuration."""
+    d = root / name
+    d.mkdir(exist_ok=True)
+    (d / "summary.json").write_text(json.dumps({"rows": rows}))
+    (d / "config.json").write_text(json.dumps({"config": {"dataset": dataset, **config}}))
+
+
 def _curve(values, every=100):
     return [{"step": every * (i + 1), "test_accuracy": v} for i, v in enumerate(values)]
 
@@ -64,10 +72,7 @@ def test_p1_lists_the_speed_readings_paired_by_seed(tmp_path):
     rows[-1].update(diverged=True, final_test_accuracy=None)  # NAG's last seed: no curve
     for k in ("test_mean", "test_third", "third_step"):
         del rows[-1][k]
-    d = tmp_path / "pipeline"
-    d.mkdir()
-    (d / "summary.json").write_text(json.dumps({"rows": rows}))
-    (d / "config.json").write_text(json.dumps({"config": {"dataset": "mnist1d"}}))
+    _write(tmp_path, "pipeline", rows, "mnist1d")
     v = claims.claim("P1").assess(claims.Context(tmp_path, quick=False))
     lines = v.evidence.splitlines()
     at = lines.index("- speed, from the test curves (no claimed direction; not in the verdict):")
@@ -133,12 +138,7 @@ def test_c3_lists_the_speed_readings_at_every_worker_count(tmp_path):
                   "seed": s, "diverged": False, "final_val_accuracy": 0.8,
                   "final_test_accuracy": 0.8, "test_mean": base + j, "test_third": base + j,
                   "third_step": 9000} for s, j in enumerate(luck)]  # fmt: skip
-    d = tmp_path / "async"
-    d.mkdir()
-    (d / "summary.json").write_text(json.dumps({"rows": rows}))
-    (d / "config.json").write_text(
-        json.dumps({"config": {"dataset": "mnist1d", "workers": [4, 8]}})
-    )
+    _write(tmp_path, "async", rows, "mnist1d", workers=[4, 8])
     v = claims.claim("C3").assess(claims.Context(tmp_path, quick=False))
     assert (
         "  - the mean test accuracy over the run's evaluations: dana (M=4) − asgd (M=4) = "
@@ -149,22 +149,12 @@ def test_c3_lists_the_speed_readings_at_every_worker_count(tmp_path):
 
 def test_m2_lists_what_each_policy_loses_in_speed_against_sync(tmp_path):
     rows = [*_pipe("sync", 0.80), *_pipe("2bw", 0.78), *_pipe("pipemare", 0.75)]
-    d = tmp_path / "pipeline-n8"
-    d.mkdir()
-    (d / "summary.json").write_text(json.dumps({"rows": rows}))
-    (d / "config.json").write_text(json.dumps({"config": {"dataset": "mnist1d"}}))
+    _write(tmp_path, "pipeline-n8", rows, "mnist1d")
     v = claims.claim("M2").assess(claims.Context(tmp_path, quick=False))
     assert (
         "  - the mean test accuracy over the run's evaluations: sync (N=8) − 2bw (N=8) = +2.0 ± "
         "0.0 points (5 seeds, beyond noise); sync (N=8) − pipemare (N=8) = +5.0"
     ) in v.evidence
-
-
-def _write(root, name, rows, dataset):
-    d = root / name
-    d.mkdir()
-    (d / "summary.json").write_text(json.dumps({"rows": rows}))
-    (d / "config.json").write_text(json.dumps({"config": {"dataset": dataset}}))
 
 
 def test_lm1_reads_the_speed_in_nats_and_d1_in_points(tmp_path):
