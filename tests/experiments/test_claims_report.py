@@ -3,6 +3,7 @@ the run folders), its Provenance section, and the forest plot per claim, on hand
 folders."""
 
 import json
+import pathlib
 import shutil
 import subprocess
 
@@ -499,3 +500,21 @@ def test_every_verdict_on_such_a_configuration_says_so_before_any_other_note(tmp
         else:
             assert v.caveat == was.caveat, c.id
     assert "C1" in flagged
+
+
+def test_the_committed_report_and_readme_rebuild_from_the_committed_rows(tmp_path):
+    """docs/claims.md and README's generated blocks are what the code makes of the rows under
+    docs/claims/rows, byte for byte (text only; the run folders' figures, copied beside the
+    rows, are linked where they exist; the forest plots are rebuilt, but their bytes depend on
+    the plotting library's build): a change to how the report reads or renders rows
+    fails here until `python -m experiments.claims --from-rows --readme README.md` is re-run."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    docs = tmp_path / "docs"
+    shutil.copytree(
+        root / "docs" / "claims", docs / "claims", ignore=shutil.ignore_patterns("cells")
+    )
+    shutil.copy(root / "README.md", tmp_path / "README.md")
+    out = docs / "claims.md"
+    claims.main(["--from-rows", "--out", str(out), "--readme", str(tmp_path / "README.md")])
+    assert out.read_text() == (root / "docs" / "claims.md").read_text()
+    assert (tmp_path / "README.md").read_text() == (root / "README.md").read_text()
