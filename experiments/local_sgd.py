@@ -76,7 +76,7 @@ from jaxstale.localsgd.emulator import check_model_state
 from jaxstale.transforms.lookahead import momentum_lookahead
 from jaxstale.transforms.outer import cgad, delayed_nesterov, staleness_weight
 
-from . import grids, reports
+from . import grids, memory, reports
 from .common import chance, group_clock, load_checked, opened, outcome, splits, task_of, title
 from .config import Base, ConfigError, check_memory, check_model, cli, flag, opt, refuse_unused
 
@@ -298,8 +298,11 @@ class _Runner:
         dp = base == "dp"
         batch = cfg["batch_size"] * (m if dp else 1)
         nb = cfg["steps"] if dp else max(s.num_batches for s in scheds)
-        inits, xs, ys = [], [], []
-        for k in keys:
+        inits = []
+        # every lane's mini-batches written into one array (no per-lane copies to stack)
+        xs = np.empty((len(keys), nb, batch, *ds.x_train.shape[1:]), ds.x_train.dtype)
+        ys = np.empty((len(keys), nb, batch, *ds.y_train.shape[1:]), ds.y_train.dtype)
+        for i, k in enumerate(keys):
             net = models.create(
                 k0["model"], input_shape=tuple(ds.x_train.shape[1:]),
                 num_classes=ds.num_classes, seed=k["seed"], task=ds.task,
@@ -308,8 +311,8 @@ class _Runner:
             idx = data.batch_indices(
                 len(ds.x_train), batch_size=batch, num_steps=nb, seed=k["seed"]
             )
-            xs.append(ds.x_train[idx])
-            ys.append(ds.y_train[idx])
+            np.take(ds.x_train, idx, axis=0, out=xs[i])
+            np.take(ds.y_train, idx, axis=0, out=ys[i])
         # the inner schedule's horizon: a worker's inner steps
         inner = optimizers.per_stage(
             cfg["optimizer"], cfg["inner_lr"], cfg["momentum"], cfg["steps"]
@@ -347,11 +350,12 @@ class _Runner:
         return res
 
     def _lanes(self, keys: list[dict], inits: list, base: str, m: int, inner: Any,
-               run_sched: list, xs: list, ys: list, kw: dict) -> list:  # fmt: skip
-        """Every key's run at once, as vmapped lanes."""
+               run_sched: list, xs: np.ndarray, ys: np.ndarray, kw: dict) -> list:  # fmt: skip
+        """Every key's run at once, as vmapped lanes (``xs``, ``ys``: the lanes' mini-batches,
+        stacked)."""
         stack = lambda trees: jax.tree.map(lambda *a: np.stack(a), *trees)
         ex = localsgd.executor(
-            inits[0].apply, inner, outer_tx(base, m), run_sched, np.stack(xs), np.stack(ys),
+            inits[0].apply, inner, outer_tx(base, m), run_sched, xs, ys,
             lanes=len(keys), hyperparams={"outer": {"learning_rate": [k["lr"] for k in keys]}},
             **kw,
         )  # fmt: skip
@@ -492,12 +496,25 @@ def _prepare(config: Config) -> tuple[dict[str, Any], data.Dataset]:
             check_model_state(models.functional(net).state)
         except ValueError as e:
             raise ConfigError("model", f"{name!r} has batch norm: {e}") from None
-    grids_ = [cfg["lrs"], cfg.get("adam_lrs") or [], cfg.get("dp_scales") or []]
-    lanes = cfg["seeds"] * max(map(len, grids_))  # a group's lanes: its rates × seeds
-    per = ds.x_train[:1].nbytes + ds.y_train[:1].nbytes
-    stream = max(cfg["workers"]) * cfg["steps"] * cfg["batch_size"] * per * 1.25
-    check_memory({"steps": stream * lanes})
+    check_memory({"steps": stream_bytes(cfg, ds) * group_lanes(cfg)})
     return cfg, ds
+
+
+def group_lanes(cfg: dict[str, Any]) -> int:
+    """The most runs one group holds at once (:func:`experiments.memory.group_lanes` over the
+    longest of the outer-rate grids: a method's own, Adam's, dp's scales); 1 on the mesh, which
+    runs a group's runs one after another."""
+    grids_ = [cfg["lrs"], cfg.get("adam_lrs") or [], cfg.get("dp_scales") or []]
+    rates = max(grids_, key=len)
+    return memory.group_lanes({**cfg, "lrs": rates}, vmapped=cfg.get("executor") != "mesh")
+
+
+def stream_bytes(cfg: dict[str, Any], ds: data.Dataset) -> float:
+    """One run's mini-batches, materialised (the most workers × inner steps × batch examples;
+    dp's batch of M·B over as many steps is the same), twice over: the host array the lanes
+    are written into and the device's copy the executor takes."""
+    per = ds.x_train[:1].nbytes + ds.y_train[:1].nbytes
+    return 2 * max(cfg["workers"]) * cfg["steps"] * cfg["batch_size"] * per
 
 
 def _open(config: Config, fresh: bool = False) -> tuple[dict, data.Dataset, runs.RunFolder]:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from experiments import local_sgd as exp
-from jaxstale import tasks
+from jaxstale import data, tasks
 
 TINY = ["--dataset", "digits", "--model", "mlp", "--steps", "8", "--inner-steps", "4"]
 TINY += ["--workers", "2", "--seeds", "2", "--extend-edges", "0", "--batch-size", "16"]
@@ -148,3 +148,17 @@ def test_the_language_model_runs_from_its_names_and_reads_loss(tmp_path):
     assert {r["method"] for r in rows} == {"diloco", "async-lookahead"}
     assert all(np.isfinite(r["final_test_loss"]) and r["final_test_loss"] > 0 for r in rows)
     assert "Test loss (nats/token)" in (out / "table.md").read_text()
+
+
+def test_the_memory_check_counts_the_largest_group_not_every_seed_and_rate():
+    """A two-stage sweep's largest group is the rate grid on its tuning seeds (issue: the
+    DiLoCo family at 6,750 inner steps was refused for 40 lanes it never holds at once)."""
+    cfg = {"lrs": [0.3, 0.5, 0.7, 1.0], "adam_lrs": [0.001, 0.003, 0.01], "dp_scales": None,
+           "seeds": 10, "tune_seeds": 3, "executor": "emulate"}  # fmt: skip
+    assert exp.group_lanes(cfg) == 12  # 4 rates × 3 tuning seeds
+    assert exp.group_lanes({**cfg, "tune_seeds": None}) == 40
+    assert exp.group_lanes({**cfg, "executor": "mesh"}) == 1
+    ds = data.load("digits")
+    run = {"workers": [4, 16], "steps": 100, "batch_size": 32}
+    per = ds.x_train[:1].nbytes + ds.y_train[:1].nbytes
+    assert exp.stream_bytes(run, ds) == 2 * 16 * 100 * 32 * per
