@@ -35,7 +35,7 @@ from .core import (
     selected,
     trend,
 )
-from .pipeline import pipe_cell, pipe_table
+from .pipeline import POLICY_VARIES, pipe_cell, pipe_table
 from .verdicts import by_seed, slope
 
 #: the non-inferiority margin of the "matches" claims (LM2, LM3, LM6), nats per character: a
@@ -87,10 +87,9 @@ def _stages(rows: Sequence[dict]) -> list[int]:
     return sorted({int(r["stages"]) for r in rows})
 
 
-#: the fields in which two pipeline runs' configurations may differ for their rows to be read
-#: together (:meth:`Context.differs`): which policies and depths ran
-POLICY_VARIES = ("methods", "policies", "schedules", "stages")
-#: the same for the two delay runs (LM4 pairs a seed's gap under AdamW with its gap under Muon)
+#: the fields in which the two delay runs' configurations may differ for their rows to be read
+#: together (:meth:`Context.differs`; LM4 pairs a seed's gap under AdamW with its gap under
+#: Muon); the pipeline runs': :data:`.pipeline.POLICY_VARIES`
 DELAY_VARIES = ("optimizer", "lrs", "delays")
 
 
@@ -136,9 +135,6 @@ def judge_depth(ctx: Context) -> Evidence:
     notes, tables = [], [_table(rows, ["sync", "vanilla"], ns)]
     if primary is None:
         notes.append(f"- the trend needs two depths with both policies; this run has N = {ns}")
-    loss_speed = speed.notes(
-        [(a, b, f"vanilla (N={n})", f"sync (N={n})") for n, a, b in pts], diff, metric="loss"
-    )
     if ctx.has("lm-deep"):
         deep = ctx.rows("lm-deep")
         for n in _stages(deep):
@@ -148,7 +144,9 @@ def judge_depth(ctx: Context) -> Evidence:
                     f"- the 16-block GPT (not in the trend: another model): "
                     f"{_gap(a, b, f'vanilla (N={n})', f'sync (N={n})').text()}"
                 )
-    notes += loss_speed
+    notes += speed.notes(
+        [(a, b, f"vanilla (N={n})", f"sync (N={n})") for n, a, b in pts], diff, metric="loss"
+    )
     return Evidence(
         primary, {k: v for k, v in sec.items() if v}, notes, tables, [("lm-depth", "plot")]
     )

@@ -206,8 +206,9 @@ MEMORY_LIGHT = ("vanilla", "spectrain-v1", "spectrain-v2", "nesterov", "pipemare
                 "2bw")  # fmt: skip
 
 
-#: the fields in which ``pipeline``'s and ``pipeline-n8``'s configurations may differ for their
-#: N = 8 rows to be read together (every other field, the budget among them, must match)
+#: the fields in which two pipeline runs' configurations may differ for their rows to be read
+#: together (:meth:`Context.differs`; every other field, the budget among them, must match):
+#: which policies and depths ran — ``pipeline`` with ``pipeline-n8`` here, the LM runs
 POLICY_VARIES = ("methods", "policies", "schedules", "stages")
 
 

@@ -13,6 +13,9 @@ from experiments.claims import cells, speed
 from experiments.claims.provenance import with_archived_curves, with_predictions
 from jaxstale import runs
 
+#: one seed's luck, shared by its arms (the paired differences below are exact)
+LUCK = [0.0, 0.003, -0.003, 0.001, -0.001]
+
 
 def _write(root, name, rows, dataset, **config):
     """A hand-built run folder: its rows and its configuration."""
@@ -58,11 +61,10 @@ def test_the_rows_copy_takes_the_speed_readings_from_each_cells_curve(tmp_path):
 def _pipe(method, base, n=8):
     """Rows of one (policy, depth) cell: 5 seeds, final accuracy 0.85; mean test accuracy over
     the run ``base`` + the seed's luck, at a third ``base`` − 0.1."""
-    luck = np.array([0.0, 0.003, -0.003, 0.001, -0.001])
     return [{"method": method, "model": "mlp", "stages": n, "lr": 0.01, "seed": s,
              "diverged": False, "final_val_accuracy": 0.85, "final_test_accuracy": 0.85,
              "test_mean": base + j, "test_third": base - 0.1 + j, "third_step": 9000 - (n - 1)}
-            for s, j in enumerate(luck)]  # fmt: skip
+            for s, j in enumerate(LUCK)]  # fmt: skip
 
 
 def test_p1_lists_the_speed_readings_paired_by_seed(tmp_path):
@@ -130,14 +132,13 @@ def test_kept_rows_gain_the_speed_readings_of_their_own_archived_sweep(tmp_path)
 
 
 def test_c3_lists_the_speed_readings_at_every_worker_count(tmp_path):
-    luck = [0.0, 0.003, -0.003, 0.001, -0.001]
     rows = []
     for m, w, base in [("sgd", 1, 0.8), *[(x, w, b) for w in (4, 8) for x, b in
                        (("asgd", 0.7), ("dana", 0.75))]]:  # fmt: skip
         rows += [{"method": m, "workers": w, "momentum": 0.9, "lr": 0.01, "lam": None,
                   "seed": s, "diverged": False, "final_val_accuracy": 0.8,
                   "final_test_accuracy": 0.8, "test_mean": base + j, "test_third": base + j,
-                  "third_step": 9000} for s, j in enumerate(luck)]  # fmt: skip
+                  "third_step": 9000} for s, j in enumerate(LUCK)]  # fmt: skip
     _write(tmp_path, "async", rows, "mnist1d", workers=[4, 8])
     v = claims.claim("C3").assess(claims.Context(tmp_path, quick=False))
     assert (
@@ -158,12 +159,11 @@ def test_m2_lists_what_each_policy_loses_in_speed_against_sync(tmp_path):
 
 
 def test_lm1_reads_the_speed_in_nats_and_d1_in_points(tmp_path):
-    luck = [0.0, 0.004, -0.004, 0.002, -0.002]
     lm = [{"method": m, "stages": n, "model": "gpt-cpu", "lr": 0.003, "seed": s, "diverged": False,
            "final_val_loss": 2.0, "final_test_loss": 2.0 + g, "test_mean": 2.5 + g + j,
            "test_third": 3.0 + g, "third_step": 330}
           for m, g in (("sync", 0.0), ("vanilla", 0.4)) for n in (4, 8)
-          for s, j in enumerate(luck)]  # fmt: skip
+          for s, j in enumerate(LUCK)]  # fmt: skip
     _write(tmp_path, "lm-depth", lm, "shakespeare")
     v = claims.claim("LM1").assess(claims.Context(tmp_path, quick=False))
     assert (
@@ -174,7 +174,7 @@ def test_lm1_reads_the_speed_in_nats_and_d1_in_points(tmp_path):
            "final_val_accuracy": 0.9, "final_test_accuracy": 0.9, "test_mean": b + j,
            "test_third": b + j, "third_step": 700}
           for m, h, b in (("dp", 10, 0.85), ("diloco", 10, 0.84), ("diloco", 50, 0.8))
-          for s, j in enumerate(luck)]  # fmt: skip
+          for s, j in enumerate(LUCK)]  # fmt: skip
     _write(tmp_path, "diloco", dl, "mnist1d")
     v = claims.claim("D1").assess(claims.Context(tmp_path, quick=False))
     assert (
