@@ -48,14 +48,20 @@ LONG_LABEL = "set-up check added after the run: {times} the budget (" + CHECK_LO
 PRECISIONS = ("streaming", "streaming-fp8", "streaming-fp4")
 
 
-def _times(ctx: Context) -> str:
-    """How many times ``diloco``'s budget the set-up check ran, from the two run folders'
-    configurations (``"2×"``; ``"a longer"`` where either does not record its steps)."""
+def _ratio(ctx: Context) -> float | None:
+    """The set-up check's budget over ``diloco``'s, from the two run folders' configurations
+    (``None`` where either does not record its steps)."""
     try:
-        ratio = ctx.config(CHECK_LONG)["steps"] / ctx.config("diloco")["steps"]
+        return ctx.config(CHECK_LONG)["steps"] / ctx.config("diloco")["steps"]
     except (FileNotFoundError, KeyError, TypeError, ZeroDivisionError):
-        return "a longer"
-    return f"{ratio:g}×"
+        return None
+
+
+def _times(ctx: Context) -> str:
+    """How many times ``diloco``'s budget the set-up check ran (``"2×"``; ``"a longer"``
+    where either configuration does not record its steps)."""
+    ratio = _ratio(ctx)
+    return "a longer" if ratio is None else f"{ratio:g}×"
 
 
 def _arm(rows: Sequence[dict], method: str, workers: int, h: int | None = None) -> list[dict]:
@@ -123,14 +129,22 @@ def judge_matches_dp(ctx: Context) -> Evidence:
     diffs = {h: _not_worse(_arm(rows, "diloco", m, h), dp, f"diloco (H={h})", "dp", MARGIN)
              for h in hs}  # fmt: skip
     primary = diffs[max(hs)]
-    sent = {r["method"]: r.get("models_sent") for r in rows if r["workers"] == m}
+    sent = {  # dp's rows carry the first H; DiLoCo's count is H = min(hs)'s
+        r["method"]: r.get("models_sent")
+        for r in rows
+        if r["workers"] == m and (r["method"] == "dp" or r.get("inner_steps") == min(hs))
+    }
     notes = []
     for h in hs:
         plain = diff(_arm(rows, "diloco", m, h), dp, f"diloco (H={h})", "dp")
         notes.append(f"- plain difference: {plain.text()}")
     secondary = {"at the other H": [d for h, d in diffs.items() if h != max(hs)]}
     tables = [_table(rows, [x for x in ("dp", "diloco") if x in _methods(rows)], sets)]
-    if ctx.has(CHECK_LONG):  # added after the run: a set-up check, never the primary
+    ratio = _ratio(ctx) if ctx.has(CHECK_LONG) else None
+    if ratio is not None and ratio <= 1:  # e.g. its rows predate its longer configuration
+        notes.append(f"- {CHECK_LONG} left out: its rows are at {ratio:g}× diloco's budget, "
+                     "not a longer one (the set-up check waits for its re-run)")  # fmt: skip
+    elif ctx.has(CHECK_LONG):  # added after the run: a set-up check, never the primary
         long = ctx.rows(CHECK_LONG)
         ref = _arm(long, "dp", m)
         at = [h for w, h in _settings(long) if w == m and _arm(long, "diloco", m, h)]

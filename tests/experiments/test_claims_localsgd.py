@@ -31,7 +31,7 @@ def _rows(cells, lrs=(0.7,)):
                              "final_val_accuracy": None if bad else v - 0.1 * i,
                              "final_test_accuracy": None if bad else v - 0.1 * i,
                              "wall_time": (2000.0 if m.startswith("async") else 4000.0) + s,
-                             "models_sent": 2250 if m == "dp" else 225,
+                             "models_sent": 2250 if m == "dp" else 2250 // h,
                              "mean_staleness": float(w - 1)})  # fmt: skip
     return rows
 
@@ -54,7 +54,7 @@ def test_d1_diloco_matches_dp_within_a_point_at_the_largest_h(tmp_path):
     v = _assess(tmp_path, "D1")
     assert v.verdict == "held", v.evidence
     assert "diloco (H=50) − dp + 1 point (non-inferiority, margin 1 point) = +0.5" in v.evidence
-    assert "models each worker sent: dp 2250, diloco 225" in v.evidence
+    assert "models each worker sent: dp 2250, diloco 225 (at H = 10)" in v.evidence
     cells[("diloco", 4, 50)] = _accs(0.82)  # 3 points below dp: beyond the margin
     _folder(tmp_path, "diloco", _rows(cells))
     assert _assess(tmp_path, "D1").verdict == "did not hold"
@@ -272,6 +272,16 @@ def test_d1_reads_its_set_up_check_on_a_longer_budget_as_a_secondary(tmp_path):
     assert (
         "diloco (H=10, a longer budget) − dp (a longer budget)" in _assess(tmp_path, "D1").evidence
     )
+    for steps in (6750, 2250):  # the check's rows at diloco's budget (or below): not a check
+        cfg = {"dataset": "mnist1d", "steps": steps}
+        (tmp_path / "diloco-long" / "config.json").write_text(json.dumps({"config": cfg}))
+        base = {"config": {**cfg, "steps": 6750}}
+        (tmp_path / "diloco" / "config.json").write_text(json.dumps(base))
+        same = _assess(tmp_path, "D1")
+        assert same.verdict == before.verdict and len(same.tables) == 1
+        assert "set-up check added" not in same.evidence
+        note = f"diloco-long left out: its rows are at {steps / 6750:g}× diloco's budget"
+        assert note in same.evidence
     (tmp_path / "diloco" / "summary.json").unlink()
     assert _assess(tmp_path, "D1").verdict == "not run"
 
