@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from jaxstale import runs
 
-from .. import async_bn
+from .. import async_bn, cliff_tables
 from . import speed
 from .core import (
     Context,
@@ -33,6 +33,7 @@ from .core import (
     _trend_in_m,
     _workers,
     cell,
+    chance_of,
     diff,
     selected,
     trend,
@@ -350,11 +351,50 @@ def judge_acceptance(ctx: Context) -> Verdict:
         f"\n- ASGD: {ndiv}/{len(got['asgd'])} seeds with a non-finite loss, the others at "
         f"{100 * mean(got['asgd']):.1f} % (chance is {100 * ctx.chance('async-fixed-lr'):.3g} %)"
     )
+    ev += _cliff_reading(ctx, m, sorted({r["lr"] for r in rows}))
     table = runs.markdown_table(
         ["method", f"M={m}"],
         [[meth, cell(rs)] for meth, rs in got.items()],
     )
     return Verdict(v, ev, [table])
+
+
+#: the methods A1 sets one rate for, in its order
+A1_METHODS = ("asgd", "gap-aware", "sa-asgd", "dc-asgd-a")
+
+
+def _cliff_reading(ctx: Context, m: int, rates: list[float]) -> str:
+    """Where A1's one rate sits on the delay cliff that ``cliff`` measured (P2's run, constant
+    delays) at the delay nearest to the round-robin staleness τ = M − 1: each method's stable
+    rates there and the rates of the cliff's grid that are past ASGD's cliff and stable for
+    every other method — the rate the simulations' check assumes exists. A line after A1's
+    thresholds, not in the verdict (empty without ``cliff``'s rows)."""
+    if not ctx.has("cliff"):
+        return ""
+    rows, cfg = ctx.rows("cliff"), ctx.config("cliff")
+    stable = cliff_tables.stable_rates(rows, tolerance=cfg["tolerance"], chance_acc=chance_of(rows))
+    ds = sorted({r["delay"] for r in rows})
+    d = min(ds, key=lambda x: (abs(x - (m - 1)), -x))
+    methods = [x for x in A1_METHODS if (x, d) in stable]
+    if "asgd" not in methods:
+        return ""
+    grid = sorted({r["lr"] for r in rows if not r.get("extended")})
+    fits = [
+        lr
+        for lr in grid
+        if lr not in stable[("asgd", d)] and all(lr in stable[(x, d)] for x in methods[1:])
+    ]
+
+    def listed(lrs: Sequence[float]) -> str:
+        return ", ".join(f"{lr:g}" for lr in lrs) or "none"
+
+    each = "; ".join(f"{x} {listed(stable[(x, d)])}" for x in methods)
+    return (
+        f"\n- on the delay cliff (`cliff`, P2's run: constant delay d = {d}, the nearest to this "
+        f"run's τ = {m - 1}; stable as P2 defines it; not in the verdict), the rates of its grid "
+        f"each method trains stably: {each}; past ASGD's cliff and stable for "
+        f"{', '.join(methods[1:])} alike: {listed(fits)} (this run's rate: {listed(rates)})"
+    )
 
 
 def judge_async_bn(ctx: Context) -> Evidence:

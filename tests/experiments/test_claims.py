@@ -6,6 +6,7 @@ import json
 import pytest
 
 from experiments import claims
+from experiments.claims import asynchronous
 
 
 def _rows(accs: dict[tuple[str, int], list[float | None]], lr: float = 0.01, mu: float = 0.9):
@@ -60,6 +61,42 @@ def test_acceptance_thresholds_follow_the_task(tmp_path):
     v = claims.judge_acceptance(claims.Context(tmp_path, quick=False))
     assert v.verdict == "held", v.evidence
     assert "ASGD diverges or collapses to chance (< 20 %)" in v.evidence
+
+
+def _cliff_rows(val: dict[tuple[str, int, float], float | None]) -> list[dict]:
+    """delay_cliff rows, 3 seeds per (method, d, lr): a validation accuracy, None diverged."""
+    return [
+        {"method": m, "delay": d, "lr": lr, "seed": s, "diverged": a is None,
+         "final_val_accuracy": a, "final_test_accuracy": a}
+        for (m, d, lr), a in val.items()
+        for s in range(3)
+    ]  # fmt: skip
+
+
+def test_acceptance_reads_where_its_rate_sits_on_the_delay_cliff(tmp_path):
+    """A1 names the rates the cliff run finds past ASGD's cliff and stable for the three
+    mitigations at the delay nearest τ = M − 1 (d = 16 for M = 16, not 8), its verdict
+    unchanged; none where one mitigation needs a rate ASGD survives."""
+    rows = _rows({("asgd", 16): [None, 0.1, 0.1], ("gap-aware", 16): [0.97] * 3,
+                  ("sa-asgd", 16): [0.96] * 3, ("dc-asgd-a", 16): [0.93] * 3,
+                  ("sgd", 1): [0.98] * 3}, lr=0.02)  # fmt: skip
+    _folder(tmp_path, "async-fixed-lr", rows, [16])
+    before = claims.judge_acceptance(claims.Context(tmp_path, quick=False))
+    assert "delay cliff" not in before.evidence
+    val = {
+        (m, d, lr): 0.9 for m in asynchronous.A1_METHODS for d in (0, 8, 16) for lr in (0.01, 0.1)
+    }
+    val[("asgd", 16, 0.1)] = None  # ASGD's cliff: 0.1 diverges at d = 16 (not at d = 8)
+    _folder(tmp_path, "cliff", _cliff_rows(val), [], tolerance=0.05)
+    v = claims.judge_acceptance(claims.Context(tmp_path, quick=False))
+    assert v.verdict == before.verdict == "held"
+    assert "constant delay d = 16, the nearest to this run's τ = 15" in v.evidence
+    assert "asgd 0.01; gap-aware 0.01, 0.1; sa-asgd 0.01, 0.1; dc-asgd-a 0.01, 0.1" in v.evidence
+    assert "dc-asgd-a alike: 0.1 (this run's rate: 0.02)" in v.evidence
+    val[("sa-asgd", 16, 0.1)] = 0.5  # SA-ASGD unstable where ASGD is past its cliff
+    _folder(tmp_path, "cliff", _cliff_rows(val), [], tolerance=0.05)
+    v = claims.judge_acceptance(claims.Context(tmp_path, quick=False))
+    assert "sa-asgd 0.01;" in v.evidence and "dc-asgd-a alike: none" in v.evidence
 
 
 def test_report_marks_missing_runs_and_links_every_claim(tmp_path):
