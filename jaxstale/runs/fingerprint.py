@@ -13,7 +13,8 @@ The parts that decide whether two fingerprints compute the same results are
 optax and flax, and the backend that computes (:func:`backend_fingerprint`: platform, device
 kind, matmul precision, GPU deterministic ops). The git commit and the numpy/Python versions
 are recorded for the reader but do not decide (a commit that only edits the README changes no
-result; a changed source file shows up in the source hashes, committed or not).
+result; a changed source file shows up in the source hashes, committed or not), and so is the
+machine (:func:`~jaxstale.runs.hosts.host_fingerprint`: a sweep may resume on another one).
 
 **Code, not text.** A Python file is hashed by its syntax tree with docstrings removed
 (:func:`source_digest`): comments, docstrings, blank lines and formatting change no hash, any
@@ -37,8 +38,8 @@ Example:
     >>> from jaxstale.runs import code_fingerprint, code_hash
     >>> fp = code_fingerprint(sources=["def build(hp): return hp"])
     >>> sorted(fp)
-    ['backend', 'data_sha', 'experiment_sha', 'git_commit', 'jaxstale', 'source_sha', 'user_sha',
-     'versions']
+    ['backend', 'data_sha', 'experiment_sha', 'git_commit', 'host', 'jaxstale', 'source_sha',
+     'user_sha', 'versions']
     >>> sorted(fp["versions"])
     ['flax', 'jax', 'jaxlib', 'numpy', 'optax', 'python']
     >>> fp["experiment_sha"] is None  # no experiment modules given
@@ -69,6 +70,8 @@ from types import ModuleType
 from typing import Any
 
 import jax
+
+from jaxstale.runs.hosts import host_fingerprint
 
 __all__ = [
     "RESULT_PARTS",
@@ -463,7 +466,8 @@ def code_fingerprint(
       "jaxlib", "optax", "flax", "numpy", "python"}, "backend": :func:`backend_fingerprint`,
       "git_commit": HEAD of the repository of the
       first module (else of the jaxstale package), or None when not in a git checkout or git is
-      missing}``. Plain JSON; :func:`code_hash` condenses the parts that decide results.
+      missing, "host": the machine (:func:`~jaxstale.runs.hosts.host_fingerprint`)}``. Plain
+      JSON; :func:`code_hash` condenses the parts that decide results (not the host).
 
     Raises:
       ValueError: a module has no source file, or a path does not exist.
@@ -493,6 +497,7 @@ def code_fingerprint(
         },
         "backend": backend_fingerprint(),
         "git_commit": git_head(where),
+        "host": host_fingerprint(),
     }
 
 

@@ -4,7 +4,7 @@ Every experiment writes one run folder ``results/<experiment>/<run-id>/`` (or ex
 DIR``)::
 
     config.json      {"experiment", "run_id", "config", "code", ...}     (see below)
-    cells/<h>.json   one file per finished cell: {"key", "code", "row", "metrics"}
+    cells/<h>.json   one file per finished cell: {"key", "code", "host", "row", "metrics"}
     metrics.jsonl    one line per metric record, tagged with its cell's key fields
     summary.json     {"experiment": name, "rows": [...]}                 (written by ``finish``)
     table.md         the experiment's markdown table
@@ -39,8 +39,8 @@ Example:
     >>> run.run_id
     'edf980217e'
     >>> sorted(run.code)  # the fingerprint of the code computing it, recorded in config.json
-    ['backend', 'data_sha', 'experiment_sha', 'git_commit', 'jaxstale', 'source_sha', 'user_sha',
-     'versions']
+    ['backend', 'data_sha', 'experiment_sha', 'git_commit', 'host', 'jaxstale', 'source_sha',
+     'user_sha', 'versions']
     >>> run.done({"seed": 0}) is None
     True
     >>> run.record({"seed": 0}, {"final_test_accuracy": float("nan")}, [{"step": 1, "loss": 2.0}])
@@ -83,6 +83,7 @@ from jaxstale.runs.files import (
 )
 from jaxstale.runs.fingerprint import code_changes, code_fingerprint, code_hash
 from jaxstale.runs.groups import cell_groups, check_cell
+from jaxstale.runs.hosts import other_host_note
 from jaxstale.runs.plots import finish_figure
 
 __all__ = [
@@ -198,6 +199,8 @@ class RunFolder:
                 )
         header = self._header(old)
         self._check_code(old, header, force_resume)
+        if note := other_host_note(experiment, self._cells(), self.code.get("host")):
+            print(note, file=sys.stderr)
         self._header_text = to_json(header, indent=2) + "\n"
         self._created = False  # create() not yet called by this object
         self._metrics_synced = False  # metrics.jsonl not yet rebuilt by this process
@@ -385,12 +388,9 @@ class RunFolder:
         self.create()
         cell_key: dict[str, Any] = dict(key)
         cell_metrics = [dict(m) for m in metrics]
-        cell = {
-            "key": cell_key,
-            "code": self.code_hash,
-            "row": {**key, **row},
-            "metrics": cell_metrics,
-        }
+        host = (self.code.get("host") or {}).get("id")  # the machine (jaxstale.runs.hosts)
+        cell = {"key": cell_key, "code": self.code_hash, "host": host, "row": {**key, **row}}
+        cell["metrics"] = cell_metrics
         path = self._cell_path(key)
         if self._store is not None:  # not process 0: keep it as it would read it back
             self._store[path.name] = json.loads(to_json(cell))

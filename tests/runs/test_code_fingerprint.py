@@ -38,6 +38,7 @@ def test_fingerprint_fields_versions_and_cache(tmp_path):
         "versions",
         "backend",
         "git_commit",
+        "host",
     }
     for name in ("jax", "jaxlib", "optax", "flax", "numpy"):
         assert fp["versions"][name] == importlib.metadata.version(name)
