@@ -106,7 +106,7 @@ def _verdict(converged: bool | None) -> str:
 
 #: the configuration fields that decide how a reference trains, besides its setting: two
 #: configurations equal on them train the same reference for different budgets
-_SAME = ("dataset", "standardize", "optimizer", "momentum", "inner_lr", "batch_size")
+_SAME = ("dataset", "standardize", "optimizer", "momentum", "inner_lr", "batch_size", "mlp_width")
 
 
 def _config(folder: Path) -> dict[str, Any]:
@@ -126,16 +126,19 @@ class Judged(NamedTuple):
     fact: dict[str, Any]
     converged: bool | None
     by: tuple[str, dict[str, Any]] | None = None
+    decays: bool = False  # on a decaying schedule (judged by ``by`` alone)
 
 
 def _judged(rows: Path, names: Sequence[str]) -> list[Judged]:
-    """Every fact of ``names``, judged by :func:`_converged`; or, for an accuracy reference on
-    a decaying schedule (an optimizer of :data:`jaxstale.optimizers.NAMES`: warm-up + cosine
-    over the run, whose last third gains from the decay at any length), against the longest
-    other configuration of ``names`` that trains the same reference (:data:`_SAME`, the same
-    setting) for more updates: converged when its plateau is within :data:`TOL` of that one's,
-    not judged without such a run. A language model's fact (compared at equal updates) is not
-    judged either."""
+    """Every fact of ``names``, judged by :func:`_converged` and, where another configuration
+    of ``names`` trains the same reference (:data:`_SAME`, the same setting) for more updates,
+    against the longest such run too: converged only when that run's plateau is also within
+    :data:`TOL` of this one's (a curve flat over its own last third can still gain more than
+    a point from three times the updates). An accuracy reference on a decaying schedule (an
+    optimizer of :data:`jaxstale.optimizers.NAMES`: warm-up + cosine over the run, whose last
+    third gains from the decay at any length) is judged by the longer run alone, and not
+    judged without one. A language model's fact (compared at equal updates) is not judged
+    either."""
     facts = {
         n: json.loads((rows / n / FILE).read_text()) for n in names if (rows / n / FILE).exists()
     }
@@ -148,7 +151,7 @@ def _judged(rows: Path, names: Sequence[str]) -> list[Judged]:
             if f.get("metric") == "loss":
                 out.append(Judged(name, f, None))
                 continue
-            if not decays or f["plateau"] is None:  # (no curve without divergence: not)
+            if f["plateau"] is None:  # no curve without divergence: not converged
                 out.append(Judged(name, f, _converged(f)))
                 continue
             longer = [
@@ -160,10 +163,12 @@ def _judged(rows: Path, names: Sequence[str]) -> list[Judged]:
                 and g.get("plateau") is not None
             ]  # fmt: skip
             if not longer:
-                out.append(Judged(name, f, None))
+                out.append(Judged(name, f, _converged(f) if not decays else None))
                 continue
             _, other, g = max(longer, key=lambda t: t[0])
-            out.append(Judged(name, f, g["plateau"] - f["plateau"] <= TOL, (other, g)))
+            close = g["plateau"] - f["plateau"] <= TOL
+            ok = close and (decays or _converged(f))
+            out.append(Judged(name, f, ok, (other, g), decays))
     return out
 
 
@@ -237,7 +242,7 @@ def _line(judged: Judged) -> str:
             f"{head}: not judged; {plateau} over the last third of {f['steps']:,} updates, "
             f"{decay}, and no longer run of it to compare with."
         )
-    if judged.by is not None:
+    if judged.by is not None and judged.decays:
         other, g = judged.by
         return (
             f"{head}: {_verdict(judged.converged)}; {plateau} at "
@@ -249,9 +254,16 @@ def _line(judged: Judged) -> str:
         if f["flat_since"] is not None
         else f"not within ±{100 * TOL:g} point of its plateau at the end ({f['steps']:,} updates)"
     )
+    longer = ""
+    if judged.by is not None:
+        other, g = judged.by
+        longer = (
+            f"; a longer run of the same reference (`{other}`) plateaus at "
+            f"{100 * g['plateau']:.1f} % at {g['steps']:,} updates"
+        )
     return (
         f"{head}: {_verdict(judged.converged)}; {plateau}, {flat}; change over the last "
-        f"third {change}."
+        f"third {change}{longer}."
     )
 
 
@@ -264,8 +276,9 @@ def section(rows: Path, names: Sequence[str]) -> list[str]:
     head = (
         "The synchronous reference of each configuration at its rate selected on validation "
         "(mean validation curve over the seeds; **not converged**: never within 1 point of its "
-        "last-third plateau, or still rising over the last third beyond noise; on a decaying "
-        "schedule, its last-third plateau more than 1 point below that of a longer run of the "
-        "same reference):"
+        "last-third plateau, or still rising over the last third beyond noise, or its "
+        "last-third plateau more than 1 point below that of a longer run of the same reference "
+        "where one ran; on a decaying schedule, whose last third gains from the decay at any "
+        "length, by the longer run alone):"
     )
     return ["", '<a id="budget"></a>', "", "## Budget", "", head, "", *lines]

@@ -174,9 +174,41 @@ def test_a_reference_on_a_decaying_schedule_is_judged_by_a_longer_run_of_it(tmp_
         ": not judged; validation plateau 91.4 % over the last third of 13,500" in (lines["longer"])
     )
     assert "(here +2.0 ± 0.6 points over 10 seeds)" in lines["longer"]
-    # a constant-rate reference keeps the last-third test, whatever ran longer
+    # a constant-rate reference keeps the last-third test (rising: not converged, whatever
+    # ran longer), and a longer run of it can only add a reason
     for name in ("short", "long"):
         (rows / name / "config.json").write_text(
             json.dumps({"config": {**cfg, "optimizer": "sgd"}})
         )
     assert budget.unconverged(rows, ["short", "long"]) == ["short", "long"]
+
+
+def test_a_flat_constant_rate_reference_is_not_converged_when_a_longer_run_ends_higher(tmp_path):
+    """1-worker SGD flat over its own last third at 9,000 updates, and the same reference
+    (same setting, data, momentum, batch) 2.1 points higher at 27,000 (the committed
+    ``async-m128`` against ``async``): not converged; within a point: converged. Another
+    momentum is another reference."""
+    rows = tmp_path / "rows"
+    cfg = {"dataset": "mnist1d", "momentum": 0.9, "batch_size": 32}
+    flat = [0.01, 0.01, 10]  # within noise
+    runs_ = {
+        "short": (cfg, 9000, 0.839),
+        "long": (cfg, 27000, 0.860),
+        "close": (cfg, 27000, 0.845),
+        "mu0": ({**cfg, "momentum": 0.0}, 27000, 0.90),
+    }
+    for name, (c, steps, plateau) in runs_.items():
+        (rows / name).mkdir(parents=True)
+        (rows / name / "config.json").write_text(json.dumps({"config": {**c, "steps": steps}}))
+        f = {**_fact("sgd", 300, flat, plateau=plateau), "steps": steps}
+        (rows / name / budget.FILE).write_text(json.dumps([f]))
+    assert budget.unconverged(rows, ["short"]) == []  # its own curve alone: flat
+    assert budget.unconverged(rows, ["short", "long"]) == ["short"]
+    assert budget.unconverged(rows, ["short", "close", "mu0"]) == []
+    lines = budget.section(rows, ["short", "long"])
+    short = next(x for x in lines if x.startswith("- `short`"))
+    head = "- `short`, method sgd, lr 0.01: **not converged**; validation plateau 83.9 %, "
+    assert short.startswith(head + "flat (±1 point) since update 300 of 9,000")
+    tail = "; a longer run of the same reference (`long`) plateaus at 86.0 % at 27,000 updates."
+    assert short.endswith(tail)
+    assert "longer run of the same reference where one ran" in "".join(lines)
