@@ -162,6 +162,13 @@ def _print_user_traceback(e: BaseException) -> None:
     traceback.print_exception(type(e), e, tb)
 
 
+#: how a collective fails when a peer process is gone (its sockets closed by its exit)
+PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
+#: seconds such a consequence waits before exiting, so that the launcher sees the peer's exit
+#: first (on a loaded machine it could otherwise report this one, not the failure behind it)
+PEER_GRACE = 2.0
+
+
 def _child_main(target_argv: Sequence[str]) -> int:
     """The bootstrap of one launched process: initialize, then run the target like python."""
     kind, what, args = _resolve_target(target_argv)
@@ -184,6 +191,8 @@ def _child_main(target_argv: Sequence[str]) -> int:
     except BaseException as e:
         _print_user_traceback(e)
         code = 1
+        if any(text in str(e) for text in PEER_GONE):
+            time.sleep(PEER_GRACE)  # a peer's failure: let the launcher report that one
     if code != 0:
         # Skip atexit: JAX's handler would wait in the shutdown barrier for the other processes
         # (up to the shutdown timeout) and the launcher would not see this failure until then.

@@ -417,3 +417,25 @@ def test_cli_usage_errors(capsys):
     assert "cannot tell what to run" in capsys.readouterr().err
     with pytest.raises(ValueError, match="processes"):
         L.launch(["x"], processes=0, devices_per_process=1)
+
+
+@pytest.mark.parametrize(
+    ("message", "waits"),
+    [("Gloo AllGather failed: Read error: Connection reset by peer", True), ("boom", False)],
+)
+def test_a_collective_that_lost_its_peer_exits_after_the_peer(
+    tmp_path, monkeypatch, message, waits
+):
+    """A process whose collective failed because its peer is gone waits PEER_GRACE before it
+    exits (code 1), so that the launcher reports the peer's failure, not this consequence of it
+    (the race a loaded machine lost); any other failure exits at once."""
+    script = _script(tmp_path, "lost.py", f"raise RuntimeError({message!r})\n")
+    slept, exited = [], []
+    monkeypatch.setattr(L, "initialize", lambda: None)
+    monkeypatch.setattr(L.time, "sleep", slept.append)
+    monkeypatch.setattr(L.os, "_exit", exited.append)
+    monkeypatch.setattr(L.sys, "argv", list(sys.argv))
+    monkeypatch.setattr(L.sys, "path", list(sys.path))
+    L._child_main([str(script)])
+    assert exited == [1]
+    assert slept == ([L.PEER_GRACE] if waits else [])
