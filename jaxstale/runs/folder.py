@@ -198,8 +198,9 @@ class RunFolder:
                     f"a different config ({old.get('config')}); use another --out or delete it"
                 )
         header = self._header(old)
-        self._check_code(old, header, force_resume)
-        if note := other_host_note(experiment, self._cells(), self.code.get("host")):
+        cells = self._cells()  # read once: their codes and their machines are checked
+        self._check_code(old, header, force_resume, cells)
+        if note := other_host_note(experiment, cells, self.code.get("host")):
             print(note, file=sys.stderr)
         self._header_text = to_json(header, indent=2) + "\n"
         self._created = False  # create() not yet called by this object
@@ -255,10 +256,12 @@ class RunFolder:
             header["force_resumed"] = list(old["force_resumed"])
         return header
 
-    def _check_code(self, old: Mapping[str, Any], header: dict[str, Any], force: bool) -> None:
-        """Refuses (or, forced, accepts and records) cells computed under other code."""
+    def _check_code(
+        self, old: Mapping[str, Any], header: dict[str, Any], force: bool, cells: list[dict]
+    ) -> None:
+        """Refuses (or, forced, accepts and records) ``cells`` computed under other code."""
         accepted = accepted_codes(header)
-        hashes = [c.get("code") for c in self._cells()]
+        hashes = [c.get("code") for c in cells]
         other = [h for h in hashes if h != self.code_hash]
         self.reused_cells = len(other)
         stale = sorted({h for h in other if h not in accepted}, key=str)
