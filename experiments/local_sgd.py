@@ -299,20 +299,18 @@ class _Runner:
         batch = cfg["batch_size"] * (m if dp else 1)
         nb = cfg["steps"] if dp else max(s.num_batches for s in scheds)
         inits = []
-        # every lane's mini-batches written into one array (no per-lane copies to stack)
-        xs = np.empty((len(keys), nb, batch, *ds.x_train.shape[1:]), ds.x_train.dtype)
-        ys = np.empty((len(keys), nb, batch, *ds.y_train.shape[1:]), ds.y_train.dtype)
+        # every lane's mini-batches as indices into the one training split (Indexed)
+        idx = np.empty((len(keys), nb, batch), np.int32)
         for i, k in enumerate(keys):
             net = models.create(
                 k0["model"], input_shape=tuple(ds.x_train.shape[1:]),
                 num_classes=ds.num_classes, seed=k["seed"], task=ds.task,
             )  # fmt: skip
             inits.append(models.functional(net))
-            idx = data.batch_indices(
+            idx[i] = data.batch_indices(
                 len(ds.x_train), batch_size=batch, num_steps=nb, seed=k["seed"]
             )
-            np.take(ds.x_train, idx, axis=0, out=xs[i])
-            np.take(ds.y_train, idx, axis=0, out=ys[i])
+        xs, ys = data.Indexed(ds.x_train, idx), data.Indexed(ds.y_train, idx)
         # the inner schedule's horizon: a worker's inner steps
         inner = optimizers.per_stage(
             cfg["optimizer"], cfg["inner_lr"], cfg["momentum"], cfg["steps"]
@@ -327,8 +325,8 @@ class _Runner:
         clock = group_clock()
         if cfg.get("executor") == "mesh":
             results = [
-                self._on_mesh(f, base, m, k["lr"], inner, sched, x, y, kw)
-                for k, f, sched, x, y in zip(keys, inits, run_sched, xs, ys, strict=True)
+                self._on_mesh(f, base, m, k["lr"], inner, sched, ds.x_train, ds.y_train, i, kw)
+                for k, f, sched, i in zip(keys, inits, run_sched, idx, strict=True)
             ]
         else:
             results = self._lanes(keys, inits, base, m, inner, run_sched, xs, ys, kw)
@@ -339,9 +337,11 @@ class _Runner:
         return self._rows(results, scheds, base, m, updates, streams, (wall, cpu))
 
     def _on_mesh(self, f: Any, base: str, m: int, lr: float, inner: Any, sched: Any,
-                 x: Any, y: Any, kw: dict) -> Any:  # fmt: skip
-        """One run on the mesh executor (``dp``: one worker, on one device)."""
-        ex = localsgd_mesh.executor(f.apply, inner, outer_tx(base, m, lr), sched, x, y, **kw)
+                 x: Any, y: Any, idx: np.ndarray, kw: dict) -> Any:  # fmt: skip
+        """One run on the mesh executor (``dp``: one worker, on one device), its stream
+        ``x[idx]``, ``y[idx]`` (materialised there)."""
+        xb, yb = data.Indexed(x, idx), data.Indexed(y, idx)
+        ex = localsgd_mesh.executor(f.apply, inner, outer_tx(base, m, lr), sched, xb, yb, **kw)
         every = max(1, ex.num_updates // 10)
         (res,) = loop.run(
             ex, f.params, f.state, eval_every=every, eval_data=splits(self.ds),
@@ -350,9 +350,9 @@ class _Runner:
         return res
 
     def _lanes(self, keys: list[dict], inits: list, base: str, m: int, inner: Any,
-               run_sched: list, xs: np.ndarray, ys: np.ndarray, kw: dict) -> list:  # fmt: skip
+               run_sched: list, xs: data.Indexed, ys: data.Indexed, kw: dict) -> list:  # fmt: skip
         """Every key's run at once, as vmapped lanes (``xs``, ``ys``: the lanes' mini-batches,
-        stacked)."""
+        indices ``[L, nb, B]`` into the training split)."""
         stack = lambda trees: jax.tree.map(lambda *a: np.stack(a), *trees)
         ex = localsgd.executor(
             inits[0].apply, inner, outer_tx(base, m), run_sched, xs, ys,
@@ -496,7 +496,7 @@ def _prepare(config: Config) -> tuple[dict[str, Any], data.Dataset]:
             check_model_state(models.functional(net).state)
         except ValueError as e:
             raise ConfigError("model", f"{name!r} has batch norm: {e}") from None
-    check_memory({"steps": stream_bytes(cfg, ds) * group_lanes(cfg)})
+    check_memory({"steps": stream_bytes(cfg, ds)})
     return cfg, ds
 
 
@@ -510,11 +510,15 @@ def group_lanes(cfg: dict[str, Any]) -> int:
 
 
 def stream_bytes(cfg: dict[str, Any], ds: data.Dataset) -> float:
-    """One run's mini-batches, materialised (the most workers × inner steps × batch examples;
-    dp's batch of M·B over as many steps is the same), twice over: the host array the lanes
-    are written into and the device's copy the executor takes."""
-    per = ds.x_train[:1].nbytes + ds.y_train[:1].nbytes
-    return 2 * max(cfg["workers"]) * cfg["steps"] * cfg["batch_size"] * per
+    """The largest group's mini-batch streams (each run's: the most workers × inner steps ×
+    batch examples; dp's batch of M·B over as many steps is the same). Vmapped lanes keep them
+    as int32 indices (:class:`~jaxstale.data.Indexed`), on the host and on the device, beside
+    one device copy of the training split; the mesh runs one run at a time, its stream
+    materialised on the host and on the devices."""
+    n = max(cfg["workers"]) * cfg["steps"] * cfg["batch_size"]
+    if cfg.get("executor") == "mesh":
+        return 2 * n * (ds.x_train[:1].nbytes + ds.y_train[:1].nbytes)
+    return 2 * 4 * n * group_lanes(cfg) + ds.x_train.nbytes + ds.y_train.nbytes
 
 
 def _open(config: Config, fresh: bool = False) -> tuple[dict, data.Dataset, runs.RunFolder]:

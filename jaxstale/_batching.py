@@ -14,12 +14,12 @@ __all__ = ["Indexed", "batch_indices", "batches"]
 class Indexed(NamedTuple):
     """Mini-batches as indices into one copy of the data: mini-batch ``b`` is ``x[idx[b]]``.
 
-    The pipeline executors take it wherever they take pre-batched ``xb`` / ``yb``
-    (``[nb, B, ...]``): the emulator keeps ``x`` once on the device and gathers each
-    micro-batch inside the jitted round (bit-identical to the pre-batched copy), so a long run
+    The pipeline and local-SGD executors take it wherever they take pre-batched ``xb`` /
+    ``yb`` (``[nb, B, ...]``): the emulators keep ``x`` once on the device and gather each
+    (micro-)batch inside the jitted step (bit-identical to the pre-batched copy), so a long run
     costs ``idx`` (``nb * B`` integers) instead of ``nb * B`` examples; with ``lanes = L`` only
     ``idx`` carries the lane axis (``[L, nb, B]``) and every lane shares ``x``. The mesh
-    executor materialises it (:meth:`gathered`).
+    executors materialise it (:meth:`gathered`).
 
     Example:
       >>> import numpy as np

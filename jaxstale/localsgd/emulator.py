@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxstale._batching import Indexed
 from jaxstale.localsgd import overlap as overlapped
 from jaxstale.localsgd._trees import stack as _stack
 from jaxstale.localsgd._trees import where as _where
@@ -121,6 +122,10 @@ def _tables(schedules: Sequence[LocalSchedule]) -> dict[str, jax.Array]:
     return tabs
 
 
+def _shape(a: Any) -> tuple[int, ...]:
+    return tuple(a.shape) if isinstance(a, Indexed) else tuple(np.shape(a))
+
+
 def _check(schedules: Sequence[LocalSchedule], xb: Any, yb: Any, lanes: int | None) -> None:
     s0 = schedules[0]
     for s in schedules[1:]:
@@ -129,18 +134,37 @@ def _check(schedules: Sequence[LocalSchedule], xb: Any, yb: Any, lanes: int | No
             raise ValueError(
                 "schedule: every lane's schedule needs the same workers, updates and kind"
             )
+    if isinstance(xb, Indexed) != isinstance(yb, Indexed):
+        raise ValueError("xb and yb must both be arrays or both be Indexed")
     lead = () if lanes is None else (lanes,)
     for name, arr in (("xb", xb), ("yb", yb)):
-        if tuple(np.shape(arr)[: len(lead)]) != lead:
+        if isinstance(arr, Indexed):
+            arr.check(name)
+        if _shape(arr)[: len(lead)] != lead:
             raise ValueError(
-                f"{name} has shape {np.shape(arr)}, expected a leading lane axis {lanes}"
+                f"{name} has shape {_shape(arr)}, expected a leading lane axis {lanes}"
             )
-    nb = np.shape(xb)[len(lead)]
+    nb = _shape(xb)[len(lead)]
     need = max(s.num_batches for s in schedules)
-    if nb < need or np.shape(yb)[len(lead)] != nb:
+    if nb < need or _shape(yb)[len(lead)] != nb:
         raise ValueError(
-            f"xb has {nb} mini-batches (yb {np.shape(yb)[len(lead)]}), the schedule consumes {need}"
+            f"xb has {nb} mini-batches (yb {_shape(yb)[len(lead)]}), the schedule consumes {need}"
         )
+
+
+def _on_device(xb: Any, yb: Any) -> tuple[Any, Any]:
+    """The stream on the device: arrays, or :class:`~jaxstale.data.Indexed` with one copy of
+    each split and of indices ``xb`` and ``yb`` share."""
+    if not isinstance(xb, Indexed):
+        return jnp.asarray(xb), jnp.asarray(yb)
+    idx = jnp.asarray(xb.idx)
+    yidx = idx if yb.idx is xb.idx else jnp.asarray(yb.idx)
+    return Indexed(jnp.asarray(xb.x), idx), Indexed(jnp.asarray(yb.x), yidx)
+
+
+def _batch(a: Any, b: jax.Array) -> jax.Array:
+    """Mini-batch ``b`` of a stream: ``a[b]``, or gathered from an :class:`Indexed` one."""
+    return a.x[a.idx[b]] if isinstance(a, Indexed) else a[b]
 
 
 def _lane_values(
@@ -212,7 +236,10 @@ def executor(
     outer_overlap: str = "none",
 ) -> Executor:
     """An :class:`~jaxstale.loop.Executor` of local SGD on the mini-batch stream ``(xb [NB, B,
-    ...], yb [NB, B, ...])`` following ``schedule``.
+    ...], yb [NB, B, ...])`` following ``schedule``: arrays, or :class:`~jaxstale.data.Indexed`
+    indices into one copy of the data (gathered inside the jitted step, bit-identical; with
+    ``lanes`` only the indices carry the lane axis, so a long run costs ``NB·B`` integers per
+    lane instead of as many examples).
 
     Args:
         apply: ``apply(params, model_state, x, train) -> (logits, model_state)`` (a
@@ -275,7 +302,7 @@ def executor(
     mode = overlapped.check_overlap(outer_overlap, sync, streaming)
     uniform = all(bool(np.all(s.steps == h)) for s in schedules)  # nothing to mask
     tables = _tables(schedules)
-    xs, ys = jnp.asarray(xb), jnp.asarray(yb)
+    xs, ys = _on_device(xb, yb)
     if lanes is None:
         tables = {k: v[0] for k, v in tables.items()}
 
@@ -284,7 +311,7 @@ def executor(
     ) -> tuple:
         """``length`` inner steps (the first ``steps`` of them applied): ``(p, s, loss sum)``."""
         xs, ys = data
-        at = lambda i: (xs[first + i], ys[first + i])
+        at = lambda i: (_batch(xs, first + i), _batch(ys, first + i))
         return inner_job(apply, inner_tx, loss_fn, p0, s0, steps, ms, at, length, not uniform)
 
     def outer_step(st: dict[str, Any], delta: Any, tau: jax.Array) -> tuple[Any, Any]:
@@ -351,7 +378,9 @@ def executor(
             exchange=exchange,
         )
     if lanes is not None:
-        fn = jax.vmap(fn, in_axes=(0, None, 0, 0))
+        # Indexed streams: the lane axis is on the indices, every lane shares the split
+        axes = tuple(Indexed(None, 0) if isinstance(a, Indexed) else 0 for a in (xb, yb))
+        fn = jax.vmap(fn, in_axes=(0, None, 0, axes))
     compiled = jit(fn, donate_argnums=(0,))
 
     def init_one(params: Any, model_state: Any, values: dict) -> dict[str, Any]:

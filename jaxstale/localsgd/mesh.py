@@ -38,6 +38,7 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
+from jaxstale._batching import Indexed
 from jaxstale.asyncdp.mesh import async_rounds, default_data_mesh
 from jaxstale.localsgd import overlap as overlapped
 from jaxstale.localsgd._trees import stack as _stack
@@ -93,7 +94,8 @@ def executor(
 ) -> Executor:
     """An :class:`~jaxstale.loop.Executor` of local SGD on a ``"data"`` mesh (arguments as
     :func:`jaxstale.localsgd.executor`'s, Streaming DiLoCo's ``fragments``, ``overlap`` and
-    ``alpha`` and the delayed or eager ``outer_overlap`` included; ``mesh``: default
+    ``alpha`` and the delayed or eager ``outer_overlap`` included, the stream as arrays or
+    :class:`~jaxstale.data.Indexed`, materialised here; ``mesh``: default
     :func:`jaxstale.asyncdp.mesh.default_data_mesh`, the
     largest ``D ≤`` the devices that divides ``M``).
 
@@ -113,6 +115,11 @@ def executor(
     d = int(dict(mesh.shape)["data"])
     if m % d:
         raise ValueError(f"the mesh's {d} 'data' devices must divide the {m} workers")
+    for name, a in (("xb", xb), ("yb", yb)):
+        if isinstance(a, Indexed):
+            a.check(name)
+    # Indexed streams are materialised: each device takes its workers' mini-batches
+    xb, yb = (a.gathered() if isinstance(a, Indexed) else a for a in (xb, yb))
     if np.shape(xb)[0] < schedule.num_batches:
         raise ValueError(
             f"xb has {np.shape(xb)[0]} mini-batches, the schedule consumes {schedule.num_batches}"

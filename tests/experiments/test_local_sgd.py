@@ -160,5 +160,9 @@ def test_the_memory_check_counts_the_largest_group_not_every_seed_and_rate():
     assert exp.group_lanes({**cfg, "executor": "mesh"}) == 1
     ds = data.load("digits")
     run = {"workers": [4, 16], "steps": 100, "batch_size": 32}
+    # vmapped lanes: int32 indices (host and device) per lane, one copy of the split
+    split = ds.x_train.nbytes + ds.y_train.nbytes
+    assert exp.stream_bytes({**cfg, **run}, ds) == 2 * 4 * 16 * 100 * 32 * 12 + split
+    # the mesh: one run's stream, materialised
     per = ds.x_train[:1].nbytes + ds.y_train[:1].nbytes
-    assert exp.stream_bytes(run, ds) == 2 * 16 * 100 * 32 * per
+    assert exp.stream_bytes({**cfg, **run, "executor": "mesh"}, ds) == 2 * 16 * 100 * 32 * per

@@ -189,3 +189,43 @@ def test_lanes_train_at_their_own_outer_and_inner_rates():
     with pytest.raises(ValueError, match="3 values for 2 lanes"):
         bad = {"outer": {"learning_rate": [0.1, 0.2, 0.3]}}
         executor(f.apply, inner, outer, sched, two(xb), two(yb), lanes=2, hyperparams=bad)
+
+
+def test_indexed_streams_are_bit_identical_to_their_gathered_copies():
+    """Mini-batches as indices into one copy of the data (lanes share it, only the indices
+    carry the lane axis): every lane equals the run on its pre-gathered stream bit for bit,
+    asynchronous and streaming alike; bad indices are one clear error."""
+    from jaxstale.data import Indexed, batch_indices
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(40, 4, 4, 1)).astype(np.float32)
+    y = rng.integers(0, 3, 40).astype(np.int32)
+    f, _, _ = _setup(1)
+    inner, outer = optax.adam(0.01), delayed_nesterov(0.5, 0.9, 3)
+    scheds = [asynchronous(3, 5, 2, seed=s, dynamic=True) for s in range(2)]
+    nb = max(s.num_batches for s in scheds)
+    idx = np.stack([batch_indices(40, batch_size=8, num_steps=nb, seed=s) for s in range(2)])
+    two = lambda t: jax.tree.map(lambda a: np.stack([a, a]), t)
+    ex = executor(f.apply, inner, outer, scheds, Indexed(x, idx), Indexed(y, idx), lanes=2)
+    got = loop.run(ex, two(f.params), two(f.state))
+    ref = loop.run(executor(f.apply, inner, outer, scheds, x[idx], y[idx], lanes=2),
+                   two(f.params), two(f.state))  # fmt: skip
+    for s in range(2):
+        np.testing.assert_array_equal(_flat(got[s].params), _flat(ref[s].params))
+        np.testing.assert_array_equal(got[s].losses, ref[s].losses)
+        alone = _run(f, inner, outer, scheds[s], Indexed(x, idx[s]), Indexed(y, idx[s]))
+        gathered = _run(f, inner, outer, scheds[s], x[idx[s]], y[idx[s]])
+        np.testing.assert_array_equal(_flat(alone.params), _flat(gathered.params))
+        np.testing.assert_allclose(_flat(got[s].params), _flat(alone.params), atol=1e-6)
+    sync = synchronous(2, 3, 2)
+    i0 = idx[0][: sync.num_batches]
+    kw = {"fragments": 2, "overlap": 0, "alpha": 0.5}
+    streamed = _run(f, inner, outer_nesterov(0.7, 0.9), sync, Indexed(x, i0), Indexed(y, i0), **kw)
+    plain = _run(f, inner, outer_nesterov(0.7, 0.9), sync, x[i0], y[i0], **kw)
+    np.testing.assert_array_equal(_flat(streamed.params), _flat(plain.params))
+    with pytest.raises(ValueError, match="both be arrays or both be Indexed"):
+        executor(f.apply, inner, outer, scheds[0], Indexed(x, idx[0]), y[idx[0]])
+    with pytest.raises(ValueError, match=r"xb.idx must index its 40 rows: found -1"):
+        executor(f.apply, inner, outer, scheds[0], Indexed(x, idx[0] - 1), Indexed(y, idx[0]))
+    with pytest.raises(ValueError, match="expected a leading lane axis 2"):
+        executor(f.apply, inner, outer, scheds, Indexed(x, idx[0]), Indexed(y, idx[0]), lanes=2)

@@ -6,6 +6,7 @@ import optax
 import pytest
 
 from jaxstale import loop
+from jaxstale.data import Indexed
 from jaxstale.localsgd import asynchronous, executor, synchronous
 from jaxstale.localsgd import mesh as lmesh
 from jaxstale.mesh import make_mesh
@@ -57,6 +58,15 @@ def test_asynchronous_local_sgd_on_the_mesh_is_the_emulator():
     em, me = _both(f, inner, outer, sched, xb, yb, 2)
     np.testing.assert_allclose(_flat(me.params), _flat(em.params), atol=1e-6)
     np.testing.assert_allclose(me.losses, em.losses, rtol=1e-6)
+    # an Indexed stream is materialised on the mesh: the same run
+    idx = np.arange(sched.num_batches)[:, None] * 8 + np.arange(8)
+    flat_x, flat_y = xb.reshape(-1, *xb.shape[2:]), yb.reshape(-1)
+    xi, yi = Indexed(flat_x, idx), Indexed(flat_y, idx)
+    ex = lmesh.executor(f.apply, inner, outer, sched, xi, yi, mesh=make_mesh(2, "data"))
+    (ind,) = loop.run(ex, f.params, f.state, eval_every=2)
+    np.testing.assert_array_equal(_flat(ind.params), _flat(me.params))
+    with pytest.raises(ValueError, match=r"yb\.idx must index its 8 rows"):
+        lmesh.executor(f.apply, inner, outer, sched, xi, Indexed(flat_y[:8], idx))
 
 
 @needs8
