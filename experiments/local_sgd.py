@@ -488,16 +488,33 @@ def _prepare(config: Config) -> tuple[dict[str, Any], data.Dataset]:
     batch norm, and the streams fit in memory."""
     cfg = config.resolved()
     ds = load_checked(cfg, config, tasks.KINDS)
+    state = 0
     for name in cfg["models"]:
         check_model("model", name, ds, {}, cfg["optimizer"])
         net = models.create(name, input_shape=tuple(ds.x_train.shape[1:]),
                             num_classes=ds.num_classes, seed=0, task=ds.task)  # fmt: skip
+        f = models.functional(net)
         try:
-            check_model_state(models.functional(net).state)
+            check_model_state(f.state)
         except ValueError as e:
             raise ConfigError("model", f"{name!r} has batch norm: {e}") from None
-    check_memory({"steps": stream_bytes(cfg, ds)})
+        state = max(state, state_bytes(cfg, f.params))
+    lanes = group_lanes(cfg)
+    check_memory({"steps": stream_bytes(cfg, ds), "workers": lanes * state})
     return cfg, ds
+
+
+def state_bytes(cfg: dict[str, Any], params: Any) -> int:
+    """One run's carried state at the most workers ``M``: the global weights and the largest
+    outer optimizer state of the methods, and per worker its inner optimizer state, its dispatch
+    point or replica, and the weights its job ends at (from abstract shapes)."""
+    size = lambda tree: sum(a.size * a.dtype.itemsize for a in jax.tree.leaves(tree))
+    m = max(cfg["workers"])
+    inner = optimizers.per_stage(cfg["optimizer"], 0.1, cfg["momentum"], cfg["steps"])
+    bases = {method.partition(" τ=")[0] for method in cfg["methods"]}
+    outer = max(size(jax.eval_shape(outer_tx(b, m).init, params)) for b in bases)
+    p = size(params)
+    return p + outer + m * (size(jax.eval_shape(inner.init, params)) + 2 * p)
 
 
 def group_lanes(cfg: dict[str, Any]) -> int:

@@ -13,6 +13,9 @@ from jaxstale import data, models
 
 EXPERIMENTS = ("async_workers", "delay_cliff", "pipeline_staleness", "sync_baseline", "async_bn")
 
+#: a language model on the embedded text
+_GPT = ["--model", "gpt-tiny", "--dataset", "shakespeare", "--inner-steps", "10"]
+
 BAD = [
     # a repeated value runs the same cell twice and counts it as two seeds
     ("async_workers", ["--lrs", "0.01,0.01"], "--lrs", "given twice"),
@@ -48,6 +51,9 @@ BAD = [
     ("pipeline_staleness", ["--steps", str(10**11)], "--steps", "of memory"),
     ("sync_baseline", ["--steps", str(10**11)], "--steps", "of memory"),
     ("async_bn", ["--workers", str(10**8)], "--workers", "of memory"),
+    ("local_sgd", ["--steps", str(10**11)], "--steps", "of memory"),
+    # every worker's inner state and weights, per lane (the streams alone fit)
+    ("local_sgd", [*_GPT, "--workers", "30000", "--steps", "10"], "--workers", "of memory"),
 ]
 
 

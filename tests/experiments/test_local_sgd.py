@@ -166,3 +166,17 @@ def test_the_memory_check_counts_the_largest_group_not_every_seed_and_rate():
     # the mesh: one run's stream, materialised
     per = ds.x_train[:1].nbytes + ds.y_train[:1].nbytes
     assert exp.stream_bytes({**cfg, **run, "executor": "mesh"}, ds) == 2 * 16 * 100 * 32 * per
+
+
+def test_the_memory_check_counts_each_workers_state():
+    """Per run: the weights and the outer state, and per worker its inner state, dispatch point
+    and end weights (a sweep whose states cannot fit: ``tests/experiments/test_common.py``)."""
+    params = {"w": np.zeros((100, 10), np.float32), "b": np.zeros(10, np.float32)}
+    p = 1010 * 4
+    cfg = {"workers": [2, 8], "optimizer": "adam", "momentum": 0.9, "steps": 10,
+           "methods": ["diloco", "dp"]}  # fmt: skip
+    got = exp.state_bytes(cfg, params)
+    small = got - (p + p + 8 * (2 * p + 2 * p))  # Nesterov's trace, Adam's two moments
+    assert 0 <= small < 400  # injected hyper-parameters and counters: scalars
+    sgd = exp.state_bytes({**cfg, "optimizer": "sgd"}, params)  # one momentum trace
+    assert abs(sgd - (got - 8 * p)) < 400
