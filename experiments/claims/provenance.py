@@ -15,7 +15,8 @@ was checked out when they were copied, and then builds the report **from that fo
 when the rows were copied) and, per configuration, the fingerprint of its runs as its run
 folder recorded it (``config.json``'s ``code``: the code hash that decides results, the git
 commit the cells were computed at, the jax / jaxlib / flax / optax versions, the datasets'
-content digest), with any cells reused from other code (``--force-resume``) named.
+content digest) and the machines that computed its rows (each cell's ``host``, copied into its
+row), with any cells reused from other code (``--force-resume``) named.
 """
 
 from __future__ import annotations
@@ -153,6 +154,8 @@ def with_cells(found: Sequence[Any], summary: Mapping[str, Any]) -> dict[str, An
         extra = dict(speed.curve_facts(metrics, (cell.get("row") or {}).get("steps")))
         if isinstance(last, dict) and last.get("test_correct"):
             extra["test_correct"] = last["test_correct"]
+        if isinstance(cell.get("host"), str):  # the machine (jaxstale.runs.hosts)
+            extra["host"] = cell["host"]
         if extra:
             extras[json.dumps([key[k] for k in fields])] = extra
     rows = []
@@ -338,6 +341,22 @@ def _reuse(header: Mapping[str, Any]) -> str:
     return "; ".join(parts) or "–"
 
 
+def _machines(rows: list[Any]) -> str:
+    """The machines that computed ``rows`` (their cells' ``host`` ids, with counts when there
+    are several) and how many rows record none; "–" when none does."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        if isinstance(r, Mapping) and isinstance(r.get("host"), str):
+            counts[r["host"]] = counts.get(r["host"], 0) + 1
+    if not counts:
+        return "–"
+    several = len(counts) > 1
+    parts = [f"`{h}`" + (f" ×{n}" if several else "") for h, n in sorted(counts.items())]
+    if missing := len(rows) - sum(counts.values()):
+        parts.append(f"{missing} of {len(rows)} rows unrecorded")
+    return ", ".join(parts)
+
+
 def _time_text(rows: list[Any]) -> str:
     """Wall and CPU hours summed over ``rows`` (CPU over the rows that record it)."""
     wall, _ = _seconds(rows, "wall_s")
@@ -389,8 +408,10 @@ def section(
         "the backend: platform, device kind, matmul precision, GPU deterministic ops), the git "
         "commit checked out when "
         "the run folder was last started (the fingerprint's `git_commit`; it does not enter the "
-        "hash, so cells computed at an earlier commit with the same code hash are kept) and the "
-        "datasets' content digest.",
+        "hash, so cells computed at an earlier commit with the same code hash are kept), the "
+        "datasets' content digest, and the machines that computed the rows (each cell's `host` "
+        "id, `jaxstale.runs.hosts`: a cell is bit for bit reproducible on its own machine; rows "
+        "computed before machines were recorded count as unrecorded, –).",
         "",
     ]
     if not folders:
@@ -401,7 +422,7 @@ def section(
         lines += [f"Library versions (every configuration): {next(iter(versions.values()))}.", ""]
     rows = {n: _rows(p) for n, p in folders.items()}
     head = ["configuration", "rows", "wall h", "CPU h", "code hash", "commit of the runs"]
-    head += ["dataset digest"]
+    head += ["dataset digest", "machines"]
     head += [] if same else ["versions"]
     body = []
     for name in folders:
@@ -414,6 +435,7 @@ def section(
             _short(code.get("hash"), 16),
             _short(code.get("git_commit")),
             _short(code.get("data_sha")),
+            _machines(rows[name]),
         ]
         body.append(row if same else [*row, versions[name]])
     lines.append(runs.markdown_table(head, body))

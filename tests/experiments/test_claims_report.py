@@ -186,6 +186,26 @@ def test_provenance_sums_each_configurations_time_from_its_rows(tmp_path):
     assert "- A" not in "\n".join(provenance.section(folders, None, None))  # no families
 
 
+def test_provenance_names_the_machines_that_computed_each_configurations_rows(tmp_path):
+    """Each cell's machine (``host``) is copied into its row; the table names one machine,
+    several with their counts, and the rows that record none."""
+    a, b = "a" * 12, "b" * 12
+    cells = [{"key": {"seed": s}, "host": h, "metrics": [{"step": 1}]}
+             for s, h in ((0, a), (1, b), (2, a))]  # fmt: skip
+    cells.append({"key": {"seed": 3}, "metrics": [{"step": 1}]})  # before hosts were recorded
+    summary = {"rows": [{"seed": s, "test_acc": 0.5} for s in range(4)]}
+    rows = provenance.with_cells(cells, summary)["rows"]
+    assert [r.get("host") for r in rows] == [a, b, a, None]
+    one = _folder(tmp_path, "one", rows[:1], [4])
+    mixed = _folder(tmp_path, "mixed", rows, [4])
+    old = _folder(tmp_path, "old", rows[3:], [4])
+    text = "\n".join(provenance.section({"one": one, "mixed": mixed, "old": old}, None, None))
+    assert "| dataset digest | machines |" in text
+    assert "| `dddddddddddd` | `aaaaaaaaaaaa` |" in text
+    assert "| `aaaaaaaaaaaa` ×2, `bbbbbbbbbbbb` ×1, 1 of 4 rows unrecorded |" in text
+    assert text.count("| `dddddddddddd` | – |") == 1  # "old"
+
+
 def test_snapshot_mirrors_the_results_and_drops_configurations_no_longer_there(tmp_path):
     res = _results(tmp_path)
     rows = tmp_path / "rows"
