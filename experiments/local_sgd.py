@@ -325,7 +325,9 @@ class _Runner:
         clock = group_clock()
         if cfg.get("executor") == "mesh":
             results = [
-                self._on_mesh(f, base, m, k["lr"], inner, sched, ds.x_train, ds.y_train, i, kw)
+                self._on_mesh(
+                    f, base, m, k["lr"], inner, sched, xs._replace(idx=i), ys._replace(idx=i), kw
+                )
                 for k, f, sched, i in zip(keys, inits, run_sched, idx, strict=True)
             ]
         else:
@@ -337,11 +339,10 @@ class _Runner:
         return self._rows(results, scheds, base, m, updates, streams, (wall, cpu))
 
     def _on_mesh(self, f: Any, base: str, m: int, lr: float, inner: Any, sched: Any,
-                 x: Any, y: Any, idx: np.ndarray, kw: dict) -> Any:  # fmt: skip
-        """One run on the mesh executor (``dp``: one worker, on one device), its stream
-        ``x[idx]``, ``y[idx]`` (materialised there)."""
-        xb, yb = data.Indexed(x, idx), data.Indexed(y, idx)
-        ex = localsgd_mesh.executor(f.apply, inner, outer_tx(base, m, lr), sched, xb, yb, **kw)
+                 x: Any, y: Any, kw: dict) -> Any:  # fmt: skip
+        """One run on the mesh executor (``dp``: one worker, on one device; its ``Indexed``
+        stream materialised there)."""
+        ex = localsgd_mesh.executor(f.apply, inner, outer_tx(base, m, lr), sched, x, y, **kw)
         every = max(1, ex.num_updates // 10)
         (res,) = loop.run(
             ex, f.params, f.state, eval_every=every, eval_data=splits(self.ds),

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["Indexed", "batch_indices", "batches"]
+__all__ = ["Indexed", "batch_indices", "batches", "check_streams", "materialised", "stream_shape"]
 
 
 class Indexed(NamedTuple):
@@ -55,6 +55,30 @@ class Indexed(NamedTuple):
             raise ValueError(
                 f"{name}.idx must index its {rows} rows: found {idx.min()}..{idx.max()}"
             )
+
+
+def stream_shape(a: Any) -> tuple[int, ...]:
+    """The shape of a mini-batch stream: an array's, or an :class:`Indexed` one's pre-batched
+    copy (:attr:`Indexed.shape`)."""
+    return tuple(a.shape) if isinstance(a, Indexed) else tuple(np.shape(a))
+
+
+def check_streams(xb: Any, yb: Any) -> None:
+    """Raises ``ValueError`` (one line) unless ``xb`` and ``yb`` are both arrays or both
+    :class:`Indexed` with valid indices (:meth:`Indexed.check`)."""
+    if isinstance(xb, Indexed) != isinstance(yb, Indexed):
+        raise ValueError("xb and yb must both be arrays or both be Indexed")
+    for name, a in (("xb", xb), ("yb", yb)):
+        if isinstance(a, Indexed):
+            a.check(name)
+
+
+def materialised(xb: Any, yb: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``xb`` and ``yb`` as NumPy arrays, :class:`Indexed` streams checked and gathered (what
+    the mesh executors hand their devices)."""
+    check_streams(xb, yb)
+    return (xb.gathered(), yb.gathered()) if isinstance(xb, Indexed) else (
+        np.asarray(xb), np.asarray(yb))  # fmt: skip
 
 
 def batch_indices(n: int, *, batch_size: int, num_steps: int, seed: int) -> np.ndarray:

@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxstale._batching import Indexed
+from jaxstale._batching import Indexed, check_streams, stream_shape
 from jaxstale.localsgd import overlap as overlapped
 from jaxstale.localsgd._trees import stack as _stack
 from jaxstale.localsgd._trees import where as _where
@@ -122,10 +122,6 @@ def _tables(schedules: Sequence[LocalSchedule]) -> dict[str, jax.Array]:
     return tabs
 
 
-def _shape(a: Any) -> tuple[int, ...]:
-    return tuple(a.shape) if isinstance(a, Indexed) else tuple(np.shape(a))
-
-
 def _check(schedules: Sequence[LocalSchedule], xb: Any, yb: Any, lanes: int | None) -> None:
     s0 = schedules[0]
     for s in schedules[1:]:
@@ -134,22 +130,17 @@ def _check(schedules: Sequence[LocalSchedule], xb: Any, yb: Any, lanes: int | No
             raise ValueError(
                 "schedule: every lane's schedule needs the same workers, updates and kind"
             )
-    if isinstance(xb, Indexed) != isinstance(yb, Indexed):
-        raise ValueError("xb and yb must both be arrays or both be Indexed")
+    check_streams(xb, yb)
     lead = () if lanes is None else (lanes,)
     for name, arr in (("xb", xb), ("yb", yb)):
-        if isinstance(arr, Indexed):
-            arr.check(name)
-        if _shape(arr)[: len(lead)] != lead:
+        if stream_shape(arr)[: len(lead)] != lead:
             raise ValueError(
-                f"{name} has shape {_shape(arr)}, expected a leading lane axis {lanes}"
+                f"{name} has shape {stream_shape(arr)}, expected a leading lane axis {lanes}"
             )
-    nb = _shape(xb)[len(lead)]
+    nb, nby = (stream_shape(a)[len(lead)] for a in (xb, yb))
     need = max(s.num_batches for s in schedules)
-    if nb < need or _shape(yb)[len(lead)] != nb:
-        raise ValueError(
-            f"xb has {nb} mini-batches (yb {_shape(yb)[len(lead)]}), the schedule consumes {need}"
-        )
+    if nb < need or nby != nb:
+        raise ValueError(f"xb has {nb} mini-batches (yb {nby}), the schedule consumes {need}")
 
 
 def _on_device(xb: Any, yb: Any) -> tuple[Any, Any]:

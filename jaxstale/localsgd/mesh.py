@@ -38,7 +38,7 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxstale._batching import Indexed
+from jaxstale._batching import materialised
 from jaxstale.asyncdp.mesh import async_rounds, default_data_mesh
 from jaxstale.localsgd import overlap as overlapped
 from jaxstale.localsgd._trees import stack as _stack
@@ -115,11 +115,8 @@ def executor(
     d = int(dict(mesh.shape)["data"])
     if m % d:
         raise ValueError(f"the mesh's {d} 'data' devices must divide the {m} workers")
-    for name, a in (("xb", xb), ("yb", yb)):
-        if isinstance(a, Indexed):
-            a.check(name)
     # Indexed streams are materialised: each device takes its workers' mini-batches
-    xb, yb = (a.gathered() if isinstance(a, Indexed) else a for a in (xb, yb))
+    xb, yb = materialised(xb, yb)
     if np.shape(xb)[0] < schedule.num_batches:
         raise ValueError(
             f"xb has {np.shape(xb)[0]} mini-batches, the schedule consumes {schedule.num_batches}"

@@ -49,7 +49,7 @@ import numpy as np
 import optax
 
 from jaxstale import schedules as S
-from jaxstale._batching import Indexed
+from jaxstale._batching import Indexed, check_streams, stream_shape
 from jaxstale.loop import Executor, Stats, jit
 from jaxstale.losses import cross_entropy
 from jaxstale.optimizers import set_hyperparams
@@ -519,18 +519,14 @@ def executor(
         if any(isinstance(x, Sequence | np.ndarray) and len(x) != n for x in v):
             raise ValueError(f"hyperparams[{k!r}]: a lane's per-stage values must be {n}")
     lead = (lanes,) if lanes is not None else ()
-    shape = lambda a: tuple(a.shape if isinstance(a, Indexed) else np.shape(a))
-    if isinstance(xb, Indexed) != isinstance(yb, Indexed):
-        raise ValueError("xb and yb must both be arrays or both be Indexed")
+    check_streams(xb, yb)
     for name, a in (("xb", xb), ("yb", yb)):
-        shp = shape(a)
+        shp = stream_shape(a)
         if shp[: len(lead)] != lead or len(shp) <= len(lead):
             raise ValueError(f"{name} has shape {shp}, expected a leading lane axis of {lanes}")
-        if isinstance(a, Indexed):
-            a.check(name)
-    if shape(xb)[len(lead)] != s.num_batches:
+    if stream_shape(xb)[len(lead)] != s.num_batches:
         raise ValueError(
-            f"xb has {shape(xb)[len(lead)]} mini-batches, the schedule {s.num_batches}"
+            f"xb has {stream_shape(xb)[len(lead)]} mini-batches, the schedule {s.num_batches}"
         )
     core = for_program(
         stages, program, tx, momentum=momentum or 0.0, loss_fn=loss_fn, loop_ticks=loop_ticks

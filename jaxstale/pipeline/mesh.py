@@ -48,7 +48,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxstale._batching import Indexed
+from jaxstale._batching import materialised
 from jaxstale.loop import Executor, Stats, jit
 from jaxstale.losses import cross_entropy
 from jaxstale.mesh import check_mesh, make_mesh, to_host, to_mesh
@@ -501,10 +501,7 @@ def executor(
     s = program.schedule
     if program.policy.predict == "nesterov" and momentum is None:
         raise ValueError(f"policy {program.policy.name!r} needs momentum=μ (the optimizer's μ)")
-    for name, a in (("xb", xb), ("yb", yb)):
-        if isinstance(a, Indexed):
-            a.check(name)
-    xb, yb = (a.gathered() if isinstance(a, Indexed) else np.asarray(a) for a in (xb, yb))
+    xb, yb = materialised(xb, yb)
     nb, nm = s.num_batches, s.num_micro
     if xb.shape[0] != nb or yb.shape[0] != nb:
         raise ValueError(f"xb has {xb.shape[0]} mini-batches, the schedule {nb}")
