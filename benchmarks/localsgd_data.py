@@ -23,10 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import subprocess
 import sys
-import time
 from typing import Any
 
 if __package__ in (None, ""):
@@ -36,12 +33,13 @@ import jax
 import numpy as np
 import optax
 
+from benchmarks import _data_forms as forms
 from benchmarks._results import write as write_result
 from jaxstale import data, localsgd, loop, models, optimizers
 from jaxstale.runs import markdown_table
 from jaxstale.transforms.lookahead import momentum_lookahead
 
-FORMS = ("copy", "indexed")
+FORMS = forms.FORMS
 BATCH, H, LRS = 32, 10, (0.3, 0.5, 0.7, 1.0)
 
 
@@ -88,30 +86,14 @@ def group(
 
 def peak(form: str, steps: int, lanes: int, m: int) -> dict[str, Any]:
     """Builds ``form``'s group in this process and runs 20 outer updates: bytes and peak RSS."""
-    ex, state, held = group(data.load("mnist1d"), form, steps, lanes, m)
-    for r in range(1, 21):
-        state, stats = ex.step(state, r)
-    jax.block_until_ready(state)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-    return {"held": held, "rss": rss, "loss": float(np.mean(stats.loss))}
+    return forms.peak(*group(data.load("mnist1d"), form, steps, lanes, m))
 
 
 def interleaved(steps: int, lanes: int, m: int, reps: int, rounds: int) -> dict[str, float]:
     """Median ms per outer update of each form, timed in alternating blocks of ``rounds``."""
     ds = data.load("mnist1d")
-    runs = {f: [*group(ds, f, steps, lanes, m)[:2], 1] for f in FORMS}
-    times: dict[str, list[float]] = {f: [] for f in FORMS}
-    for _ in range(reps):
-        for f, run in runs.items():
-            ex, state, r = run
-            t0 = time.perf_counter()
-            for _ in range(rounds):
-                state, _ = ex.step(state, r)
-                r += 1
-            jax.block_until_ready(state)
-            times[f].append((time.perf_counter() - t0) / rounds * 1e3)
-            run[1], run[2] = state, r
-    return {f: float(np.median(v)) for f, v in times.items()}
+    built = {f: group(ds, f, steps, lanes, m)[:2] for f in FORMS}
+    return forms.interleaved(built, reps, rounds)
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -134,23 +116,10 @@ def main(argv: list[str] | None = None) -> str:
         return json.dumps(res)
     if a.reps * a.rounds + 21 > (a.steps // H) * a.workers:
         p.error(f"--steps {a.steps} is too few for {a.reps} x {a.rounds} timed outer updates")
-    child = [sys.executable, os.path.abspath(__file__)]
     size = ["--steps", str(a.steps), "--lanes", str(a.lanes), "--workers", str(a.workers)]
-    peaks = {}
-    for f in FORMS:
-        out = subprocess.run([*child, *size, "--peak", f], capture_output=True, text=True)
-        if out.returncode:
-            raise RuntimeError(f"the {f} child failed:\n{out.stderr[-2000:]}")
-        peaks[f] = json.loads(out.stdout.strip().splitlines()[-1])
-    if peaks["copy"]["loss"] != peaks["indexed"]["loss"]:
-        raise AssertionError(f"the two forms' losses differ: {peaks}")
+    peaks = forms.child_peaks(os.path.abspath(__file__), size)
     ms = interleaved(a.steps, a.lanes, a.workers, a.reps, a.rounds)
-    mib = lambda b: f"{b / 2**20:,.1f}"
-    rows = [
-        [f, mib(peaks[f]["held"]), mib(peaks[f]["rss"]), f"{ms[f]:.2f}",
-         f"{ms[f] / ms['copy']:.2f}x"]
-        for f in FORMS
-    ]  # fmt: skip
+    rows = forms.table_rows(peaks, ms)
     head = ["data", "data held (MiB)", "peak RSS (MiB)", "ms / outer update", "vs copy"]
     cmd = " ".join(["python benchmarks/localsgd_data.py", *size])
     text = (

@@ -19,10 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import subprocess
 import sys
-import time
 from typing import Any
 
 if __package__ in (None, ""):
@@ -32,11 +29,12 @@ import jax
 import numpy as np
 import optax
 
+from benchmarks import _data_forms as forms
 from benchmarks._results import write as write_result
 from jaxstale import data, loop, models, pipeline, schedules
 from jaxstale.runs import markdown_table
 
-FORMS = ("copy", "indexed")
+FORMS = forms.FORMS
 BATCH, WIDTH, LR = 32, 128, 0.01
 
 
@@ -77,30 +75,14 @@ def group(
 
 def peak(form: str, steps: int, lanes: int, n: int) -> dict[str, Any]:
     """Builds ``form``'s group in this process and runs 20 rounds: its bytes and peak RSS."""
-    ex, carry, held = group(data.load("mnist1d"), form, steps, lanes, n)
-    for r in range(1, 21):
-        carry, stats = ex.step(carry, r)
-    jax.block_until_ready(carry)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-    return {"held": held, "rss": rss, "loss": float(np.mean(stats.loss))}
+    return forms.peak(*group(data.load("mnist1d"), form, steps, lanes, n))
 
 
 def interleaved(steps: int, lanes: int, n: int, reps: int, rounds: int) -> dict[str, float]:
     """Median ms per round of each form, timed in alternating blocks of ``rounds``."""
     ds = data.load("mnist1d")
-    runs = {f: [*group(ds, f, steps, lanes, n)[:2], 1] for f in FORMS}
-    times: dict[str, list[float]] = {f: [] for f in FORMS}
-    for _ in range(reps):
-        for f, run in runs.items():
-            ex, carry, r = run
-            t0 = time.perf_counter()
-            for _ in range(rounds):
-                carry, _ = ex.step(carry, r)
-                r += 1
-            jax.block_until_ready(carry)
-            times[f].append((time.perf_counter() - t0) / rounds * 1e3)
-            run[1], run[2] = carry, r
-    return {f: float(np.median(v)) for f, v in times.items()}
+    built = {f: group(ds, f, steps, lanes, n)[:2] for f in FORMS}
+    return forms.interleaved(built, reps, rounds)
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -123,28 +105,10 @@ def main(argv: list[str] | None = None) -> str:
         return json.dumps(res)
     if a.reps * a.rounds + 21 > a.steps:
         p.error(f"--steps {a.steps} is too few for {a.reps} x {a.rounds} timed rounds")
-    child = [sys.executable, os.path.abspath(__file__)]
     size = ["--steps", str(a.steps), "--lanes", str(a.lanes), "--stages", str(a.stages)]
-    peaks = {}
-    for f in FORMS:
-        out = subprocess.run([*child, *size, "--peak", f], capture_output=True, text=True)
-        if out.returncode:
-            raise RuntimeError(f"the {f} child failed:\n{out.stderr[-2000:]}")
-        peaks[f] = json.loads(out.stdout.strip().splitlines()[-1])
-    if peaks["copy"]["loss"] != peaks["indexed"]["loss"]:
-        raise AssertionError(f"the two forms' losses differ: {peaks}")
+    peaks = forms.child_peaks(os.path.abspath(__file__), size)
     ms = interleaved(a.steps, a.lanes, a.stages, a.reps, a.rounds)
-    mib = lambda b: f"{b / 2**20:,.1f}"
-    rows = [
-        [
-            f,
-            mib(peaks[f]["held"]),
-            mib(peaks[f]["rss"]),
-            f"{ms[f]:.2f}",
-            f"{ms[f] / ms['copy']:.2f}x",
-        ]
-        for f in FORMS
-    ]
+    rows = forms.table_rows(peaks, ms)
     head = ["data", "data held (MiB)", "peak RSS (MiB)", "ms / round", "vs copy"]
     cmd = " ".join(["python benchmarks/pipeline_data.py", *size])
     text = (
