@@ -231,6 +231,8 @@ def judge_moonshot_pipeline(ctx: Context) -> Verdict:
             tag = "" if m in MEMORY_LIGHT else " (N − k weight versions: not memory-light)"
             ev.append(f"  - {diff(ref, pick, 'sync', m).text()}{tag}")
     ev += [apart] if apart else []
+    if ctx.has("pipeline") and apart is None:
+        ev += _second_sync(ctx.rows("pipeline"), rows, [pick for _, pick in best])
     ev += speed.notes(
         [(ref, pick, "sync (N=8)", f"{m} (N=8)") for m in methods if m != "sync"
          if (pick := pipe_cell(rows, m, 8))],
@@ -250,3 +252,39 @@ def judge_moonshot_pipeline(ctx: Context) -> Verdict:
                 ev.append(f"- NAdam: {diff(nref, pick, 'sync', m).text()}")
     v = "reached" if ok else "not reached"
     return Verdict(v, "\n".join(ev), tables, [("pipeline-n8", "plot")])
+
+
+#: the row fields two computations of one cell must agree on (timings and machine aside)
+_RESULT = ("final_val_accuracy", "final_test_accuracy", "final_val_loss", "final_test_loss",
+           "diverged")  # fmt: skip
+
+
+def _second_sync(
+    other: Sequence[dict], rows: Sequence[dict], picks: Sequence[list[dict]]
+) -> list[str]:
+    """M2's line on ``pipeline``'s own sync at N = 8: the same runs as ``pipeline-n8``'s (model,
+    rate, seed), computed apart. Where they differ (another machine's float rounding: a cell is
+    bit for bit only on the machine that computed it), how many, and the primary read with
+    ``pipeline``'s sync as the reference instead (a reader sees whether the verdict hangs on
+    which copy is used)."""
+    key = lambda r: (r.get("model"), r["lr"], r["seed"])
+    mine = {key(r): r for r in rows if r["method"] == "sync" and r["stages"] == 8}
+    theirs = {key(r): r for r in other if r["method"] == "sync" and r["stages"] == 8}
+    shared = sorted(mine.keys() & theirs.keys(), key=str)
+    if not shared:
+        return []
+    same = lambda k: all(mine[k].get(f) == theirs[k].get(f) for f in _RESULT)
+    apart = [k for k in shared if not same(k)]
+    if not apart:
+        return [f"- `pipeline`'s sync at N = 8 equals `pipeline-n8`'s on all {len(shared)} "
+                "runs both hold"]  # fmt: skip
+    seeds = sorted({k[2] for k in apart})
+    line = (
+        f"- `pipeline` ran sync at N = 8 too: {len(apart)} of the {len(shared)} runs both hold "
+        f"differ (seeds {', '.join(map(str, seeds))}; computed apart: a cell is bit for bit on "
+        "its own machine, and rows need not record theirs); the reference above is "
+        "`pipeline-n8`'s"
+    )
+    ref = pipe_cell([r for r in other if r["stages"] == 8], "sync", 8)
+    reads = [diff(ref, pick, "sync of `pipeline`", pick[0]["method"]).text() for pick in picks]
+    return [line + ("; with `pipeline`'s: " + "; ".join(reads) if ref and reads else "")]

@@ -208,6 +208,19 @@ def test_the_n8_moonshot_reads_the_default_policies_only_under_one_set_up(tmp_pa
     v = claims.judge_moonshot_pipeline(claims.Context(tmp_path, quick=False))
     assert v.verdict == "reached" and "best on validation vanilla" in v.evidence
     assert "not read with" not in v.evidence
+    # the two runs' sync rows are the same runs computed apart: the report says they differ
+    # and reads the primary against `pipeline`'s copy too
+    assert (
+        "- `pipeline` ran sync at N = 8 too: 5 of the 5 runs both hold differ (seeds 0, 1, 2, 3, "
+        "4; computed apart"
+    ) in v.evidence
+    assert "; with `pipeline`'s: sync of `pipeline` − vanilla = -" in v.evidence
+    _folder(tmp_path, "pipeline", _pipe_rows({("sync", 8): hi, ("vanilla", 8): hi}), [],
+            steps=9000)  # fmt: skip
+    v = claims.judge_moonshot_pipeline(claims.Context(tmp_path, quick=False))
+    assert "- `pipeline`'s sync at N = 8 equals `pipeline-n8`'s on all 5 runs both hold" in (
+        v.evidence
+    )
 
 
 def test_async_moonshot_picks_the_best_method_on_validation(tmp_path):
