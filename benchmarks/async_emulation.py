@@ -62,6 +62,7 @@ from jaxstale import delays, losses, models
 from jaxstale.asyncdp import AsyncEmulator, HParams, build_method, server
 from jaxstale.loop import jit  # the executors' compiler options: the steps compile alike
 from jaxstale.runs import markdown_table
+from jaxstale.sizes import tree_bytes
 
 LR, MU = 0.01, 0.9
 METHODS = ("asgd", "dc-asgd-a", "gap-aware")
@@ -198,8 +199,7 @@ def step_bytes(
         "stack step": lambda: emu.compiled_step.lower(st, inputs),
     }
     out = {k: _cost_bytes(lower[k]()) for k in programs}
-    leaves = jax.tree.leaves(f.params)
-    return {**out, "params": float(sum(np.size(p) * np.dtype(p.dtype).itemsize for p in leaves))}
+    return {**out, "params": float(tree_bytes(f.params))}
 
 
 def bench_model(name: str, kw: dict, shape: tuple, batch: int, m: int, calls: int, reps: int):

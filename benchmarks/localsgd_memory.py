@@ -42,14 +42,10 @@ import numpy as np
 from benchmarks._results import write as write_result
 from jaxstale import localsgd, models, optimizers
 from jaxstale.runs import markdown_table
+from jaxstale.sizes import tree_bytes
 from jaxstale.transforms.outer import delayed_nesterov, outer_nesterov
 
 KINDS = ("diloco", "streaming", "async")
-
-
-def nbytes(tree: Any) -> int:
-    """Bytes of a pytree of arrays or shape structs."""
-    return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))
 
 
 def _model(name: str) -> tuple[Any, np.ndarray, np.ndarray]:
@@ -64,8 +60,8 @@ def measure(name: str, kind: str, m: int, fragments: int = 2) -> dict[str, Any]:
     """The emulator's carried bytes per part, and the formula's."""
     f, xb, yb = _model(name)
     inner = optimizers.per_stage("adamw", 1e-3, 0.9, 100)
-    p = nbytes(f.params)  # 4P
-    count = nbytes(inner.init(f.params)) - 2 * p  # AdamW's count and injected hyper-parameters
+    p = tree_bytes(f.params)  # 4P
+    count = tree_bytes(inner.init(f.params)) - 2 * p  # AdamW's count and injected hyper-parameters
     kw: dict[str, Any] = {}
     if kind == "async":
         sched = localsgd.asynchronous(m, 2, 2, seed=0)
@@ -79,7 +75,7 @@ def measure(name: str, kind: str, m: int, fragments: int = 2) -> dict[str, Any]:
     yb = np.zeros((sched.num_batches, *yb.shape[1:]), yb.dtype)
     ex = localsgd.executor(f.apply, inner, outer, sched, xb, yb, **kw)
     state = jax.eval_shape(ex.init, f.params, f.state)
-    parts = {k: nbytes(v) for k, v in state.items()}
+    parts = {k: tree_bytes(v) for k, v in state.items()}
     formula = {
         "theta": p,
         "outer": outer_bytes,

@@ -80,7 +80,6 @@ _host_devices.emulate()  # before jax is imported
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import math  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -93,16 +92,12 @@ from jaxstale import models, pipeline, schedules  # noqa: E402
 from jaxstale.pipeline import emulator as pemulator  # noqa: E402
 from jaxstale.pipeline import mesh as pmesh  # noqa: E402
 from jaxstale.runs import markdown_table  # noqa: E402
+from jaxstale.sizes import tree_bytes  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 POLICIES = {"vanilla": "vanilla", "stash": "stash", "spectrain": "spectrain-v1"}
 MU = 0.9
 MIB, GB = 2**20, 1e9
-
-
-def nbytes(tree: Any) -> int:
-    """Bytes of the arrays (or ``ShapeDtypeStruct``) of a pytree."""
-    return int(sum(math.prod(a.shape) * np.dtype(a.dtype).itemsize for a in jax.tree.leaves(tree)))
 
 
 def build_model(width: int, seed: int = 0) -> Any:
@@ -168,8 +163,8 @@ def carried(carry: dict[str, Any], n: int) -> list[dict[str, int]]:
     ``slots`` (inputs, cotangents, residuals, gradient accumulator, statistics), ``total``."""
     rows = []
     for k in range(n):
-        w, o = nbytes(carry["weights"][k]), nbytes(carry["opt"][k])
-        s = sum(nbytes(carry[f][k]) for f in ("inp", "ct", "res", "acc", "bn"))
+        w, o = tree_bytes(carry["weights"][k]), tree_bytes(carry["opt"][k])
+        s = sum(tree_bytes(carry[f][k]) for f in ("inp", "ct", "res", "acc", "bn"))
         rows.append({"weights": w, "optimizer": o, "slots": s, "total": w + o + s})
     return rows
 
@@ -214,12 +209,12 @@ def measure(model: Any, n: int, batch: int, policy: str) -> dict[str, Any]:
         "carried": carried(carry, n),
         "formula": formula(model, n, batch, policy),
         "emulator": em_mem,
-        "emulator_data": nbytes((xb, yb)) + nbytes(prog.tables),
+        "emulator_data": tree_bytes((xb, yb)) + tree_bytes(prog.tables),
         "mesh": mesh_mem,
-        "mesh_state": nbytes(state) // n,
-        "mesh_fields": {f: nbytes(v) // n for f, v in state._asdict().items()},
+        "mesh_state": tree_bytes(state) // n,
+        "mesh_fields": {f: tree_bytes(v) // n for f, v in state._asdict().items()},
         "mesh_formula": mesh_formula(core, prog.policy.predict is not None),
-        "mesh_data": nbytes((xb, yb)),
+        "mesh_data": tree_bytes((xb, yb)),
         "mesh_sizes": {
             "P_max": core.p_max,
             "C": core.capacity,

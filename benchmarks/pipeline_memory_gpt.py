@@ -43,7 +43,6 @@ Run: ``python benchmarks/pipeline_memory_gpt.py [--xla]``; results in
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from typing import Any
@@ -52,11 +51,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxstale import models, optimizers, pipeline, schedules
 from jaxstale.models.gpt import PRESETS
 from jaxstale.pipeline import emulator
+from jaxstale.sizes import tree_bytes
 
 VOCAB = 83
 #: (preset, N, mini-batch, context) measured; the GPU preset at the data's context
@@ -65,11 +64,6 @@ CASES += [("gpt-gpu", 12, 16, 64)]
 #: the GPU preset at a GPU's context, by the formula only
 PROJECTION = ("gpt-gpu", 12, 8, 1024)
 MIB = 2**20
-
-
-def nbytes(tree: Any) -> int:
-    """Bytes of the arrays (or ``ShapeDtypeStruct``) of a pytree."""
-    return int(sum(math.prod(a.shape) * np.dtype(a.dtype).itemsize for a in jax.tree.leaves(tree)))
 
 
 def block_residuals(mb: int, t: int, d: int, h: int) -> int:
@@ -122,11 +116,11 @@ def measure(preset: str, n: int, mb: int, t: int, policy: str, xla: bool = False
     carry = jax.eval_shape(em.init, jax.ShapeDtypeStruct((mb, t), jnp.int32))
     rows = []
     for k in range(n):
-        w, o = nbytes(carry["weights"][k]), nbytes(carry["opt"][k])
-        inp = nbytes(carry["inp"][k])
-        res = nbytes(carry["res"][k]) + nbytes(carry["ct"][k])
+        w, o = tree_bytes(carry["weights"][k]), tree_bytes(carry["opt"][k])
+        inp = tree_bytes(carry["inp"][k])
+        res = tree_bytes(carry["res"][k]) + tree_bytes(carry["ct"][k])
         rows.append({"weights": w, "optimizer": o, "inputs": inp, "residuals": res})
-        rows[-1]["total"] = w + o + inp + res + nbytes((carry["acc"][k], carry["bn"][k]))
+        rows[-1]["total"] = w + o + inp + res + tree_bytes((carry["acc"][k], carry["bn"][k]))
     out: dict[str, Any] = {"carried": rows}
     if xla:
         data = jax.ShapeDtypeStruct((nb, mb, t), jnp.int32)
@@ -134,7 +128,7 @@ def measure(preset: str, n: int, mb: int, t: int, policy: str, xla: bool = False
         out["xla"] = {
             "arguments": mem.argument_size_in_bytes,
             "temp": mem.temp_size_in_bytes,
-            "data": 2 * nbytes(data) + nbytes(prog.tables),
+            "data": 2 * tree_bytes(data) + tree_bytes(prog.tables),
         }
     return out
 

@@ -79,6 +79,7 @@ AREAS: list[tuple[str, list[str]]] = [
             "jaxstale.mesh",
             "jaxstale.launch",
             "jaxstale.distributed",
+            "jaxstale.sizes",
         ],
     ),
     (

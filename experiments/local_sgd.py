@@ -73,6 +73,7 @@ import optax
 from jaxstale import data, localsgd, loop, models, optimizers, runs, tasks
 from jaxstale.localsgd import mesh as localsgd_mesh
 from jaxstale.localsgd.emulator import check_model_state
+from jaxstale.sizes import tree_bytes
 from jaxstale.transforms.lookahead import momentum_lookahead
 from jaxstale.transforms.outer import cgad, delayed_nesterov, staleness_weight
 
@@ -509,7 +510,7 @@ def state_bytes(cfg: dict[str, Any], params: Any) -> int:
     """One run's carried state at the most workers ``M``: the global weights and the largest
     outer optimizer state of the methods, and per worker its inner optimizer state, its dispatch
     point or replica, and the weights its job ends at (from abstract shapes)."""
-    size = lambda tree: sum(a.size * a.dtype.itemsize for a in jax.tree.leaves(tree))
+    size = tree_bytes
     m = max(cfg["workers"])
     inner = optimizers.per_stage(cfg["optimizer"], 0.1, cfg["momentum"], cfg["steps"])
     bases = {method.partition(" τ=")[0] for method in cfg["methods"]}

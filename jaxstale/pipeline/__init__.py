@@ -24,7 +24,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
-import numpy as np
 import optax
 
 from jaxstale.loop import Executor
@@ -41,6 +40,7 @@ from jaxstale.pipeline.program import BACKWARD_MODES as BACKWARD_MODES
 from jaxstale.pipeline.program import Program as Program
 from jaxstale.pipeline.program import compile as compile
 from jaxstale.schedules import Schedule
+from jaxstale.sizes import tree_bytes
 
 EXECUTORS: tuple[str, ...] = ("emulate", "mesh")
 
@@ -153,6 +153,4 @@ def carried_bytes(
     """
     em = _emulator.PipelineEmulator(stages, _program(schedule, policy, backward, target), tx)
     carry = jax.eval_shape(em.init, x_example)
-    return int(
-        sum(np.prod(a.shape, dtype=np.int64) * a.dtype.itemsize for a in jax.tree.leaves(carry))
-    )
+    return tree_bytes(carry)
