@@ -510,13 +510,12 @@ def state_bytes(cfg: dict[str, Any], params: Any) -> int:
     """One run's carried state at the most workers ``M``: the global weights and the largest
     outer optimizer state of the methods, and per worker its inner optimizer state, its dispatch
     point or replica, and the weights its job ends at (from abstract shapes)."""
-    size = tree_bytes
     m = max(cfg["workers"])
     inner = optimizers.per_stage(cfg["optimizer"], 0.1, cfg["momentum"], cfg["steps"])
     bases = {method.partition(" τ=")[0] for method in cfg["methods"]}
-    outer = max(size(jax.eval_shape(outer_tx(b, m).init, params)) for b in bases)
-    p = size(params)
-    return p + outer + m * (size(jax.eval_shape(inner.init, params)) + 2 * p)
+    outer = max(tree_bytes(jax.eval_shape(outer_tx(b, m).init, params)) for b in bases)
+    p = tree_bytes(params)
+    return p + outer + m * (tree_bytes(jax.eval_shape(inner.init, params)) + 2 * p)
 
 
 def group_lanes(cfg: dict[str, Any]) -> int:

@@ -254,11 +254,6 @@ def judge_moonshot_pipeline(ctx: Context) -> Verdict:
     return Verdict(v, "\n".join(ev), tables, [("pipeline-n8", "plot")])
 
 
-#: the row fields two computations of one cell must agree on (timings and machine aside)
-_RESULT = ("final_val_accuracy", "final_test_accuracy", "final_val_loss", "final_test_loss",
-           "diverged")  # fmt: skip
-
-
 def _second_sync(
     other: Sequence[dict], rows: Sequence[dict], picks: Sequence[list[dict]]
 ) -> list[str]:
@@ -273,8 +268,9 @@ def _second_sync(
     shared = sorted(mine.keys() & theirs.keys(), key=str)
     if not shared:
         return []
-    same = lambda k: all(mine[k].get(f) == theirs[k].get(f) for f in _RESULT)
-    apart = [k for k in shared if not same(k)]
+    ignore = (*runs.groups.TIMING_FIELDS, "host")  # a cell's result: every other field
+    apart = [k for k in shared if runs.groups.first_difference(
+        {"row": theirs[k]}, {}, mine[k], [], ignore=ignore)]  # fmt: skip
     if not apart:
         return [f"- `pipeline`'s sync at N = 8 equals `pipeline-n8`'s on all {len(shared)} "
                 "runs both hold"]  # fmt: skip
@@ -285,6 +281,6 @@ def _second_sync(
         "its own machine, and rows need not record theirs); the reference above is "
         "`pipeline-n8`'s"
     )
-    ref = pipe_cell([r for r in other if r["stages"] == 8], "sync", 8)
+    ref = pipe_cell(other, "sync", 8)
     reads = [diff(ref, pick, "sync of `pipeline`", pick[0]["method"]).text() for pick in picks]
     return [line + ("; with `pipeline`'s: " + "; ".join(reads) if ref and reads else "")]
