@@ -48,14 +48,14 @@ lint: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
-# Every claims-report configuration (resuming finished cells), then docs/claims.md, its figures,
-# a copy of each configuration's rows (docs/claims/rows/, committed) and README's verdict
+# Every claims-report configuration (resuming finished cells), then study/claims.md, its figures,
+# a copy of each configuration's rows (study/claims/rows/, committed) and README's verdict
 # lines. The image claims ~22 CPU-hours on 2 cores (MNIST-1D, 27,000 updates, 10 seeds), the
 # DiLoCo and language-model ones more (README, "Running the claims");
-# `python -m experiments.claims` alone re-writes the report from the run folders in
+# `python -m study` alone re-writes the report from the run folders in
 # results/claims/, `--from-rows` from the committed rows (byte for byte).
 claims: $(STAMP)
-	$(BIN)/python -m experiments.claims --run --readme README.md
+	$(BIN)/python -m study --run --readme README.md
 
 bench: $(STAMP)
 	for b in benchmarks/[!_]*.py; do $(BIN)/python $$b || exit 1; done

@@ -39,11 +39,11 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
     "sphinx.ext.viewcode",
-    "myst_parser",  # the Markdown pages: design.md, claims.md
+    "myst_parser",  # the Markdown pages (design.md)
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
-# _generated/ files are included, not pages; the claims report's committed rows are data
-exclude_patterns = ["_build", "api/_generated", "claims/rows"]
+# _generated/ files are included, not pages
+exclude_patterns = ["_build", "api/_generated"]
 templates_path: list[str] = []
 html_theme = "alabaster"
 html_static_path: list[str] = []

@@ -170,7 +170,7 @@ def tuned_tables(
 
 
 #: the phrases of :func:`edge_notes`' lines (the claims report's "Grid edges" section,
-#: :mod:`experiments.claims.edges`, reads them back): its paragraph's heading, a selection
+#: :mod:`study.edges`, reads them back): its paragraph's heading, a selection
 #: made interior, and the five ways a selection stays open — still at the edge after the
 #: extensions, at an edge that was not extended, where every seed diverged, an extension an
 #: interrupted run has yet to run, or a grid where no rate trained

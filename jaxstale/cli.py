@@ -7,7 +7,7 @@ Command line (``python -m jaxstale ...`` is the same)::
     jaxstale <experiment> --help           its flags
     jaxstale --help | --version
 
-An experiment is a public module or package (``claims``) of :mod:`jaxstale.experiments` other
+An experiment is a public module or package (``async_bn``) of :mod:`jaxstale.experiments` other
 than its shared helpers (``common``, ``config``, ``presets``), and
 ``jaxstale <experiment> ARGS`` calls that module's ``main(ARGS)``. ``jaxstale.experiments`` is
 the repository's ``experiments/`` folder, shipped in the wheel (and mapped by an editable

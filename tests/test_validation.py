@@ -575,7 +575,6 @@ CLI = [
     ("async_workers", ["--standardize", "zca"], "--standardize", "unknown standardisation"),
     ("async_workers", ["--preset", "nope"], "--preset", "unknown preset 'nope'"),
     ("async_workers", ["--straggler-fraction", "2"], "--straggler-fraction", "in [0, 1]"),
-    ("claims", ["--only", "nope"], "--only", "unknown configuration 'nope'"),
 ]
 
 

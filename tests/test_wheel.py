@@ -113,7 +113,7 @@ def test_installed_wheel_runs_the_experiments_from_anywhere(tmp_path):
     assert _run([str(python), "-m", "jaxstale", "list"], work, env).splitlines() == listed
     expected = sorted(
         [p.stem for p in (ROOT / "experiments").glob("[!_]*.py")]
-        + [p.parent.name for p in (ROOT / "experiments").glob("*/__init__.py")]  # claims
+        + [p.parent.name for p in (ROOT / "experiments").glob("*/__init__.py")]  # async_bn
     )
     helpers = ("async_tables", "cliff_tables", "common", "config", "grids", "presets", "reports")
     for helper in helpers:  # tables, figures and shared code, not experiments

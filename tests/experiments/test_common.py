@@ -29,7 +29,6 @@ BAD = [
     ("pipeline_staleness", ["--methods", "sync,sync"], "--methods", "given twice"),
     ("sync_baseline", ["--lrs", "0.1,0.1"], "--lrs", "given twice"),
     ("async_bn", ["--workers", "1,1"], "--workers", "given twice"),
-    ("claims", ["--only", "async-fixed-lr,async-fixed-lr"], "--only", "given twice"),
     # flags that would be ignored in this configuration
     ("async_workers", ["--model", "mlp", "cnn"], "--model", "takes one model"),
     ("async_workers", ["--delay", "constant", "--straggler-fraction", "0.5"], "--straggler-f", ""),
@@ -67,14 +66,12 @@ def test_bad_flag_is_one_line_exit_2_and_nothing_written(
 ):
     out = tmp_path / "run"
     extra = [] if "--out" in argv else ["--out", str(out)]
-    if experiment == "claims":
-        extra = ["--run", "--results", str(out), "--out", str(tmp_path / "claims.md")]
     with pytest.raises(SystemExit) as e:
         _main(experiment)([*argv, *extra])
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1, err  # one line: no usage block, no traceback
     assert f": error: argument {flag}" in err[-1] and words in err[-1], err[-1]
-    assert not out.exists() and not (tmp_path / "claims.md").exists()
+    assert not out.exists()
 
 
 class _Wide(nnx.Module):  # one logit too many for the dataset's classes

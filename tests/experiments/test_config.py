@@ -101,18 +101,6 @@ def test_a_subclass_adds_and_overrides_fields():
     assert Mine(**vars(ns)).workers == (1, 2, 3)
 
 
-def test_claims_hold_config_objects_whose_command_lines_round_trip():
-    from experiments import claims
-    from experiments.config import from_argv, to_argv
-
-    for name, spec in claims.RUNS.items():
-        assert isinstance(spec.config, Base), name
-        assert from_argv(type(spec.config), to_argv(spec.config))[0] == spec.config, name
-        smoke = spec.at(quick=True)
-        assert smoke.quick and type(smoke) is type(spec.config), name
-    assert claims.RUNS["async-fixed-lr"].at(True).lrs == (0.02,)
-
-
 def test_a_negative_value_round_trips_as_flag_equals_value():
     from experiments import async_workers
     from experiments.config import from_argv, to_argv

@@ -7,9 +7,9 @@ repository. The report step therefore copies each configuration's small files (`
 that intervals can resample the test set —, ``config.json``, ``table.md`` and the synchronous
 reference's convergence read from the cells' curves (``budget.json``, :mod:`.budget`); never
 ``metrics.jsonl`` or the cells) into a committed folder beside the report
-(``docs/claims/rows/<name>/``, :func:`snapshot`) with an ``index.json`` naming the commit that
+(``study/claims/rows/<name>/``, :func:`snapshot`) with an ``index.json`` naming the commit that
 was checked out when they were copied, and then builds the report **from that folder**: so
-``python -m experiments.claims --from-rows`` rebuilds it byte for byte without recomputing.
+``python -m study --from-rows`` rebuilds it byte for byte without recomputing.
 
 :func:`section` is the report's "Provenance" section: the commit of the report (checked out
 when the rows were copied) and, per configuration, the fingerprint of its runs as its run
@@ -393,7 +393,7 @@ def section(
             "`config.json` and `table.md`; each row's speed readings (its test curve's "
             "mean and its value at a third of the budget) are read from its cell's curve, in the "
             "run folder or, for rows kept from an earlier copy, in the same sweep's packed cells "
-            "(`claims/cells/`). `python -m experiments.claims --from-rows` rebuilds this report "
+            "(`claims/cells/`). `python -m study --from-rows` rebuilds this report "
             "(and the forest plots) from them byte for byte, without recomputing.",
             "",
         ]

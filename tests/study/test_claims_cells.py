@@ -1,4 +1,4 @@
-"""experiments.claims.cells: a sweep's finished cells packed into the repository and restored
+"""study.cells: a sweep's finished cells packed into the repository and restored
 on another machine resume it without recomputing, and nothing of other code slips in."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import lzma
 
 import pytest
 
-from experiments import claims
-from experiments.claims import cells
+import study as claims
 from jaxstale import runs
+from study import cells
 
 CONFIG = {"lr": [0.1, 0.3], "steps": 5}
 KEYS = [{"lr": lr, "seed": s} for lr in (0.1, 0.3) for s in range(3)]

@@ -32,10 +32,9 @@ from typing import Any
 
 import numpy as np
 
+from experiments.reports import MIN_PAIRS
 from jaxstale import tasks
 from jaxstale.loop import decode_correct
-
-from ..reports import MIN_PAIRS
 
 #: the labels :func:`decide` returns, with the definitions the report's header prints
 LABELS: dict[str, str] = {
@@ -281,7 +280,7 @@ def paired(
 
 def arm_edges(arms: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> tuple[str, ...]:
     """``"<arm> <why>"`` (e.g. ``"asgd at its grid's smallest rate"``) for every arm whose rows
-    carry a ``rate_edge`` mark (:func:`experiments.claims.core.selected` sets it)."""
+    carry a ``rate_edge`` mark (:func:`study.core.selected` sets it)."""
     out = []
     for name, rows in arms:
         side = next((r.get("rate_edge") for r in rows if r.get("rate_edge")), None)

@@ -1,4 +1,4 @@
-"""experiments/claims/localsgd.py: the DiLoCo-family claims D1–D5 judged from hand-built run
+"""study/localsgd.py: the DiLoCo-family claims D1–D5 judged from hand-built run
 folders of local_sgd (test accuracy): non-inferiority against data parallelism and DiLoCo, D3's
 margin taken from the runs and its wall-clock secondary, D4's primary on the lowest precision at
 the largest overlap, D5's trend over the worker count, and the report listing them."""
@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from experiments import claims
-from experiments.claims import localsgd
+import study as claims
+from study import localsgd
 
 JITTER = np.array([0.0, 0.002, -0.002, 0.001, -0.001])  # one seed's luck, shared by its arms
 
@@ -290,7 +290,7 @@ def test_a_longer_run_judges_the_reference_of_every_claim_that_reads_the_shorter
     """dp on AdamW's cosine: diloco-long (a longer budget) ends 3.6 points higher, so
     diloco's reference has not converged — on D1, which reads both, and on D2 and D3, which
     read diloco alone; diloco-long's own reference, with nothing longer, is not judged."""
-    from experiments.claims import budget
+    from study import budget
 
     cells = {("dp", 4, 10): _accs(0.85), ("diloco", 4, 10): _accs(0.84),
              ("async-nesterov", 4, 10): _accs(0.6),

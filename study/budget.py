@@ -11,7 +11,7 @@ per-seed change over the last third with its 95 % interval. A reference on a dec
 length, so it is judged instead against a longer run of the same reference where one exists
 (:func:`unconverged`); a language model's is compared at equal updates and not judged. The
 curves live in the run folders' cells, which are not committed, so
-:func:`experiments.claims.provenance.snapshot` writes these facts as ``budget.json`` beside each
+:func:`study.provenance.snapshot` writes these facts as ``budget.json`` beside each
 configuration's rows and the report reads them there (:func:`section`).
 """
 
@@ -23,9 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from experiments.common import convergence
 from jaxstale import optimizers, runs
-
-from ..common import convergence
 
 __all__ = ["FILE", "REFERENCES", "facts", "section", "unconverged"]
 

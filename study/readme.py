@@ -1,4 +1,4 @@
-"""README blocks generated from the claims report (``python -m experiments.claims --readme``).
+"""README blocks generated from the claims report (``python -m study --readme``).
 
 A block is the lines between ``<!-- claims:start NAME -->`` and ``<!-- claims:end NAME -->``
 (each marker on its own line; ``NAME`` left out for the verdict list):

@@ -1,6 +1,6 @@
 """The claims the report tests, in its order: each with its source, the paper's statement,
 the run folders it reads, its judge, its pre-declared primary comparison and expected effect
-(declared here, before any number is read; :class:`~experiments.claims.core.Claim`)."""
+(declared here, before any number is read; :class:`~study.core.Claim`)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from .. import (
+from experiments import (
     async_bn,
     async_workers,
     constant_delay,
@@ -17,7 +17,7 @@ from .. import (
     pipeline_staleness,
     sync_baseline,
 )
-from ..config import Base, to_argv
+from experiments.config import Base, to_argv
 
 
 @dataclass(frozen=True)

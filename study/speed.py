@@ -7,7 +7,7 @@ what the task reaches. Two target-free readings of each run's test curve (the me
 metric over the run's evaluations, ``test_mean``, a normalised area under the curve, and its
 value at the last evaluation within the first third of the budget,
 ``test_third``) are taken from the cells' curves when the rows are copied
-(:func:`curve_facts`, called by :func:`experiments.claims.provenance.with_predictions`: the
+(:func:`curve_facts`, called by :func:`study.provenance.with_predictions`: the
 curves are not committed), and :func:`notes` pairs them by seed as the verdicts pair the
 test metric. Like every number the report gives, they are read on the test split, each arm
 at its rate selected on validation (the curve of the run that selection picked); they carry

@@ -1,7 +1,7 @@
 """The claims report's Grid edges section: the selections still at a grid's edge, read from
 each configuration's committed table.md."""
 
-from experiments.claims import edges
+from study import edges
 
 _TABLE = """**Test accuracy**
 

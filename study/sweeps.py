@@ -1,7 +1,7 @@
 """Figures of the main configurations, drawn from their committed rows: validation accuracy
 against the learning rate per method (one panel per staleness level: is each selected rate
 inside its grid?), and test accuracy against the staleness at one learning rate for every
-method. Both are rebuilt with the report from ``docs/claims/rows/`` (no run folder needed).
+method. Both are rebuilt with the report from ``study/claims/rows/`` (no run folder needed).
 Matplotlib ``Figure`` objects only; legends beside the axes (:func:`jaxstale.runs.finish_figure`).
 """
 

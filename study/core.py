@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from experiments.grids import never_trains
 from jaxstale import runs, tasks
 
-from ..grids import never_trains
 from . import verdicts
 from .verdicts import Diff
 
@@ -70,7 +70,7 @@ class Claim:
     the number comes from; ``expected_abs``: ``expected`` is already in the primary's unit (a
     fraction of accuracy, or nats), not relative to the reference arm's error (a language
     model's gap in nats, whose papers report it absolute). ``judge`` returns
-    :class:`Evidence` (verdict by :func:`~experiments.claims.verdicts.decide`) or, for a
+    :class:`Evidence` (verdict by :func:`~study.verdicts.decide`) or, for a
     threshold check or a moonshot, a :class:`Verdict`."""
 
     id: str
@@ -168,7 +168,7 @@ def _dataset(name: str) -> Any:
 
 def dataset_task(dataset: str) -> tasks.Task:
     """The task of a dataset by name: its metric, direction and chance level."""
-    from ..common import task_of as _task
+    from experiments.common import task_of as _task
 
     return _task(_dataset(dataset))
 

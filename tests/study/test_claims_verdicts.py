@@ -1,4 +1,4 @@
-"""experiments/claims/verdicts.py and the judges' verdicts on hand-built run folders: every
+"""study/verdicts.py and the judges' verdicts on hand-built run folders: every
 verdict kind, the n ≥ 3 rule, the MDE, intention to treat at the dataset's chance level, trends,
 a reversed condition in the headline, the one-rate conditions left out for rescaling methods."""
 
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from experiments import claims
-from experiments.claims.provenance import with_predictions
-from experiments.claims.verdicts import Diff, examples_variance, paired
+import study as claims
 from jaxstale import data
 from jaxstale.loop import encode_correct
+from study.provenance import with_predictions
+from study.verdicts import Diff, examples_variance, paired
 
 
 def _d(values, name="a", unit="points"):

@@ -1,4 +1,4 @@
-"""experiments/claims/speed.py: the speed readings of a run's test curve (the mean over
+"""study/speed.py: the speed readings of a run's test curve (the mean over
 its evaluations, the value at a third of the budget), copied into the rows with the test
 predictions, and the pipeline claims' speed lines paired by seed."""
 
@@ -8,10 +8,10 @@ import shutil
 import numpy as np
 import pytest
 
-from experiments import claims
-from experiments.claims import cells, speed
-from experiments.claims.provenance import with_archived_curves, with_predictions
+import study as claims
 from jaxstale import runs
+from study import cells, speed
+from study.provenance import with_archived_curves, with_predictions
 
 #: one seed's luck, shared by its arms (the paired differences below are exact)
 LUCK = [0.0, 0.003, -0.003, 0.001, -0.001]

@@ -7,9 +7,9 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
+from experiments import cliff_tables
 from jaxstale import runs
 
-from .. import cliff_tables
 from . import speed
 from .core import (
     Context,

@@ -1,12 +1,12 @@
-"""experiments/claims/: the judges on hand-built run folders, selection, the report (the verdict
+"""study/: the judges on hand-built run folders, selection, the report (the verdict
 rule itself, trends, the chance level and intention to treat: test_claims_verdicts.py)."""
 
 import json
 
 import pytest
 
-from experiments import claims
-from experiments.claims import asynchronous
+import study as claims
+from study import asynchronous
 
 
 def _rows(accs: dict[tuple[str, int], list[float | None]], lr: float = 0.01, mu: float = 0.9):
@@ -281,12 +281,12 @@ def test_async_bn_claim_pairs_the_policies_by_seed(tmp_path):
 
 @pytest.mark.slow
 def test_claims_runs_a_configuration_under_python_m(tmp_path):
-    """``python -m experiments.claims --run`` finds the experiments (its __name__ is __main__)."""
+    """``python -m study --run`` finds the experiments (its __name__ is __main__)."""
     import subprocess
     import sys
 
     out = tmp_path / "claims.md"
-    cmd = [sys.executable, "-m", "experiments.claims", "--run", "--quick", "--only",
+    cmd = [sys.executable, "-m", "study", "--run", "--quick", "--only",
            "async-fixed-lr", "--results", str(tmp_path / "r"), "--out", str(out)]  # fmt: skip
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     assert (tmp_path / "r" / "async-fixed-lr" / "summary.json").exists()

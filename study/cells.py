@@ -14,7 +14,7 @@ folder refuses cells of other code (other sources, data or jax / jaxlib / flax /
 with :class:`~jaxstale.runs.StaleResultsError` before anything is computed, exactly as for cells
 computed on this machine.
 
-Command line (``python -m experiments.claims``): ``--pack`` after (or while) running,
+Command line (``python -m study``): ``--pack`` after (or while) running,
 ``--restore`` before ``--run``; the default folder is ``claims/cells`` beside ``--out``.
 
 Example:

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..reports import EDGE_HEAD as HEAD
-from ..reports import EDGE_OPEN, NOW_INTERIOR
+from experiments.reports import EDGE_HEAD as HEAD
+from experiments.reports import EDGE_OPEN, NOW_INTERIOR
 
 __all__ = ["HEAD", "edge_lines", "section"]
 

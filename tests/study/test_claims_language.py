@@ -1,4 +1,4 @@
-"""experiments/claims/language.py: the language-model claims judged from hand-built run
+"""study/language.py: the language-model claims judged from hand-built run
 folders (test loss in nats, lower is better): the loss reading of differences, selection and
 cells, the non-inferiority margin, the difference of two gaps, the fraction-closed trend, the
 expected effect taken from the runs, and the moonshot's target."""
@@ -9,9 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from experiments import claims
-from experiments.claims import language
-from experiments.claims.verdicts import contrast
+import study as claims
+from study import language
+from study.verdicts import contrast
 
 SEEDS = 5
 JITTER = np.array([0.0, 0.004, -0.004, 0.002, -0.002])  # one seed's luck, shared by its arms

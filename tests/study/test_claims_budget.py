@@ -1,11 +1,11 @@
-"""The claims report's budget check (``experiments/claims/budget.py``): the synchronous
+"""The claims report's budget check (``study/budget.py``): the synchronous
 reference's convergence at its rate selected on validation, read from the cells' curves,
 committed as ``budget.json`` beside the rows and rendered in the report's Budget section."""
 
 import json
 
-from experiments.claims import budget, provenance
-from tests.experiments.budget_facts import fact as _fact
+from study import budget, provenance
+from tests.study.budget_facts import fact as _fact
 
 
 def _cell(folder, key, val, curve):

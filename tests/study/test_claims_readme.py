@@ -1,10 +1,10 @@
-"""README blocks generated from the claims report (``experiments/claims/readme.py``)."""
+"""README blocks generated from the claims report (``study/readme.py``)."""
 
 import pytest
 
-from experiments import claims
-from experiments.claims import readme
-from experiments.claims.core import Verdict
+import study as claims
+from study import readme
+from study.core import Verdict
 
 IDS = [c.id for c in claims.CLAIMS]
 

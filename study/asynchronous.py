@@ -1,7 +1,7 @@
 """The asynchronous data-parallel claims: DC-ASGD, Gap-Aware, DANA, LC-ASGD, Async-BN, the
 acceptance check and the 64/128-worker moonshot.
 
-Each comparative judge returns :class:`~experiments.claims.core.Evidence`: the primary its
+Each comparative judge returns :class:`~study.core.Evidence`: the primary its
 claim declares (``CLAIMS`` in ``__init__``), then secondaries at every worker count run (the
 default run's, and M = 64 and 128 of the moonshot's round-robin run when it has the methods),
 trends where the claim says "as M grows", and the conditions (one rate, raw inputs), each
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from experiments import async_bn, cliff_tables
 from jaxstale import runs
 
-from .. import async_bn, cliff_tables
 from . import speed
 from .core import (
     Context,
@@ -315,7 +315,7 @@ def judge_lc_asgd(ctx: Context) -> Evidence:
 
 def judge_acceptance(ctx: Context) -> Verdict:
     if not ctx.has("async-fixed-lr"):
-        return Verdict("not run", "run `python -m experiments.claims --run`")
+        return Verdict("not run", "run `python -m study --run`")
     rows = ctx.rows("async-fixed-lr")
     m = 16 if any(r["workers"] == 16 for r in rows) else max(r["workers"] for r in rows)
     got = {

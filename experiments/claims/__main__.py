@@ -1,5 +1,0 @@
-"""``python -m experiments.claims``."""
-
-from . import main
-
-main()

@@ -1,0 +1,5 @@
+"""``python -m study``."""
+
+from . import main
+
+main()
