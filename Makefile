@@ -51,7 +51,7 @@ docs: $(STAMP)
 # Every claims-report configuration (resuming finished cells), then study/claims.md, its figures,
 # a copy of each configuration's rows (study/claims/rows/, committed) and README's verdict
 # lines. The image claims ~22 CPU-hours on 2 cores (MNIST-1D, 27,000 updates, 10 seeds), the
-# DiLoCo and language-model ones more (README, "Running the claims");
+# DiLoCo and language-model ones more (study/README.md, "Running the claims");
 # `python -m study` alone re-writes the report from the run folders in
 # results/claims/, `--from-rows` from the committed rows (byte for byte).
 claims: $(STAMP)

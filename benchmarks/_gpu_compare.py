@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from jaxstale.runs.groups import TIMING_FIELDS
+from experiments.runs.groups import TIMING_FIELDS
 
 #: row fields that are results, not the cell's name
 RESULTS = ("final_", "diverged", "updates_to_target", *TIMING_FIELDS, "extended")

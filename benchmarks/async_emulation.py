@@ -33,7 +33,7 @@ kind of op (matmuls, the optimizer's elementwise update, a snapshot's read and w
 
 Run: ``python benchmarks/async_emulation.py [--quick] [--out DIR] [--profile METHOD]``; prints
 markdown tables and, unless ``--quick``, writes them to ``<--out>/async_emulation.md`` (default
-``benchmarks/results/``), quoted in the README's Benchmarks section.
+``benchmarks/results/``), quoted in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -58,10 +58,10 @@ import numpy as np
 import optax
 
 from benchmarks._results import write as write_result
+from experiments.runs import markdown_table
 from jaxstale import delays, losses, models
 from jaxstale.asyncdp import AsyncEmulator, HParams, build_method, server
 from jaxstale.loop import jit  # the executors' compiler options: the steps compile alike
-from jaxstale.runs import markdown_table
 from jaxstale.sizes import tree_bytes
 
 LR, MU = 0.01, 0.9

@@ -32,8 +32,8 @@ import numpy as np
 
 from benchmarks._results import write as write_result
 from benchmarks.async_emulation import METHODS, _ratio, bench
+from experiments.runs import markdown_table
 from jaxstale import models
-from jaxstale.runs import markdown_table
 
 CONTEXT, VOCAB, BATCH = 64, 83, 16
 TARGET = 1.2  # issue 23: emulated update / synchronous step

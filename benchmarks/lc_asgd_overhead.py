@@ -41,9 +41,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from experiments.runs import markdown_table
 from jaxstale import delays, losses, models
 from jaxstale.lc_asgd import lc_asgd, rnn_loss_predictor
-from jaxstale.runs import markdown_table
 
 LR, MU, LAM = 0.01, 0.9, 0.1
 

@@ -35,8 +35,8 @@ import optax
 
 from benchmarks import _data_forms as forms
 from benchmarks._results import write as write_result
+from experiments.runs import markdown_table
 from jaxstale import data, localsgd, loop, models, optimizers
-from jaxstale.runs import markdown_table
 from jaxstale.transforms.lookahead import momentum_lookahead
 
 FORMS = forms.FORMS

@@ -40,8 +40,8 @@ import jax
 import numpy as np
 
 from benchmarks._results import write as write_result
+from experiments.runs import markdown_table
 from jaxstale import localsgd, models, optimizers
-from jaxstale.runs import markdown_table
 from jaxstale.sizes import tree_bytes
 from jaxstale.transforms.outer import delayed_nesterov, outer_nesterov
 

@@ -29,9 +29,9 @@ import numpy as np
 import optax
 
 from benchmarks._results import write as write_result
+from experiments.runs import markdown_table
 from jaxstale import localsgd, loop, models
 from jaxstale.losses import cross_entropy
-from jaxstale.runs import markdown_table
 from jaxstale.transforms.outer import delayed_nesterov, outer_nesterov
 
 TARGET = 0.05

@@ -29,8 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from experiments.runs import markdown_table
 from jaxstale import models, train
-from jaxstale.runs import markdown_table
 
 DEFAULT_STEPS = {"mlp": 32, "cnn": 16, "resnet20": 8}
 

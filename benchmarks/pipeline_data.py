@@ -31,8 +31,8 @@ import optax
 
 from benchmarks import _data_forms as forms
 from benchmarks._results import write as write_result
+from experiments.runs import markdown_table
 from jaxstale import data, loop, models, pipeline, schedules
-from jaxstale.runs import markdown_table
 
 FORMS = forms.FORMS
 BATCH, WIDTH, LR = 32, 128, 0.01

@@ -57,7 +57,7 @@ hatched (formula only).
 Run: ``python benchmarks/pipeline_memory.py [--quick] [--width 4096] [--batch 512]``.
 
 Results of the default run (N = 8, W = 4096, batch 512): ``benchmarks/results/pipeline_memory.md``
-and ``.png``, quoted in the README's Benchmarks section.
+and ``.png``, quoted in docs/benchmarks.md.
 
 References:
     Narayanan et al., "PipeDream", SOSP 2019 (weight stashing, ``N − k`` versions).
@@ -88,10 +88,10 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
+from experiments.runs import markdown_table  # noqa: E402
 from jaxstale import models, pipeline, schedules  # noqa: E402
 from jaxstale.pipeline import emulator as pemulator  # noqa: E402
 from jaxstale.pipeline import mesh as pmesh  # noqa: E402
-from jaxstale.runs import markdown_table  # noqa: E402
 from jaxstale.sizes import tree_bytes  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -39,8 +39,7 @@ the theory ``M / (M + N − 1)`` (lines).
 Run: ``python benchmarks/pipeline_runtime.py [--quick] [--out DIR] [--plot PATH]``.
 
 Results of the default run (2-core shared CPU, 8 emulated devices, N = 2, 4, 8):
-``benchmarks/results/pipeline_runtime.md`` and ``.png``, quoted in the README's Benchmarks
-section.
+``benchmarks/results/pipeline_runtime.md`` and ``.png``, quoted in docs/benchmarks.md.
 
 References:
     Huang et al., "GPipe", NeurIPS 2019, arXiv:1811.06965 (bubble ``(N − 1)/(M + N − 1)``).
@@ -70,9 +69,9 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
+from experiments.runs import markdown_table  # noqa: E402
 from jaxstale import make_mesh, models, pipeline, schedules  # noqa: E402
 from jaxstale.losses import cross_entropy  # noqa: E402
-from jaxstale.runs import markdown_table  # noqa: E402
 
 LR, MU = 0.01, 0.9
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -31,9 +31,9 @@ if __package__ in (None, ""):  # `python benchmarks/<name>.py` (make bench)
 import numpy as np
 
 from benchmarks._results import write as write_result
+from experiments.runs import number
 from jaxstale import pipeline, schedules
 from jaxstale.pipeline.program import _Replay, _template
-from jaxstale.runs import number
 from tests.pipeline import program_reference as reference
 
 #: (schedule, policy, micro-batches or None): 2BW splits each mini-batch into N micro-batches

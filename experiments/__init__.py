@@ -10,7 +10,7 @@ import warnings as _warnings
 from collections.abc import Callable as _Callable
 from collections.abc import MutableMapping as _MutableMapping
 
-from jaxstale.runs.fingerprint import xla_flag as _xla_flag  # how the fingerprint reads it
+from .runs.fingerprint import xla_flag as _xla_flag  # how the fingerprint reads it
 
 
 def _gpu_already_running() -> bool:
@@ -40,7 +40,7 @@ def deterministic_gpu_ops(
     group and must get the numbers a fresh run gives, so the experiments ask for it; XLA reads
     the flag when jax first computes, which importing this package precedes. On a CPU it
     changes nothing. Set ``--xla_gpu_deterministic_ops=false`` to trade that for speed (the
-    run folders record it: :func:`jaxstale.runs.backend_fingerprint`).
+    run folders record it: :func:`experiments.runs.backend_fingerprint`).
 
     Where a GPU backend already started (a notebook that computed with jax before importing
     the experiments), XLA has read its flags: the flag is then left out, so the fingerprint,

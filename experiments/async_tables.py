@@ -9,8 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from jaxstale import runs, tasks
+from jaxstale import tasks
 
+from . import runs
 from .common import title
 from .presets import paper_table
 from .reports import accuracy_vs, edge_notes, tuned_tables, tuning_note

@@ -56,8 +56,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from jaxstale import asyncdp, data, delays, models, runs, tasks
+from jaxstale import asyncdp, data, delays, models, tasks
 
+from . import runs
 from .async_tables import (
     EDGE_BY,
     KNOB,
@@ -195,7 +196,8 @@ class Config(Base):
         "emulate",
         "emulate: one device (exact emulation); mesh: workers on a 'data' device axis (CPU: "
         "XLA_FLAGS=--xla_force_host_platform_device_count=8); on XLA:CPU both give an MLP's "
-        "numbers bit for bit (sa-asgd, gap-aware: to float32 rounding; see the README)",
+        "numbers bit for bit (sa-asgd, gap-aware: to float32 rounding; see "
+        "docs/reproducibility.md)",
         choices=asyncdp.EXECUTORS,
         kind="executor",
     )
@@ -409,7 +411,7 @@ def run(config: Config) -> list[dict[str, Any]]:
 
     Raises:
       ConfigError: a value that does not fit the data or the machine (names the field).
-      jaxstale.runs.RunFolderError: ``out`` holds another config or results of other code.
+      experiments.runs.RunFolderError: ``out`` holds another config or results of other code.
     """
     cfg, ds, folder = opened(EXPERIMENT, config, sys.modules[__name__], _prepare, fresh=True)
     compute = lambda ks: _run_group(cfg, ds, ks)

@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from jaxstale import runs, tasks
+from jaxstale import tasks
 
+from . import runs
 from .common import title
 from .reports import edge_notes, tuned_tables
 

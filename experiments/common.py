@@ -4,7 +4,7 @@ and the protocol every experiment follows (issue 13):
 * **data**: the loader's default — training-set standardisation, a validation split carved
   from the training set (:func:`splits`); curves record validation *and* test accuracy;
 * **tuning**: each method × setting runs a learning-rate grid; the rate is selected on the
-  final validation accuracy (diverged seeds count at chance, :func:`jaxstale.runs.select`), and
+  final validation accuracy (diverged seeds count at chance, :func:`experiments.runs.select`), and
   tables report test accuracy at the selected rate with the rate shown
   (:func:`experiments.reports.tuned_tables`); where the selected rate is the grid's smallest
   or largest, the grid of that method × setting is extended beyond it (:func:`extend_grid`,
@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 import optax
 
-from jaxstale import data, delays, models, runs, tasks, train
+from jaxstale import data, delays, models, tasks, train
 
+from . import runs
 from .grids import confirm_selected, extend_grid
 
 __all__ = [
@@ -188,7 +189,7 @@ def convergence(
         ``flat_since``: the first evaluated step from which every later ``m(s)`` lies within
         ``tol`` of the plateau (None: the last point does not, or no curve);
         ``delta_last_third``: ``(mean, half_width, n)`` of the per-seed change of ``key`` from
-        ``s₀`` to ``S`` (95 % CI, :func:`jaxstale.runs.mean_ci`): an interval around 0 says
+        ``s₀`` to ``S`` (95 % CI, :func:`experiments.runs.mean_ci`): an interval around 0 says
         the curve is flat; ``seeds``: the number of curves used.
 
     Example:
@@ -242,15 +243,17 @@ def open_folder(
     sources: Sequence[Any] = (),
 ) -> runs.RunFolder:
     """:func:`open_run` for a typed config (``config.out``, ``config.force_resume``): a bad
-    folder raises :class:`jaxstale.runs.RunFolderError` (a ``ValueError``) instead of
+    folder raises :class:`experiments.runs.RunFolderError` (a ``ValueError``) instead of
     exiting."""
     import sys
 
     from . import config as config_module
 
     digest = (ds.preprocessing or {}).get("digest")
+    # the lab's run-folder package (grouping, fingerprints) counts as experiment code: it left
+    # the library, whose files are source_sha
     code = runs.code_fingerprint(
-        modules=(module, sys.modules[__name__], config_module),
+        modules=(module, sys.modules[__name__], config_module, runs),
         sources=[*user_sources(cfg), *sources],
         data=[digest] if digest else [],
     )
@@ -465,7 +468,7 @@ def fit_grid(
     already in ``run`` are skipped (resume), and progress is logged per ``(model, lr)``.
 
     Args:
-      run: the ``jaxstale.runs.RunFolder`` to record into.
+      run: the ``experiments.runs.RunFolder`` to record into.
       tx_factory: ``lr -> optax transformation``, e.g. ``lambda lr: optax.sgd(lr, momentum=0.9)``.
       dataset: a ``jaxstale.data.Dataset`` or a dataset name (loaded once).
       method: the rows' ``"method"`` name (e.g. ``"sgd"``).

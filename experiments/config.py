@@ -45,8 +45,10 @@ from typing import Any, TypeVar
 
 from flax import nnx
 
-from jaxstale import data, models, optimizers, runs
+from jaxstale import data, models, optimizers
 from jaxstale.text import TEXTS, TFDS_TEXTS
+
+from . import runs
 
 __all__ = [
     "EVAL_HELP",
@@ -372,9 +374,9 @@ def parser(cls: type[Base], description: str | None = None) -> argparse.Argument
 @contextlib.contextmanager
 def usage_errors(p: argparse.ArgumentParser) -> Iterator[None]:
     """Turns a :class:`ConfigError` raised inside into ``p``'s one-line usage error naming the
-    flag, and a :class:`jaxstale.runs.RunFolderError` (``--out`` holds another config, or
+    flag, and a :class:`experiments.runs.RunFolderError` (``--out`` holds another config, or
     results of other code) into one line too (exit status 2)."""
-    from jaxstale.runs import RunFolderError
+    from .runs import RunFolderError
 
     try:
         yield
@@ -404,7 +406,7 @@ def cli(
 ) -> dict[str, Any]:
     """An experiment's command line: ``argv`` parsed into ``cls``, then ``report(run(config),
     config, started=...)``. A bad flag, a :class:`ConfigError` raised by ``run`` or ``report``
-    and a :class:`jaxstale.runs.RunFolderError` are one usage line each (exit status 2), before
+    and a :class:`experiments.runs.RunFolderError` are one usage line each (exit status 2), before
     anything is written. Returns ``report``'s dict plus ``wall_s`` and ``cpu_s`` (user + sys
     seconds of this process) of the invocation; the CPU time is also printed on stderr."""
     t0 = time.perf_counter()

@@ -46,10 +46,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxstale import data, delayed, loop, models, optimizers, runs, tasks
+from jaxstale import data, delayed, loop, models, optimizers, tasks
 from jaxstale.pipeline.kernel import compose
 
-from . import grids, reports
+from . import grids, reports, runs
 from .common import chance, group_clock, load_checked, opened, outcome, splits, task_of, title
 from .config import (
     EVAL_HELP,

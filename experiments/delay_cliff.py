@@ -288,7 +288,7 @@ def run(config: Config) -> list[dict[str, Any]]:
 
     Raises:
       ConfigError: a value that does not fit the data or the machine (names the field).
-      jaxstale.runs.RunFolderError: ``out`` holds another config or results of other code.
+      experiments.runs.RunFolderError: ``out`` holds another config or results of other code.
     """
     cfg, ds, folder = opened(EXPERIMENT, config, sys.modules[__name__], _prepare, fresh=True)
     compute = lambda ks: _run_group(cfg, ds, ks)

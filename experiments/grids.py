@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from jaxstale import optimizers, runs, tasks
+from jaxstale import optimizers, tasks
 
+from . import runs
 from .config import ConfigError
 
 __all__ = [
@@ -138,8 +139,8 @@ def edge_state(
     """The edge decision of one method × setting: ``rows`` are its cells (every rate, seed and
     secondary knob value, e.g. LC-ASGD's λ), ``grid`` its configured rates.
 
-    The rate is selected on validation as the tables select it (:func:`jaxstale.runs.select`,
-    diverged seeds at ``chance``, exact ties as :func:`jaxstale.runs.stats.best` breaks them);
+    The rate is selected on validation as the tables select it (:func:`experiments.runs.select`,
+    diverged seeds at ``chance``, exact ties as :func:`experiments.runs.stats.best` breaks them);
     ``knob`` may be joint (``("lr", "lam")``), its first field the rate. At the smallest rate
     present the grid is extended downwards, at the largest upwards (a diverged rate above the
     selected one makes it interior), unless every seed diverged at the selected value or
@@ -283,7 +284,7 @@ def confirm_selected(
 ) -> list[dict[str, Any]]:
     """The second stage of a two-stage sweep: ``rows`` (the grid's cells on the tuning seeds,
     extensions included) and, for each method × setting (group of ``by``), its selected knob
-    value (:func:`jaxstale.runs.select`: on the seeds every value shares) run at every seed
+    value (:func:`experiments.runs.select`: on the seeds every value shares) run at every seed
     ``0 … seeds−1`` it lacks.
 
     The new cells of one group form their own ``run_grouped`` group (``vary=("seed",)``); a row

@@ -70,14 +70,14 @@ import jax
 import numpy as np
 import optax
 
-from jaxstale import data, localsgd, loop, models, optimizers, runs, tasks
+from jaxstale import data, localsgd, loop, models, optimizers, tasks
 from jaxstale.localsgd import mesh as localsgd_mesh
 from jaxstale.localsgd.emulator import check_model_state
 from jaxstale.sizes import tree_bytes
 from jaxstale.transforms.lookahead import momentum_lookahead
 from jaxstale.transforms.outer import cgad, delayed_nesterov, staleness_weight
 
-from . import grids, memory, reports
+from . import grids, memory, reports, runs
 from .common import chance, group_clock, load_checked, opened, outcome, splits, task_of, title
 from .config import Base, ConfigError, check_memory, check_model, cli, flag, opt, refuse_unused
 

@@ -15,7 +15,7 @@ diverged fraction in the cell, the rate after ``@``). Nothing is chosen on test 
 fixes the initial weights and the data order, the same for every policy, depth and rate, so
 policies are compared **seed against seed**: the paired-difference tables give each policy minus
 vanilla and minus sync at each one's selected rate with a 95 % t interval over the seeds
-(:func:`jaxstale.runs.paired_difference`), marked *beyond noise* when it excludes 0, and the
+(:func:`experiments.runs.paired_difference`), marked *beyond noise* when it excludes 0, and the
 text under them lists every pair of policies whose difference is beyond noise (uncorrected for
 the number of comparisons: with 15 pairs per depth about one in 20 within-noise pairs is
 marked by chance). A rate selected at an edge of the grid extends that policy × N's grid
@@ -91,9 +91,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxstale import data, loop, models, optimizers, pipeline, runs, schedules, tasks
+from jaxstale import data, loop, models, optimizers, pipeline, schedules, tasks
 
-from . import common, grids, memory, reports
+from . import common, grids, memory, reports, runs
 from .common import chance, load_checked, opened, outcome, seed_mode, splits, task_of, title
 from .config import (
     EVAL_HELP,
@@ -202,7 +202,8 @@ class Config(Base):
     executor: str = opt(
         "emulate",
         "emulate: one device, runs as vmapped lanes; mesh: a device per stage, one run at a time "
-        "(CPU: XLA_FLAGS=--xla_force_host_platform_device_count=8; the same numbers, see README)",
+        "(CPU: XLA_FLAGS=--xla_force_host_platform_device_count=8); the same numbers to float32 "
+        "rounding, see docs/reproducibility.md",
         choices=pipeline.EXECUTORS,
         kind="executor",
     )
@@ -555,7 +556,7 @@ def run(config: Config) -> list[dict[str, Any]]:
 
     Raises:
       ConfigError: a value that does not fit the data, the devices or the machine.
-      jaxstale.runs.RunFolderError: ``out`` holds another config or results of other code.
+      experiments.runs.RunFolderError: ``out`` holds another config or results of other code.
     """
     cfg, ds, folder = _open(config, fresh=True)
     runner = _Runner(cfg, ds)

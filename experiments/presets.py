@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from jaxstale import runs
+from . import runs
 
 __all__ = ["PRESETS", "paper_table"]
 

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from jaxstale import runs, tasks
+from jaxstale import tasks
 
+from . import runs
 from .grids import edge_state
 
 __all__ = [
@@ -299,7 +300,7 @@ def at_selected(
     knob: str | Sequence[str] = "lr",
 ) -> list[dict[str, Any]]:
     """The rows run at their group's selected knob value: ``selected`` as returned by
-    :func:`tuned_tables` (or :func:`jaxstale.runs.select`) over the fields ``by``
+    :func:`tuned_tables` (or :func:`experiments.runs.select`) over the fields ``by``
     (``(*index, columns)`` for :func:`tuned_tables`)."""
     out = []
     for r in rows:
@@ -343,7 +344,7 @@ def paired_table(
 ) -> tuple[str, list[dict[str, Any]]]:
     """Paired differences ``x − baseline`` of every value ``x`` of the field ``compare`` (e.g.
     each method against ``"vanilla"``), per ``index`` group and ``columns`` value, with a 95 %
-    t interval over the seeds (:func:`jaxstale.runs.paired_difference`; seeds where either run
+    t interval over the seeds (:func:`experiments.runs.paired_difference`; seeds where either run
     diverged are left out), marked *beyond noise* when the interval excludes 0.
 
     Pass the rows at each group's selected rate (:func:`at_selected`): every method is then

@@ -64,8 +64,9 @@ from typing import Any
 
 import optax
 
-from jaxstale import data, models, optimizers, runs, tasks, text
+from jaxstale import data, models, optimizers, tasks, text
 
+from . import runs
 from .common import (
     chance,
     convergence,
@@ -340,7 +341,7 @@ def run(config: Config) -> list[dict[str, Any]]:
 
     Raises:
       ConfigError: a value that does not fit the data or the machine (names the field).
-      jaxstale.runs.RunFolderError: ``out`` holds another config or results of other code.
+      experiments.runs.RunFolderError: ``out`` holds another config or results of other code.
     """
     cfg, ds, folder = _open(config, fresh=True)
     mu, name = cfg["momentum"], cfg["optimizer"]

@@ -90,8 +90,6 @@ from jaxstale.lc_asgd import lc_asgd_stats as lc_asgd_stats
 from jaxstale.lc_asgd import least_squares_steps as least_squares_steps
 from jaxstale.lc_asgd import rnn_loss_predictor as rnn_loss_predictor
 
-# --- trainer and run folders (issue 2) ---
-from jaxstale import runs as runs
+# --- the synchronous trainer (issue 2); run folders are the lab's: experiments.runs ---
 from jaxstale import train as train
-from jaxstale.runs import RunFolder as RunFolder
 # --- end of exports ---

@@ -1,6 +1,6 @@
 """Atomic file writes with the umask's modes: the one writer of every file jaxstale keeps.
 
-:func:`jaxstale.runs.atomic_write_bytes` adds the process rule (only process 0 of a group of
+:func:`experiments.runs.atomic_write_bytes` adds the process rule (only process 0 of a group of
 JAX processes writes run files) on top of :func:`write_atomically`; the data cache
 (:mod:`jaxstale._mnist1d`) calls it directly, since each process may fill its own cache.
 """

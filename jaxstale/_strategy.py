@@ -1,8 +1,8 @@
 """The measured default of how :func:`jaxstale.train.fit` loops its steps and seeds.
 
 Defaults for ``loop="auto"`` / ``seed_mode="auto"``, ``(backend, model) -> (loop, seed_mode)``,
-measured by ``benchmarks/loop_strategies.py`` on the 2-core XLA:CPU box (its table is in the
-README). Re-exported by :mod:`jaxstale.train`.
+measured by ``benchmarks/loop_strategies.py`` on the 2-core XLA:CPU box (its table is in
+docs/benchmarks.md). Re-exported by :mod:`jaxstale.train`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ LOOPS: tuple[str, ...] = ("host", "scan", "unrolled")
 SEED_MODES: tuple[str, ...] = ("vmap", "sequential")
 
 # Defaults for loop="auto" / seed_mode="auto", (backend, model) -> (loop, seed_mode), measured by
-# benchmarks/loop_strategies.py on the 2-core XLA:CPU box (its table is in the README): MLPs gain
+# benchmarks/loop_strategies.py on the 2-core XLA:CPU box (docs/benchmarks.md): MLPs gain
 # from scans (no per-step dispatch) and vmap is break-even -> scan + vmap; convolutions lose 4x in
 # a rolled scan and 3x under vmap at 28x28 (grouped convolutions) -> host + sequential, the
 # choice that is never badly wrong; ResNet-20 likewise. No GPU was measured: on accelerators the

@@ -32,7 +32,17 @@ from pathlib import Path
 PROG = "jaxstale"
 # shared helpers, not commands
 _NOT_EXPERIMENTS = frozenset(
-    {"async_tables", "cliff_tables", "common", "config", "grids", "presets", "reports"}
+    {
+        "async_tables",
+        "cliff_tables",
+        "common",
+        "config",
+        "grids",
+        "memory",
+        "presets",
+        "reports",
+        "runs",
+    }
 )
 
 

@@ -22,7 +22,7 @@ collectives (gloo on the CPU) are JAX's.
   executors refuse a mesh that leaves a process out;
 * results come back to every process (replicated losses read from its own devices, weights
   gathered with :func:`jaxstale.mesh.to_host`), and are written once, by process 0:
-  :class:`jaxstale.runs.RunFolder` and :func:`jaxstale.runs.atomic_write_text` write nothing
+  :class:`experiments.runs.RunFolder` and :func:`experiments.runs.atomic_write_text` write nothing
   on the other processes;
 * resuming a run folder needs every process to see the same files: one machine, or a shared
   filesystem on a cluster (a ``RunFolder`` compares what each process finds and stops them all

@@ -71,7 +71,7 @@ max(τ, 1)``), Gap-Aware and the pipeline's NAdam (its bias corrections, on a st
 vector). On other backends (GPU: cuBLAS and reduction tilings chosen per shape) nothing is
 promised beyond float32 rounding. A run folder keeps a sweep reproducible all the same: groups
 are a function of the configuration and a resume recomputes a missing cell in its group
-(:meth:`jaxstale.runs.RunFolder.run_grouped`), so a resumed or re-run sweep writes its table
+(:meth:`experiments.runs.RunFolder.run_grouped`), so a resumed or re-run sweep writes its table
 byte for byte.
 
 Example:

@@ -36,6 +36,8 @@ import jax.numpy as jnp
 import optax
 from optax import contrib
 
+from jaxstale._checks import check_range
+
 __all__ = [
     "EXCLUDE",
     "LABELS",
@@ -69,6 +71,7 @@ def schedule(
         >>> [round(float(s(t)), 3) for t in (0, 5, 10, 100)]
         [0.0, 0.5, 1.0, 0.1]
     """
+    check_range(peak, "peak", "schedule", 0.0)
     if total_steps < 1 or not 0 <= warmup_steps < total_steps:
         raise ValueError(
             f"schedule: need 0 <= warmup_steps < total_steps, got {warmup_steps}, {total_steps}"
@@ -99,6 +102,7 @@ def adamw(
 ) -> optax.GradientTransformation:
     """AdamW on the :func:`schedule`, decay on matrices only, the stage's gradient clipped;
     ``nesterov``: NAdamW (``optax.nadamw`` is ``optax.adamw`` with it)."""
+    check_range(peak, "peak", "nadamw" if nesterov else "adamw", 0.0)
     lr = schedule(peak, total_steps, warmup_steps=warmup_steps)
     tx = optax.adamw(lr, b1=b1, b2=b2, weight_decay=weight_decay, mask=_matrices, nesterov=nesterov)
     return _clipped(tx, clip)
@@ -158,6 +162,9 @@ def muon(
 ) -> optax.GradientTransformation:
     """Muon on the hidden 2-D weights (rate ``peak``, momentum ``beta``), AdamW on the rest
     (rate ``adam_peak``, default ``peak / 10``), both on the :func:`schedule`."""
+    check_range(peak, "peak", "muon", 0.0)
+    if adam_peak is not None:
+        check_range(adam_peak, "adam_peak", "muon", 0.0)
     lr = schedule(peak, total_steps, warmup_steps=warmup_steps)
     adam_lr = schedule(
         peak / 10 if adam_peak is None else adam_peak, total_steps, warmup_steps=warmup_steps

@@ -12,7 +12,7 @@ and the claims read the direction and the chance level from here, so one code pa
   final validation loss is not below ``log V`` learned nothing and counts as diverged.
 
 A field name says its metric (its last ``_``-separated word, :func:`metric_of`), so functions
-that take a field name (:func:`jaxstale.runs.select`, :func:`jaxstale.runs.time_to_accuracy`)
+that take a field name (:func:`experiments.runs.select`, :func:`experiments.runs.time_to_accuracy`)
 know the direction without another argument.
 
 Example:

@@ -51,9 +51,9 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+from experiments import runs
 from experiments.config import prog_of
 from experiments.reports import MIN_PAIRS
-from jaxstale import runs
 
 from . import budget, cells, edges, provenance, sweeps
 from . import readme as readme_mod

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from experiments import async_bn, cliff_tables
-from jaxstale import runs
+from experiments import async_bn, cliff_tables, runs
 
 from . import speed
 from .core import (

@@ -23,8 +23,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from experiments import runs
 from experiments.common import convergence
-from jaxstale import optimizers, runs
+from jaxstale import optimizers
 
 __all__ = ["FILE", "REFERENCES", "facts", "section", "unconverged"]
 

@@ -11,7 +11,7 @@ new to the repository's history); unfinished configurations are packed too: that
 :func:`restore` writes them back into run folders, never over a file that exists, one sweep (a
 configuration under one code hash) at a time, and then the experiments' own checks decide: a run
 folder refuses cells of other code (other sources, data or jax / jaxlib / flax / optax versions)
-with :class:`~jaxstale.runs.StaleResultsError` before anything is computed, exactly as for cells
+with :class:`~experiments.runs.StaleResultsError` before anything is computed, exactly as for cells
 computed on this machine.
 
 Command line (``python -m study``): ``--pack`` after (or while) running,
@@ -20,7 +20,7 @@ Command line (``python -m study``): ``--pack`` after (or while) running,
 Example:
     >>> import tempfile
     >>> from pathlib import Path
-    >>> from jaxstale import runs
+    >>> from experiments import runs
     >>> tmp = Path(tempfile.mkdtemp())
     >>> folder = runs.RunFolder("demo", {"lr": 0.1}, out=tmp / "results" / "demo")
     >>> folder.record({"seed": 0}, {"acc": 0.5}, [{"step": 1, "loss": 2.0}])
@@ -44,7 +44,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from jaxstale import runs
+from experiments import runs
 
 __all__ = ["SUFFIX", "CellsError", "Restored", "pack", "read", "restore", "sweep"]
 

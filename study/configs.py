@@ -221,7 +221,7 @@ RUNS: dict[str, Run] = {
 #: Budget: a pipeline run's cost is proportional to its batch (gpt-cpu, N = 8, vanilla, the
 #: same machine and hour: 0.174 CPU-s per update at batch 16, 0.358 at 32), so the pipelines
 #: went from batch 32 (the first sweep: ~19 CPU-hours for all six) to the constant-delay
-#: sweeps' 16: 168 runs of gpt-cpu for LM1–LM6, measured at ~6.1 CPU-hours (README, "Their
+#: sweeps' 16: 168 runs of gpt-cpu for LM1–LM6, measured at ~6.1 CPU-hours (study/README.md, "Their
 #: cost, measured"; rows carry ``cpu_s``), and ``lm-deep`` (the moonshot, reported beside the
 #: claims) 31 runs of twice a gpt-cpu run's cost, measured at 3.1 CPU-hours.
 LM: dict[str, Any] = {"dataset": "shakespeare", "steps": 1000, "seeds": 5, "tune_seeds": 1}

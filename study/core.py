@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from experiments import runs
 from experiments.grids import never_trains
-from jaxstale import runs, tasks
+from jaxstale import tasks
 
 from . import verdicts
 from .verdicts import Diff

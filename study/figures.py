@@ -6,7 +6,7 @@ over seeds with its 95 % t interval, every seed's own difference as a dot, the z
 the paper's effect rescaled to this task. Differences are oriented so that positive is the
 claimed direction; a trend (points per doubling) gets its own panel, since its unit differs.
 Matplotlib ``Figure`` objects only (no pyplot); legends beside the axes
-(:func:`jaxstale.runs.finish_figure`).
+(:func:`experiments.runs.finish_figure`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxstale import runs
+from experiments import runs
 
 from .core import Claim, Evidence
 from .verdicts import Diff

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxstale import runs
+from experiments import runs
 
 from . import speed
 from .core import (

@@ -7,8 +7,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from experiments import cliff_tables
-from jaxstale import runs
+from experiments import cliff_tables, runs
 
 from . import speed
 from .core import (

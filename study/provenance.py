@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jaxstale import runs
-from jaxstale.runs import fingerprint
+from experiments import runs
+from experiments.runs import fingerprint
 
 from . import budget, cells, speed
 
@@ -154,7 +154,7 @@ def with_cells(found: Sequence[Any], summary: Mapping[str, Any]) -> dict[str, An
         extra = dict(speed.curve_facts(metrics, (cell.get("row") or {}).get("steps")))
         if isinstance(last, dict) and last.get("test_correct"):
             extra["test_correct"] = last["test_correct"]
-        if isinstance(cell.get("host"), str):  # the machine (jaxstale.runs.hosts)
+        if isinstance(cell.get("host"), str):  # the machine (experiments.runs.hosts)
             extra["host"] = cell["host"]
         if extra:
             extras[json.dumps([key[k] for k in fields])] = extra
@@ -410,7 +410,7 @@ def section(
         "the run folder was last started (the fingerprint's `git_commit`; it does not enter the "
         "hash, so cells computed at an earlier commit with the same code hash are kept), the "
         "datasets' content digest, and the machines that computed the rows (each cell's `host` "
-        "id, `jaxstale.runs.hosts`: a cell is bit for bit reproducible on its own machine; rows "
+        "id, `experiments.runs.hosts`: a cell is bit for bit reproducible on its own machine; rows "
         "computed before machines were recorded count as unrecorded, –).",
         "",
     ]

@@ -2,7 +2,8 @@
 against the learning rate per method (one panel per staleness level: is each selected rate
 inside its grid?), and test accuracy against the staleness at one learning rate for every
 method. Both are rebuilt with the report from ``study/claims/rows/`` (no run folder needed).
-Matplotlib ``Figure`` objects only; legends beside the axes (:func:`jaxstale.runs.finish_figure`).
+Matplotlib ``Figure`` objects only; legends beside the axes
+(:func:`experiments.runs.finish_figure`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from jaxstale import runs
+from experiments import runs
 
 from .core import Context, chance_if_needed, selected
 from .figures import copy_figure, save_png

@@ -20,7 +20,17 @@ EXPERIMENTS = sorted(
     [p.stem for p in (ROOT / "experiments").glob("*.py") if not p.stem.startswith("_")]
     + [p.parent.name for p in (ROOT / "experiments").glob("*/__init__.py")]  # packages
 )
-HELPERS = ("async_tables", "cliff_tables", "common", "config", "grids", "presets", "reports")
+HELPERS = (
+    "async_tables",
+    "cliff_tables",
+    "common",
+    "config",
+    "grids",
+    "memory",
+    "presets",
+    "reports",
+    "runs",
+)
 for helper in HELPERS:  # tables, figures and shared code, not experiments
     EXPERIMENTS.remove(helper)
 
@@ -59,8 +69,8 @@ def test_list_reads_the_docstrings_without_importing_the_experiments():
     code = (
         "import sys; from jaxstale import cli; cli.main(['list']); "
         "print(sorted(m for m in sys.modules "
-        "if m.startswith(('experiments.', 'jaxstale.experiments.'))))"
-    )
+        "if m.startswith(('experiments.', 'jaxstale.experiments.')) and '.runs' not in m))"
+    )  # the package's __init__ reads XLA_FLAGS through the run folders' fingerprint helper
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     res = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
@@ -151,3 +161,12 @@ def test_list_into_a_closed_pipe_is_not_an_error():
     assert proc.wait(timeout=300) == 0
     assert proc.stderr.read() == b""
     proc.stderr.close()
+
+
+def test_a_helper_module_is_not_an_experiment():
+    """``memory`` (the pipeline sweeps' memory pre-check) has no ``main``: it was listed, and
+    ``jaxstale memory --help`` was an AttributeError traceback (issue 51)."""
+    assert "memory" not in cli.experiments()
+    res = _jaxstale("memory", "--help")
+    assert res.returncode == 2 and "unknown experiment 'memory'" in res.stderr
+    assert "Traceback" not in res.stderr

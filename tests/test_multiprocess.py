@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxstale.runs.groups import TIMING_FIELDS
+from experiments.runs.groups import TIMING_FIELDS
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -207,7 +207,7 @@ FOLDER = """
 import json, os, pathlib, sys
 import jax
 from jaxstale.distributed import allgather_bytes, is_main_process
-from jaxstale.runs import RunFolder, RunFolderError, atomic_write_text, markdown_table
+from experiments.runs import RunFolder, RunFolderError, atomic_write_text, markdown_table
 
 out = pathlib.Path(sys.argv[1])
 

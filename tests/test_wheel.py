@@ -2,7 +2,7 @@
 
 ``test_pyproject_lists_every_package`` is fast. The slow test builds the wheel from a copy of
 the sources, installs it into a fresh virtualenv and, from a directory outside the repository,
-runs ``jaxstale list``, a small ``jaxstale async_workers`` and the README's "Prototype your own
+runs ``jaxstale list``, a small ``jaxstale async_workers`` and the tutorial's "Prototype your own
 method" example. The virtualenv gets jaxstale only from the wheel; its dependencies (jax, flax,
 ...) are borrowed from the environment running the tests through a ``.pth`` line naming a
 folder of links to that environment's site-packages *without* its jaxstale (an editable
@@ -19,6 +19,7 @@ import subprocess
 import sys
 import sysconfig
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -26,8 +27,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 # What the build reads: the metadata files and the two package folders.
-SOURCES = ["pyproject.toml", "README.md", "LICENSE", "jaxstale", "experiments"]
-README_BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+# study/ and docs/ are copied too, so that the wheel is seen to leave them out
+SOURCES = ["pyproject.toml", "README.md", "LICENSE", "jaxstale", "experiments", "study", "docs"]
+README_BLOCKS = re.findall(  # the tutorial's "Prototype your own method" example
+    r"```python\n(.*?)```", (ROOT / "docs" / "tutorials" / "your-method.md").read_text(), flags=re.S
+)
 
 
 def _packages_on_disk():
@@ -83,6 +87,10 @@ def test_installed_wheel_runs_the_experiments_from_anywhere(tmp_path):
     pip = [sys.executable, "-m", "pip"]
     _run([*pip, "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(src)], src, env)
     (wheel,) = (tmp_path / "dist").glob("jaxstale-*.whl")
+    with zipfile.ZipFile(wheel) as z:  # no study code or data, no docs
+        names = z.namelist()
+    assert not [n for n in names if n.startswith(("study/", "docs/")) or "/claims" in n], names
+    assert not [n for n in names if n.endswith((".png", ".jsonl.xz"))], names
 
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp_path, env)
@@ -115,7 +123,17 @@ def test_installed_wheel_runs_the_experiments_from_anywhere(tmp_path):
         [p.stem for p in (ROOT / "experiments").glob("[!_]*.py")]
         + [p.parent.name for p in (ROOT / "experiments").glob("*/__init__.py")]  # async_bn
     )
-    helpers = ("async_tables", "cliff_tables", "common", "config", "grids", "presets", "reports")
+    helpers = (
+        "async_tables",
+        "cliff_tables",
+        "common",
+        "config",
+        "grids",
+        "memory",
+        "presets",
+        "reports",
+        "runs",
+    )
     for helper in helpers:  # tables, figures and shared code, not experiments
         expected.remove(helper)
     assert [line.split()[0] for line in listed] == expected
@@ -127,7 +145,7 @@ def test_installed_wheel_runs_the_experiments_from_anywhere(tmp_path):
     assert (work / "run" / "summary.json").is_file()
     assert not (work / "results").exists()  # --out is where everything went
 
-    # The README's "Prototype your own method" example, as a user of the wheel runs it.
+    # The tutorial's "Prototype your own method" example, as a user of the wheel runs it.
     (example,) = [
         b for b in README_BLOCKS if "jaxstale.experiments import" in b and "register_method" in b
     ]

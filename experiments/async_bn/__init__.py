@@ -39,8 +39,8 @@ are paired by seed); every choice on validation, the tables report **test** erro
   (ordinary BN with the model's ``m = 0.9``, Async-BN at ``d = 1 − m = 0.1``, the builder's
   default) are reported beside them;
 * **statistics**: cells are mean ± 95 % CI over the seeds that trained, diverged fraction in
-  the cell (:func:`jaxstale.runs.format_ci`); the paired ordinary − Async-BN test-error
-  difference per seed, with its 95 % CI (:func:`jaxstale.runs.paired_difference`), is marked
+  the cell (:func:`experiments.runs.format_ci`); the paired ordinary − Async-BN test-error
+  difference per seed, with its 95 % CI (:func:`experiments.runs.paired_difference`), is marked
   *beyond noise* when the interval excludes 0; time to accuracy = updates until a policy's
   validation accuracy first reaches ``--target`` (evaluated every ``--eval-every`` updates);
 * a table of the default-vs-default paired difference at *every* learning rate of the grid
@@ -287,7 +287,7 @@ def run(config: Config) -> list[dict[str, Any]]:
 
     Raises:
       ConfigError: a value that does not fit the data or the machine (names the field).
-      jaxstale.runs.RunFolderError: ``out`` holds another config or results of other code.
+      experiments.runs.RunFolderError: ``out`` holds another config or results of other code.
     """
     cfg, ds, folder = opened(EXPERIMENT, config, sys.modules[__name__], _prepare, fresh=True)
     return folder.run_grouped(

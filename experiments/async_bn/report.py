@@ -8,9 +8,9 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from jaxstale import runs
 from jaxstale.asyncdp.methods import LC_BN_MOMENTUM as BN_MOMENTUM
 
+from .. import runs
 from ..common import title
 from .bank import ASYNC, DEFAULT_DECAY, ORDINARY, POLICIES, RECOMPUTED, _label
 

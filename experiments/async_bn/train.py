@@ -12,8 +12,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxstale import data, loop, runs
+from jaxstale import data, loop
 
+from .. import runs
 from ..common import group_clock, lanes_for, make_delay, seed_mode
 from .bank import (
     RECOMPUTED,

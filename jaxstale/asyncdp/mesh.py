@@ -22,7 +22,7 @@ initial weights). Every process must hold a device of the mesh (:func:`default_d
 with :func:`jaxstale.mesh.to_mesh` (each process fills its own devices' shards), the round's
 losses and the server's weights are replicated, so every process reads them from its own
 devices (``executor(...).params`` returns them as numpy there); results are written by process
-0 (:class:`jaxstale.runs.RunFolder` does so). In one process this is the same code path as
+0 (:class:`experiments.runs.RunFolder` does so). In one process this is the same code path as
 before: ``jax.device_put`` and device arrays.
 
 References:

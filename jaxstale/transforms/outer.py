@@ -78,6 +78,8 @@ def outer_nesterov(
         Douillard et al., arXiv:2311.08105 (Algorithm 1; outer lr 0.7, momentum 0.9).
     """
     check_range(momentum, "momentum", "outer_nesterov", 0.0, 1.0)
+    if not callable(learning_rate):
+        check_range(learning_rate, "learning_rate", "outer_nesterov", 0.0)
     return optax.with_extra_args_support(optax.sgd(learning_rate, momentum=momentum, nesterov=True))
 
 
@@ -316,6 +318,8 @@ def cgad(
         Shah & Sun, "Cosine-Gated Adam-Decay: Drop-In Staleness-Aware Outer Optimization for
         Decoupled DiLoCo", arXiv:2605.09126 (abstract).
     """
+    if not callable(learning_rate):
+        check_range(learning_rate, "learning_rate", "cgad", 0.0)
     weight = staleness_weight("cgad", alpha=alpha, cutoff=cutoff)
     adam = optax.adam(learning_rate, b1=b1, b2=b2, eps=eps)
     return optax.chain(weight, optax.with_extra_args_support(adam))

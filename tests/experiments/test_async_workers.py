@@ -8,8 +8,8 @@ import pytest
 
 from experiments import async_workers
 from experiments.config import ConfigError
+from experiments.runs.groups import TIMING_FIELDS
 from jaxstale.asyncdp import register_method
-from jaxstale.runs.groups import TIMING_FIELDS
 
 TINY = ["--steps", "24", "--seeds", "1", "--workers", "1,4", "--momentum", "0.9"]
 TINY += ["--batch-size", "16", "--extend-edges", "0"]  # the grid as given (test_grid_edges)
@@ -79,7 +79,7 @@ def test_divergence_is_a_row_not_a_crash(tmp_path):
     assert "diverged" in res["table"]
 
 
-# The README's "prototype your own method" example (keep the two in sync).
+# The "prototype your own method" tutorial (docs/tutorials/your-method.md; keep the two in sync).
 @pytest.mark.slow  # long end to end; `make test-slow`
 def test_user_method_plugs_in_without_editing_the_package(tmp_path):
     def staleness_damping(c=0.5):

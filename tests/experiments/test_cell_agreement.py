@@ -1,7 +1,7 @@
 """A cell is a function of its configuration: on XLA:CPU the same numbers bit for bit (every row
 field but the timings, every metric record, the table's bytes) whether its runs are vmapped
 lanes or computed one after the other, and whether the emulator or the mesh executor computes
-them — where the README's "What agrees with what" says so (not Gap-Aware's lanes, nor SA-ASGD,
+them — where docs/reproducibility.md says so (not Gap-Aware's lanes, nor SA-ASGD,
 Gap-Aware or NAdam on the mesh: XLA rewrites their divisions per program, ``jaxstale.loop``).
 """
 
@@ -11,7 +11,7 @@ import pytest
 
 from experiments import async_workers
 from experiments import pipeline_staleness as pipe
-from jaxstale.runs.groups import TIMING_FIELDS
+from experiments.runs.groups import TIMING_FIELDS
 
 PIPE = ["--model", "mlp", "--seeds", "2", "--lrs", "0.003,0.01"]
 ASYNC = ["--seeds", "2", "--lrs", "0.003,0.01", "--batch-size", "32", "--momentum", "0.9"]

@@ -8,8 +8,8 @@ import pytest
 
 from experiments import sync_baseline
 from experiments.config import Base, ConfigError, opt, parser, run_config
+from experiments.runs.groups import TIMING_FIELDS
 from jaxstale import models
-from jaxstale.runs.groups import TIMING_FIELDS
 
 Config = sync_baseline.Config
 

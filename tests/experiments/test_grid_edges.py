@@ -7,11 +7,10 @@ import json
 
 import pytest
 
-from experiments import sync_baseline
+from experiments import runs, sync_baseline
 from experiments.grids import edge_limit, edge_rates, edge_state, extend_grid
 from experiments.reports import ALL_DIVERGED, NOT_EXTENDED, edge_notes, tuned_tables
-from jaxstale import runs
-from jaxstale.runs.groups import TIMING_FIELDS
+from experiments.runs.groups import TIMING_FIELDS
 
 GRID = [0.01, 0.03, 0.1]
 

@@ -14,7 +14,7 @@ import pytest
 
 from experiments import async_workers
 from experiments import pipeline_staleness as pipe
-from jaxstale.runs.groups import TIMING_FIELDS
+from experiments.runs.groups import TIMING_FIELDS
 
 ASYNC = ["--steps", "24", "--seeds", "2", "--workers", "2,4", "--lrs", "0.01"]
 ASYNC += ["--batch-size", "16", "--momentum", "0.9"]

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from experiments import common, sync_baseline
+from experiments.runs.groups import TIMING_FIELDS
 from jaxstale import train
-from jaxstale.runs.groups import TIMING_FIELDS
 
 ARGS = ["--quick", "--steps", "6", "--eval-every", "3", "--seeds", "2", "--lrs", "0.05"]
 

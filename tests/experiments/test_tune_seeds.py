@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from experiments import async_workers, pipeline_staleness, reports, sync_baseline
+from experiments import async_workers, pipeline_staleness, reports, runs, sync_baseline
 from experiments.config import ConfigError
 from experiments.grids import confirm_selected, extend_grid, grid_seeds
-from jaxstale import runs, tasks
-from jaxstale.runs.groups import TIMING_FIELDS
+from experiments.runs.groups import TIMING_FIELDS
+from jaxstale import tasks
 
 GRID = [0.01, 0.03, 0.1]
 

@@ -1,6 +1,7 @@
 """A run folder is refused, in one line, when user code or data it was computed with changed
-(issue 21): the README's own "Prototype your own method" example with ``c`` edited, a registered
-model's helper, a registered dataset loader; comments and docstrings change nothing."""
+(issue 21): the "Prototype your own method" tutorial's example (docs/tutorials/your-method.md)
+with ``c`` edited, a registered model's helper, a registered dataset loader; comments and
+docstrings change nothing."""
 
 import re
 
@@ -13,7 +14,9 @@ from jaxstale import data, models
 
 README_BLOCK = next(
     b
-    for b in re.findall(r"```python\n(.*?)```", open("README.md", encoding="utf-8").read(), re.S)
+    for b in re.findall(
+        r"```python\n(.*?)```", open("docs/tutorials/your-method.md", encoding="utf-8").read(), re.S
+    )
     if "staleness_damping" in b
 )
 TINY = ["--steps", "6", "--seeds", "1", "--workers", "2", "--lrs", "0.01", "--batch-size", "16"]
@@ -21,7 +24,7 @@ TINY = ["--steps", "6", "--seeds", "1", "--workers", "2", "--lrs", "0.01", "--ba
 
 def _register_readme_method(c: str) -> None:
     code = README_BLOCK.split("argv = ")[0].replace("c=0.5", f"c={c}")
-    exec(compile(code, "README.md[prototype]", "exec"), {"__name__": "readme"})
+    exec(compile(code, "your-method.md[prototype]", "exec"), {"__name__": "readme"})
 
 
 def _refused(argv, capsys):

@@ -10,7 +10,7 @@ import lzma
 import pytest
 
 import study as claims
-from jaxstale import runs
+from experiments import runs
 from study import cells
 
 CONFIG = {"lr": [0.1, 0.3], "steps": 5}

@@ -12,7 +12,7 @@ import pytest
 from matplotlib.figure import Figure
 
 import study as claims
-from jaxstale.runs import fingerprint
+from experiments.runs import fingerprint
 from study import budget, figures, provenance, sweeps
 from study.configs import FAMILIES
 from study.verdicts import Diff

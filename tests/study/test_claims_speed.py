@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import study as claims
-from jaxstale import runs
+from experiments import runs
 from study import cells, speed
 from study.provenance import with_archived_curves, with_predictions
 

@@ -5,7 +5,7 @@ A sweep computes the cells that differ only in some key fields (seeds, rates, wo
 one call, typically as the lanes of one ``jax.vmap``. Where XLA's arithmetic for a lane depends on
 its company (:mod:`jaxstale.loop`, "Compiled steps": on GPUs, for methods whose fused update XLA
 rewrites per program), a cell's numbers are a function of its configuration *and of its group*.
-:meth:`jaxstale.runs.RunFolder.run_grouped` therefore makes the group a function of the
+:meth:`experiments.runs.RunFolder.run_grouped` therefore makes the group a function of the
 configuration alone: :func:`cell_groups` forms the same groups from the same keys whichever cells
 are already done, a resume recomputes every group that has a missing cell in full — the lanes a
 fresh run computes — records the missing cells, and :func:`first_difference` checks the
@@ -29,7 +29,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jaxstale.runs.files import to_json
+from .files import to_json
 
 __all__ = ["TIMING_FIELDS", "cell_groups", "check_cell", "first_difference"]
 
@@ -64,7 +64,7 @@ def first_difference(
     ignore: Sequence[str] = TIMING_FIELDS,
 ) -> str | None:
     """None when a recomputed cell, ``(row, metrics)`` of ``key``, is its ``stored`` cell
-    (``{"row", "metrics"}`` as :meth:`~jaxstale.runs.RunFolder.record` wrote it) bit for bit
+    (``{"row", "metrics"}`` as :meth:`~experiments.runs.RunFolder.record` wrote it) bit for bit
     in every field but ``ignore``; else the first difference, ``"<field> <stored> → <new>"``
     (a metric field: ``"metrics[<i>].<field> ..."``)."""
     old_row, new_row = _plain(stored.get("row", {}), ignore), _plain({**key, **row}, ignore)

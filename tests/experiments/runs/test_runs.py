@@ -8,8 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from jaxstale import runs
-from jaxstale.runs import RunFolder
+from experiments import runs
+from experiments.runs import RunFolder
 
 
 def _keys():

@@ -187,7 +187,7 @@ def clipped_errorbar(
 def finish_figure(fig: Any, *, smoke: bool = False) -> Any:
     """Makes a figure ready to print: every legend outside its axes (to the right, so it hides
     no data) and, for a smoke run, :data:`SMOKE_MARK` above everything. Idempotent; called by
-    :meth:`~jaxstale.runs.RunFolder.finish` on every figure it saves.
+    :meth:`~experiments.runs.RunFolder.finish` on every figure it saves.
 
     Example:
       >>> from matplotlib.figure import Figure

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from jaxstale import runs
-from jaxstale.runs import RunFolder, StaleResultsError
+from experiments import runs
+from experiments.runs import RunFolder, StaleResultsError
 
 
 def _build(hp):

@@ -5,8 +5,8 @@ import stat
 
 import pytest
 
-from jaxstale import runs
-from jaxstale.runs import RunFolder, RunFolderError
+from experiments import runs
+from experiments.runs import RunFolder, RunFolderError
 
 
 def _cell(key):

@@ -5,8 +5,8 @@ is what makes resume work, but it also means that after an edit to a method's co
 would find the old cells and report the old numbers. :func:`code_fingerprint` describes the code
 (hashes of the jaxstale sources, of the experiment's modules and of user-registered functions,
 the datasets' content digests, the library versions and the git commit);
-:class:`~jaxstale.runs.RunFolder` records it and refuses to mix cells computed under different
-code (:class:`~jaxstale.runs.StaleResultsError`).
+:class:`~experiments.runs.RunFolder` records it and refuses to mix cells computed under different
+code (:class:`~experiments.runs.StaleResultsError`).
 
 The parts that decide whether two fingerprints compute the same results are
 :data:`RESULT_PARTS`: the three source hashes, the data digest, the versions of jax, jaxlib,
@@ -14,7 +14,7 @@ optax and flax, and the backend that computes (:func:`backend_fingerprint`: plat
 kind, matmul precision, GPU deterministic ops). The git commit and the numpy/Python versions
 are recorded for the reader but do not decide (a commit that only edits the README changes no
 result; a changed source file shows up in the source hashes, committed or not), and so is the
-machine (:func:`~jaxstale.runs.hosts.host_fingerprint`: a sweep may resume on another one).
+machine (:func:`~experiments.runs.hosts.host_fingerprint`: a sweep may resume on another one).
 
 **Code, not text.** A Python file is hashed by its syntax tree with docstrings removed
 (:func:`source_digest`): comments, docstrings, blank lines and formatting change no hash, any
@@ -35,7 +35,7 @@ Hashing is cheap: every file is read and hashed once per process (the digest is 
 its path, size and modification time, so an edited file is hashed again).
 
 Example:
-    >>> from jaxstale.runs import code_fingerprint, code_hash
+    >>> from experiments.runs import code_fingerprint, code_hash
     >>> fp = code_fingerprint(sources=["def build(hp): return hp"])
     >>> sorted(fp)
     ['backend', 'data_sha', 'experiment_sha', 'git_commit', 'host', 'jaxstale', 'source_sha',
@@ -71,7 +71,9 @@ from typing import Any
 
 import jax
 
-from jaxstale.runs.hosts import host_fingerprint
+import jaxstale
+
+from .hosts import host_fingerprint
 
 __all__ = [
     "RESULT_PARTS",
@@ -86,7 +88,7 @@ __all__ = [
     "xla_flag",
 ]
 
-PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the jaxstale package folder
+PACKAGE_DIR = Path(jaxstale.__file__).resolve().parent  # the library, hashed as source_sha
 
 #: The fingerprint entries that decide whether cached results are still valid: a dotted path
 #: into the fingerprint dict -> the name used in messages.
@@ -466,7 +468,7 @@ def code_fingerprint(
       "jaxlib", "optax", "flax", "numpy", "python"}, "backend": :func:`backend_fingerprint`,
       "git_commit": HEAD of the repository of the
       first module (else of the jaxstale package), or None when not in a git checkout or git is
-      missing, "host": the machine (:func:`~jaxstale.runs.hosts.host_fingerprint`)}``. Plain
+      missing, "host": the machine (:func:`~experiments.runs.hosts.host_fingerprint`)}``. Plain
       JSON; :func:`code_hash` condenses the parts that decide results (not the host).
 
     Raises:

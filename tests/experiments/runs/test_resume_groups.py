@@ -4,7 +4,7 @@ lanes of a vmap); recomputed finished cells are checked against their files."""
 
 import json
 
-from jaxstale.runs import RunFolder, markdown_table
+from experiments.runs import RunFolder, markdown_table
 
 KEYS = [{"lr": lr, "seed": s} for lr in (0.1, 0.3) for s in range(3)]
 

@@ -1,4 +1,4 @@
-"""jaxstale.runs.stats: intervals against scipy and by hand, selection on validation only."""
+"""experiments.runs.stats: intervals against scipy and by hand, selection on validation only."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from jaxstale.runs import stats
+from experiments.runs import stats
 
 
 def test_mean_ci_matches_scipy_t_interval():

@@ -1,10 +1,10 @@
-"""jaxstale.runs.hosts: the machine is recorded in the fingerprint and in every cell, never in
+"""experiments.runs.hosts: the machine is recorded in the fingerprint and in every cell, never in
 the code hash, and a run folder resuming another machine's cells says so in one line."""
 
 import json
 
-from jaxstale import runs
-from jaxstale.runs import hosts
+from experiments import runs
+from experiments.runs import hosts
 
 ZEN4 = """processor\t: 0
 vendor_id\t: AuthenticAMD

@@ -11,8 +11,8 @@ import sys
 import jax
 import pytest
 
-from jaxstale import runs
-from jaxstale.runs import fingerprint
+from experiments import runs
+from experiments.runs import fingerprint
 
 
 def _build(hp):
@@ -151,7 +151,7 @@ def test_code_not_comments_or_docstrings_decides():
 def test_same_code_installed_as_a_wheel_or_editable_has_one_fingerprint(tmp_path, monkeypatch):
     """A wheel puts the experiments sub-package inside the package folder: it is not part of
     jaxstale's source hash (it is hashed as the experiment's modules)."""
-    from jaxstale.runs import fingerprint
+    from experiments.runs import fingerprint
 
     pkg = tmp_path / "jaxstale"
     pkg.mkdir()

@@ -1,8 +1,8 @@
 """Which machine computed a cell: recorded for the reader, never part of the code hash.
 
 On XLA:CPU a cell is bit for bit the same whether its runs are vmapped lanes, computed one at a
-time or on the mesh executor (README, "What agrees with what") — on one machine. The code hash
-(:func:`~jaxstale.runs.code_hash`) names the backend as jax does (``cpu``), which does not tell
+time or on the mesh executor (docs/reproducibility.md) — on one machine. The code hash
+(:func:`~experiments.runs.code_hash`) names the backend as jax does (``cpu``), which does not tell
 two CPUs apart, and a sweep that spans sessions can resume on another machine. Measured in this
 project: the 27,000-update ``pipeline`` claims run kept cells of one configuration and code hash
 from two sessions, and recomputing here the synchronous policy's cells of the first (N = 4,
@@ -16,7 +16,7 @@ last bit apart do, but not bit for bit.
 
 So :func:`host_fingerprint` describes the machine — its CPU model and identification, the
 instruction-set flags it reports, its core count — and its short :func:`host_fingerprint` ``id``
-goes into every cell a :class:`~jaxstale.runs.RunFolder` records (``"host"``); a run folder
+goes into every cell a :class:`~experiments.runs.RunFolder` records (``"host"``); a run folder
 that resumes cells computed on another machine says so in one line (:func:`other_host_note`).
 Cells written before this was recorded carry no ``host``: they are not counted.
 
@@ -94,5 +94,5 @@ def other_host_note(
     return (
         f"[{experiment}] {other} of {len(known)} finished cells that record their machine were "
         f"computed on another one (this one: {(host or {}).get('cpu')}); on XLA:CPU a cell is "
-        "the same bit for bit on one machine, not across machines (jaxstale.runs.hosts)"
+        "the same bit for bit on one machine, not across machines (experiments.runs.hosts)"
     )

@@ -132,7 +132,7 @@ def cli_parser(description: str | None = None) -> argparse.ArgumentParser:
     - ``--steps N``: training steps per run.
     - ``--force-resume``: reuse finished cells of the run folder even when they were computed
       under different code (``RunFolder(..., force_resume=True)``; otherwise such a folder is
-      refused with :class:`~jaxstale.runs.StaleResultsError`).
+      refused with :class:`~experiments.runs.StaleResultsError`).
 
     Args:
       description: the experiment's one-line description (shown by ``--help``).

@@ -3,8 +3,8 @@
 import io
 import math
 
-from jaxstale import runs
-from jaxstale.runs import curves_figure, method_style
+from experiments import runs
+from experiments.runs import curves_figure, method_style
 
 NAMES = [f"method-{i}" for i in range(30)]
 
@@ -116,7 +116,7 @@ def test_figures_are_ready_to_print():
     import numpy as np
     from matplotlib.figure import Figure
 
-    from jaxstale.runs.plots import SMOKE_MARK, clipped_errorbar, finish_figure
+    from experiments.runs.plots import SMOKE_MARK, clipped_errorbar, finish_figure
 
     fig = Figure()
     ax = fig.subplots()
@@ -143,7 +143,7 @@ def test_figures_are_ready_to_print():
 def test_a_quick_run_marks_every_figure_it_saves(tmp_path):
     from matplotlib.figure import Figure
 
-    from jaxstale.runs.plots import SMOKE_MARK
+    from experiments.runs.plots import SMOKE_MARK
 
     figs = {"plot": Figure(), "other": Figure()}
     for fig in figs.values():

@@ -19,7 +19,7 @@ appended in between), so an interrupted run never loses or half-writes anything 
 NaN and infinities are written as JSON ``null``.
 
 **Code fingerprints.** ``config.json`` records the fingerprint of the code computing the run
-(:func:`~jaxstale.runs.code_fingerprint`; ``"code"``, earlier ones in ``"code_history"``) and
+(:func:`~experiments.runs.code_fingerprint`; ``"code"``, earlier ones in ``"code_history"``) and
 each cell file the hash it was computed under: a folder holding cells of other code raises
 :class:`StaleResultsError` before anything is computed, unless ``force_resume=True``
 (``--force-resume``) accepts them (recorded under ``"force_resumed"``). **Nothing is written
@@ -29,7 +29,7 @@ first write. Files get the mode ``0o666 & ~umask`` (as by ``open``).
 
 **Several processes** (:mod:`jaxstale.distributed`): every process constructs the same run
 folder and computes the same cells; only process 0 writes, the others keep their cells in
-memory (``_join_group`` in :mod:`jaxstale.runs.files`: resuming needs every process to see the
+memory (``_join_group`` in :mod:`experiments.runs.files`: resuming needs every process to see the
 same folder, one machine or a shared filesystem, else use a new ``--out``).
 
 Example:
@@ -46,7 +46,7 @@ Example:
     >>> run.record({"seed": 0}, {"final_test_accuracy": float("nan")}, [{"step": 1, "loss": 2.0}])
     >>> run.done({"seed": 0})
     {'seed': 0, 'final_test_accuracy': None}
-    >>> from jaxstale.runs import markdown_table
+    >>> from experiments.runs import markdown_table
     >>> paths = run.finish(markdown_table(["seed"], [[0]]), {})
     >>> sorted(p.name for p in paths.values())
     ['metrics.jsonl', 'summary.json', 'table.md']
@@ -63,8 +63,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from jaxstale.runs.cli import progress
-from jaxstale.runs.files import (
+from .cli import progress
+from .files import (
     RunFolderError,
     StaleResultsError,
     _atomic_savefig,
@@ -81,10 +81,10 @@ from jaxstale.runs.files import (
     config_hash,
     to_json,
 )
-from jaxstale.runs.fingerprint import code_changes, code_fingerprint, code_hash
-from jaxstale.runs.groups import cell_groups, check_cell
-from jaxstale.runs.hosts import other_host_note
-from jaxstale.runs.plots import finish_figure
+from .fingerprint import code_changes, code_fingerprint, code_hash
+from .groups import cell_groups, check_cell
+from .hosts import other_host_note
+from .plots import finish_figure
 
 __all__ = [
     "RESULTS_DIR",
@@ -391,7 +391,7 @@ class RunFolder:
         self.create()
         cell_key: dict[str, Any] = dict(key)
         cell_metrics = [dict(m) for m in metrics]
-        host = (self.code.get("host") or {}).get("id")  # the machine (jaxstale.runs.hosts)
+        host = (self.code.get("host") or {}).get("id")  # the machine (experiments.runs.hosts)
         cell = {"key": cell_key, "code": self.code_hash, "host": host, "row": {**key, **row}}
         cell["metrics"] = cell_metrics
         path = self._cell_path(key)
@@ -455,11 +455,12 @@ class RunFolder:
 
         This is how several seeds run together (e.g. under ``jax.vmap``) while each seed is still
         its own cell: ``fn`` receives the keys of a group, returns one ``(row, metrics)`` per key.
-        Groups depend on ``keys`` alone (:func:`~jaxstale.runs.groups.cell_groups`); a group with a
-        missing cell is computed in full, in the company a fresh run gives its cells (XLA may round
-        a lane by its group: :mod:`jaxstale.loop`), so a resumed sweep writes the same table byte
-        for byte. Only missing cells are recorded; a recomputed finished cell unlike its file (but
-        for ``TIMING_FIELDS``) is a warning, an entry of :attr:`disagreements`; the file is kept.
+        Groups depend on ``keys`` alone (:func:`~experiments.runs.groups.cell_groups`); a group
+        with a missing cell is computed in full, in the company a fresh run gives its cells (XLA
+        may round a lane by its group: :mod:`jaxstale.loop`), so a resumed sweep writes the same
+        table byte for byte. Only missing cells are recorded; a recomputed finished cell unlike its
+        file (but for ``TIMING_FIELDS``) is a warning, an entry of :attr:`disagreements`; the file
+        is kept.
 
         Ctrl-C keeps every cell recorded so far, prints ``interrupted: N/M cells saved in <path>;
         re-run the same command to resume`` on stderr and raises ``SystemExit(130)`` (SIGINT's).
@@ -516,7 +517,7 @@ class RunFolder:
         Args:
           table_md: the markdown table (also what the experiment prints).
           figures: name -> matplotlib Figure, saved as ``<name>.png`` (``"plot"`` -> plot.png,
-            the main figure) after :func:`~jaxstale.runs.plots.finish_figure` (legends beside
+            the main figure) after :func:`~experiments.runs.plots.finish_figure` (legends beside
             the axes; the smoke-run mark when the config has ``"quick": true``). Figures
             managed by pyplot are closed afterwards.
 
