@@ -71,8 +71,7 @@ import numpy as np
 import optax
 
 from jaxstale import data, localsgd, loop, models, optimizers, tasks
-from jaxstale.localsgd import mesh as localsgd_mesh
-from jaxstale.localsgd.emulator import check_model_state
+from jaxstale.localsgd.core import check_model_state
 from jaxstale.sizes import tree_bytes
 from jaxstale.transforms.lookahead import momentum_lookahead
 from jaxstale.transforms.outer import cgad, delayed_nesterov, staleness_weight
@@ -343,7 +342,7 @@ class _Runner:
                  x: Any, y: Any, kw: dict) -> Any:  # fmt: skip
         """One run on the mesh executor (``dp``: one worker, on one device; its ``Indexed``
         stream materialised there)."""
-        ex = localsgd_mesh.executor(f.apply, inner, outer_tx(base, m, lr), sched, x, y, **kw)
+        ex = localsgd.make("mesh", f.apply, inner, outer_tx(base, m, lr), sched, x, y, **kw)
         every = max(1, ex.num_updates // 10)
         (res,) = loop.run(
             ex, f.params, f.state, eval_every=every, eval_data=splits(self.ds),
@@ -356,8 +355,8 @@ class _Runner:
         """Every key's run at once, as vmapped lanes (``xs``, ``ys``: the lanes' mini-batches,
         indices ``[L, nb, B]`` into the training split)."""
         stack = lambda trees: jax.tree.map(lambda *a: np.stack(a), *trees)
-        ex = localsgd.executor(
-            inits[0].apply, inner, outer_tx(base, m), run_sched, xs, ys,
+        ex = localsgd.make(
+            "emulate", inits[0].apply, inner, outer_tx(base, m), run_sched, xs, ys,
             lanes=len(keys), hyperparams={"outer": {"learning_rate": [k["lr"] for k in keys]}},
             **kw,
         )  # fmt: skip

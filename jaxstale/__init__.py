@@ -1,11 +1,12 @@
 """jaxstale: staleness in distributed training, in JAX.
 
 Optax transforms that mitigate stale gradients and weights (DC-ASGD, Gap-Aware, staleness-aware
-learning rates, SpecTrain/NAG weight prediction), an explicit weight-version buffer, and two
-distributed families — asynchronous data parallelism (:mod:`jaxstale.asyncdp`) and pipelined
-model parallelism (:mod:`jaxstale.pipeline`) — each one core run by two executors: a
-single-device emulator and a ``jax.shard_map`` executor on a device mesh, both driven by one loop
-(:mod:`jaxstale.loop`).
+learning rates, SpecTrain/NAG weight prediction, DiLoCo's outer optimizers), an explicit
+weight-version buffer, and three distributed families — asynchronous data parallelism
+(:mod:`jaxstale.asyncdp`), pipelined model parallelism (:mod:`jaxstale.pipeline`) and local SGD
+/ DiLoCo (:mod:`jaxstale.localsgd`) — each one core run by two executors that its ``make``
+builds: a single-device emulator and a ``jax.shard_map`` executor on a device mesh, both driven
+by one loop (:mod:`jaxstale.loop`).
 """
 
 __version__ = "0.1.0"
@@ -75,6 +76,10 @@ from jaxstale.asyncdp import async_bn_update as async_bn_update
 from jaxstale.asyncdp import merge_batch_stats as merge_batch_stats
 from jaxstale.asyncdp import ordinary_bn_update as ordinary_bn_update
 from jaxstale.asyncdp import recompute_batch_stats as recompute_batch_stats
+
+# --- local SGD and the DiLoCo family: schedules, executors (issues 24, 51) ---
+from jaxstale import localsgd as localsgd
+from jaxstale.localsgd import LocalSchedule as LocalSchedule
 
 # --- LC-ASGD (issue 7) ---
 # the transform is jaxstale.lc_asgd.lc_asgd: a top-level function `lc_asgd` would shadow the

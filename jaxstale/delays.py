@@ -42,6 +42,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from jaxstale._checks import check_int, check_real
+
 __all__ = [
     "DELAY_MODELS",
     "DelaySchedule",
@@ -169,27 +171,6 @@ class DelaySchedule(NamedTuple):
         return self
 
 
-def _check_int(where: str, name: str, value: int, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(f"{where}: {name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{where}: {name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
-def _check_real(
-    where: str, name: str, value: float, low: float, high: float = np.inf, *, low_open: bool = False
-) -> float:
-    """``float(value)``; ``TypeError`` unless a real number, ``ValueError`` outside the range."""
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise TypeError(f"{where}: {name} must be a real number, got {type(value).__name__}")
-    x = float(value)
-    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if np.isinf(high) else ']'}"
-    if not ((x > low if low_open else x >= low) and (x < high if np.isinf(high) else x <= high)):
-        raise ValueError(f"{where}: {name} must be in {interval}, got {x}")
-    return x
-
-
 def _from_pulled(
     pulled: np.ndarray,
     worker: np.ndarray,
@@ -231,8 +212,8 @@ def constant(tau: int, num_updates: int) -> DelaySchedule:
     References:
         Jain et al., ICLR 2018 workshop (constant-delay SGD with momentum).
     """
-    tau = _check_int("constant", "tau", tau, 0)
-    t_count = _check_int("constant", "num_updates", num_updates, 1)
+    tau = check_int(tau, "tau", "constant", 0)
+    t_count = check_int(num_updates, "num_updates", "constant", 1)
     t = np.arange(t_count)
     return _from_pulled(np.maximum(t - tau, 0), t % (tau + 1), t, tau + 1, "constant")
 
@@ -257,8 +238,8 @@ def round_robin(num_workers: int, num_updates: int) -> DelaySchedule:
         >>> s.worker.tolist(), s.staleness.tolist()
         ([0, 1, 2, 0, 1, 2, 0], [0, 1, 2, 2, 2, 2, 2])
     """
-    m = _check_int("round_robin", "num_workers", num_workers, 1)
-    t_count = _check_int("round_robin", "num_updates", num_updates, 1)
+    m = check_int(num_workers, "num_workers", "round_robin", 1)
+    t_count = check_int(num_updates, "num_updates", "round_robin", 1)
     t = np.arange(t_count)
     return _from_pulled(np.maximum(t - m + 1, 0), t % m, t, m, "round_robin")
 
@@ -347,13 +328,13 @@ def gamma_timed(
         arXiv 1907.11612; Barkai et al., "Gap-Aware Mitigation of Gradient Staleness",
         ICLR 2020, arXiv 1909.10802 (their simulators use Gamma(100, B/100) worker times).
     """
-    m = _check_int("gamma_timed", "num_workers", num_workers, 1)
-    t_count = _check_int("gamma_timed", "num_updates", num_updates, 1)
-    b = _check_int("gamma_timed", "batch_size", batch_size, 1)
-    seed = _check_int("gamma_timed", "seed", seed, 0)
-    shape = _check_real("gamma_timed", "shape", shape, 0, low_open=True)
-    straggler_fraction = _check_real("gamma_timed", "straggler_fraction", straggler_fraction, 0, 1)
-    straggler_slowdown = _check_real("gamma_timed", "straggler_slowdown", straggler_slowdown, 1)
+    m = check_int(num_workers, "num_workers", "gamma_timed", 1)
+    t_count = check_int(num_updates, "num_updates", "gamma_timed", 1)
+    b = check_int(batch_size, "batch_size", "gamma_timed", 1)
+    seed = check_int(seed, "seed", "gamma_timed", 0)
+    shape = check_real(shape, "shape", "gamma_timed", 0, low_open=True)
+    straggler_fraction = check_real(straggler_fraction, "straggler_fraction", "gamma_timed", 0, 1)
+    straggler_slowdown = check_real(straggler_slowdown, "straggler_slowdown", "gamma_timed", 1)
     rng = np.random.default_rng(seed)
     slow = np.ones(m)
     slow[: round(straggler_fraction * m)] = straggler_slowdown
@@ -393,7 +374,7 @@ def make_schedule(
         [0, 1, 2, 2, 2]
     """
     if name == "constant":
-        _check_int("make_schedule", "num_workers", num_workers, 1)
+        check_int(num_workers, "num_workers", "make_schedule", 1)
         if kwargs:
             raise ValueError(
                 f"make_schedule: constant takes no extra options, got {sorted(kwargs)}"

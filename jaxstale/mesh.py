@@ -24,13 +24,22 @@ References:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh, Sharding
 
-__all__ = ["check_mesh", "check_processes", "fetch_global", "make_mesh", "to_host", "to_mesh"]
+__all__ = [
+    "async_rounds",
+    "check_mesh",
+    "check_processes",
+    "default_data_mesh",
+    "fetch_global",
+    "make_mesh",
+    "to_host",
+    "to_mesh",
+]
 
 
 def make_mesh(
@@ -209,3 +218,59 @@ def fetch_global(tree: Any) -> Any:
         lambda a: to_host(a) if isinstance(a, jax.Array) and not a.is_fully_addressable else a,
         tree,
     )
+
+
+# --- the data axis: rounds of asynchronous arrivals that run in parallel (asyncdp, localsgd) ---
+
+
+class _Arrivals(Protocol):
+    """What :func:`async_rounds` reads of a schedule: which worker each update is."""
+
+    @property
+    def worker(self) -> np.ndarray: ...
+
+    @property
+    def num_updates(self) -> int: ...
+
+
+def async_rounds(schedule: _Arrivals, *, cuts: Sequence[int] = ()) -> list[tuple[int, int]]:
+    """Cut a delay schedule into rounds ``[a, z)`` of updates whose gradients can run in parallel.
+
+    Args:
+        schedule: the delay schedule (or any schedule with ``worker`` and ``num_updates``, e.g.
+            an asynchronous :class:`jaxstale.localsgd.LocalSchedule`).
+        cuts: update indices where a round must end (evaluation points).
+
+    Returns:
+        The rounds as ``(start, stop)`` pairs covering ``0 … T``.
+
+    Example:
+        >>> from jaxstale.delays import round_robin
+        >>> async_rounds(round_robin(4, 10))
+        [(0, 4), (4, 8), (8, 10)]
+    """
+    cut = {int(x) for x in cuts}
+    rounds = []
+    t, total = 0, schedule.num_updates
+    while t < total:
+        a, workers = t, set()
+        while t < total and (t == a or t not in cut):
+            w = int(schedule.worker[t])
+            if w in workers:
+                break
+            workers.add(w)
+            t += 1
+        rounds.append((a, t))
+    return rounds
+
+
+def default_data_mesh(num_workers: int) -> jax.sharding.Mesh:
+    """A ``"data"`` mesh of the largest ``D ≤ jax.device_count()`` that divides ``M``.
+
+    With several processes ``D`` is at least the number of processes ``P`` (each must hold a
+    device): the largest divisor of ``M`` in ``[P, device_count]``, else ``max(P, min(M,
+    device_count))`` (padding workers then fill ``C``)."""
+    m, count, procs = num_workers, jax.device_count(), jax.process_count()
+    fits = [k for k in range(procs, min(m, count) + 1) if m % k == 0]
+    d = max(fits) if fits else max(procs, min(m, count))
+    return make_mesh(d, "data")

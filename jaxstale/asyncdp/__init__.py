@@ -41,8 +41,6 @@ from jaxstale.asyncdp.bn import ordinary_bn_update as ordinary_bn_update
 from jaxstale.asyncdp.bn import recompute_batch_stats as recompute_batch_stats
 from jaxstale.asyncdp.emulator import AsyncEmulator as AsyncEmulator
 from jaxstale.asyncdp.mesh import AsyncMesh as AsyncMesh
-from jaxstale.asyncdp.mesh import async_rounds as async_rounds
-from jaxstale.asyncdp.mesh import default_data_mesh as default_data_mesh
 from jaxstale.asyncdp.methods import METHOD_MODES as METHOD_MODES
 from jaxstale.asyncdp.methods import METHODS as METHODS
 from jaxstale.asyncdp.methods import MODES as MODES
@@ -61,6 +59,8 @@ from jaxstale.asyncdp.server import AsyncServer as AsyncServer
 from jaxstale.asyncdp.server import AsyncState as AsyncState
 from jaxstale.asyncdp.server import ServerHParams as ServerHParams
 from jaxstale.delays import DelaySchedule
+from jaxstale.mesh import async_rounds as async_rounds
+from jaxstale.mesh import default_data_mesh as default_data_mesh
 
 EXECUTORS: tuple[str, ...] = ("emulate", "mesh")
 

@@ -8,17 +8,18 @@ vmapping its ``C / D`` workers), then every device applies
 :func:`jaxstale.asyncdp.server.async_update` for each, in the delay model's order — the
 emulator's very server, so every method behaves as in :mod:`jaxstale.asyncdp.emulator`.
 
-A round (:func:`async_rounds`) is the longest run of consecutive updates in which no worker
-appears twice: each of its gradients is taken at a snapshot no update of the round changes.
-Round-robin and constant delay give rounds of ``M`` updates; gamma-timed workers end a round
-where a fast worker finishes twice; evaluation points cut rounds too. SSGD: each device
+A round (:func:`jaxstale.mesh.async_rounds`) is the longest run of consecutive updates in which
+no worker appears twice: each of its gradients is taken at a snapshot no update of the round
+changes. Round-robin and constant delay give rounds of ``M`` updates; gamma-timed workers end
+a round where a fast worker finishes twice; evaluation points cut rounds too. SSGD: each device
 computes its ``C / D`` gradients at the common weights (when ``D`` does not divide ``M``, the
 last ``C − M`` on zero padding mini-batches, then dropped), the server averages the ``M``.
 
 **Several processes** (:mod:`jaxstale.distributed`): the mesh may span the devices of several
 processes, each running the same program on the same host data (delay schedule, mini-batches,
-initial weights). Every process must hold a device of the mesh (:func:`default_data_mesh` and
-:func:`jaxstale.mesh.make_mesh` take devices from every process); host values go onto the mesh
+initial weights). Every process must hold a device of the mesh
+(:func:`jaxstale.mesh.default_data_mesh` and :func:`jaxstale.mesh.make_mesh` take devices from
+every process); host values go onto the mesh
 with :func:`jaxstale.mesh.to_mesh` (each process fills its own devices' shards), the round's
 losses and the server's weights are replicated, so every process reads them from its own
 devices (``executor(...).params`` returns them as numpy there); results are written by process
@@ -32,8 +33,8 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -45,62 +46,16 @@ from jaxstale.asyncdp.methods import Method, MethodSpec, check_hyperparameters
 from jaxstale.asyncdp.server import AsyncServer, AsyncState, ServerHParams
 from jaxstale.delays import DelaySchedule
 from jaxstale.loop import Executor, Stats, jit
-from jaxstale.mesh import check_mesh, check_processes, fetch_global, make_mesh, to_mesh
+from jaxstale.mesh import (
+    async_rounds,
+    check_mesh,
+    check_processes,
+    default_data_mesh,
+    fetch_global,
+    to_mesh,
+)
 
-__all__ = ["AsyncMesh", "async_rounds", "default_data_mesh", "executor"]
-
-
-class _Arrivals(Protocol):
-    """What :func:`async_rounds` reads of a schedule: which worker each update is."""
-
-    @property
-    def worker(self) -> np.ndarray: ...
-
-    @property
-    def num_updates(self) -> int: ...
-
-
-def async_rounds(schedule: _Arrivals, *, cuts: Sequence[int] = ()) -> list[tuple[int, int]]:
-    """Cut a delay schedule into rounds ``[a, z)`` of updates whose gradients can run in parallel.
-
-    Args:
-        schedule: the delay schedule (or any schedule with ``worker`` and ``num_updates``, e.g.
-            an asynchronous :class:`jaxstale.localsgd.LocalSchedule`).
-        cuts: update indices where a round must end (evaluation points).
-
-    Returns:
-        The rounds as ``(start, stop)`` pairs covering ``0 … T``.
-
-    Example:
-        >>> from jaxstale.delays import round_robin
-        >>> async_rounds(round_robin(4, 10))
-        [(0, 4), (4, 8), (8, 10)]
-    """
-    cut = {int(x) for x in cuts}
-    rounds = []
-    t, total = 0, schedule.num_updates
-    while t < total:
-        a, workers = t, set()
-        while t < total and (t == a or t not in cut):
-            w = int(schedule.worker[t])
-            if w in workers:
-                break
-            workers.add(w)
-            t += 1
-        rounds.append((a, t))
-    return rounds
-
-
-def default_data_mesh(num_workers: int) -> jax.sharding.Mesh:
-    """A ``"data"`` mesh of the largest ``D ≤ jax.device_count()`` that divides ``M``.
-
-    With several processes ``D`` is at least the number of processes ``P`` (each must hold a
-    device): the largest divisor of ``M`` in ``[P, device_count]``, else ``max(P, min(M,
-    device_count))`` (padding workers then fill ``C``)."""
-    m, count, procs = num_workers, jax.device_count(), jax.process_count()
-    fits = [k for k in range(procs, min(m, count) + 1) if m % k == 0]
-    d = max(fits) if fits else max(procs, min(m, count))
-    return make_mesh(d, "data")
+__all__ = ["AsyncMesh", "executor"]
 
 
 class AsyncMesh:

@@ -43,71 +43,22 @@ import optax
 from jaxstale._batching import Indexed, check_streams, stream_shape
 from jaxstale.localsgd import overlap as overlapped
 from jaxstale.localsgd._trees import stack as _stack
-from jaxstale.localsgd._trees import where as _where
+from jaxstale.localsgd.core import (
+    EXCHANGES,
+    check_lookahead,
+    check_model_state,
+    check_streaming,
+    inner_job,
+)
 from jaxstale.localsgd.quantize import exchange_mean, exchange_one
 from jaxstale.localsgd.schedule import LocalSchedule
 from jaxstale.localsgd.streaming import fragment_ids, init_outer, round_fn
 from jaxstale.loop import Executor, Stats, jit
 from jaxstale.losses import cross_entropy
 from jaxstale.optimizers import set_hyperparams
-from jaxstale.transforms.lookahead import lookahead_point, uses_lookahead
+from jaxstale.transforms.lookahead import lookahead_point
 
-__all__ = ["EXCHANGES", "check_lookahead", "check_model_state", "executor", "inner_job"]
-
-#: the pseudo-gradients' precision on the wire
-EXCHANGES = ("fp32", "fp8", "fp4")
-
-
-def inner_job(
-    apply: Callable[..., tuple[jax.Array, Any]],
-    inner_tx: optax.GradientTransformation,
-    loss_fn: Callable[[jax.Array, jax.Array], jax.Array],
-    p0: Any,
-    s0: Any,
-    steps: jax.Array,
-    model_state: Any,
-    batch_at: Callable[[jax.Array], tuple[Any, Any]],
-    length: int,
-    masked: bool,
-) -> tuple[Any, Any, jax.Array]:
-    """A worker's job: ``length`` inner steps from ``(p0, s0)`` on ``batch_at(i)`` (a
-    ``lax.scan``), of which only the first ``steps`` apply when ``masked``. Returns ``(p, s,
-    sum of the applied steps' losses)``."""
-
-    def body(carry: tuple, i: jax.Array) -> tuple:
-        p, s, total = carry
-        x, y = batch_at(i)
-        loss, g = jax.value_and_grad(lambda q: loss_fn(apply(q, model_state, x, True)[0], y))(p)
-        u, s_new = inner_tx.update(g, s, p)
-        p_new = optax.apply_updates(p, u)
-        if not masked:
-            return (p_new, s_new, total + loss), None
-        on = i < steps
-        return (_where(on, p_new, p), _where(on, s_new, s), total + jnp.where(on, loss, 0.0)), None
-
-    (p, s, total), _ = jax.lax.scan(body, (p0, s0, jnp.float32(0.0)), jnp.arange(length))
-    return p, s, total
-
-
-def check_model_state(model_state: Any) -> None:
-    """Raises ``ValueError`` for a model with non-parameter state (batch norm): the local-SGD
-    executors would drop each worker's updated running statistics."""
-    if jax.tree.leaves(model_state):
-        raise ValueError(
-            "the local-SGD executor takes models without non-parameter state (batch norm): "
-            "each worker's running statistics would be dropped"
-        )
-
-
-def check_lookahead(outer_state: Any, synchronous: bool) -> None:
-    """Raises ``ValueError`` for a momentum look-ahead outer optimizer
-    (:func:`~jaxstale.transforms.lookahead.momentum_lookahead`) on a synchronous schedule: its
-    pull point is for asynchronous workers, and synchronous rounds would ignore it."""
-    if synchronous and uses_lookahead(outer_state):
-        raise ValueError(
-            "momentum_lookahead's pull point is for asynchronous schedules; a synchronous "
-            "(or streaming, or overlapped) run would ignore it: use outer_nesterov there"
-        )
+__all__ = ["executor"]
 
 
 def _tables(schedules: Sequence[LocalSchedule]) -> dict[str, jax.Array]:
@@ -175,38 +126,6 @@ def _lane_values(
                 )
             out[side][name] = jnp.asarray(v, jnp.float32)
     return out
-
-
-def _check_streaming(
-    s0: LocalSchedule, fragments: int | Sequence[int] | None, overlap: int, alpha: float
-) -> int:
-    """The number of fragments ``P`` of a Streaming DiLoCo run, 0 when not streaming."""
-    if fragments is None and overlap == 0 and alpha == 0.0:
-        return 0
-    if not s0.synchronous:
-        raise ValueError(
-            "fragments, overlap and alpha are Streaming DiLoCo's (synchronous schedules); "
-            f"the {s0.name} schedule would ignore them"
-        )
-    if fragments is None:
-        p = 1
-    elif isinstance(fragments, bool):
-        raise ValueError(f"fragments must be an int or one id per weight tensor, got {fragments}")
-    elif isinstance(fragments, int):
-        p = fragments
-    else:
-        p = max((int(i) for i in fragments), default=0) + 1
-    if p < 1 or s0.inner_steps % p:
-        raise ValueError(f"inner_steps {s0.inner_steps} must be a multiple of fragments {p}")
-    if isinstance(overlap, bool) or not isinstance(overlap, int):
-        raise ValueError(f"overlap must be an int, got {overlap!r}")
-    if not 0 <= overlap < s0.inner_steps // p:
-        raise ValueError(
-            f"overlap must be in 0..{s0.inner_steps // p - 1} (H/P − 1), got {overlap}"
-        )
-    if not 0.0 <= float(alpha) <= 1.0:
-        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
-    return p
 
 
 def executor(
@@ -289,7 +208,7 @@ def executor(
     s0 = schedules[0]
     m, sync = s0.num_workers, s0.synchronous
     h = max(s.inner_steps for s in schedules)
-    streaming = _check_streaming(s0, fragments, overlap, alpha)
+    streaming = check_streaming(s0, fragments, overlap, alpha)
     mode = overlapped.check_overlap(outer_overlap, sync, streaming)
     uniform = all(bool(np.all(s.steps == h)) for s in schedules)  # nothing to mask
     tables = _tables(schedules)

@@ -20,7 +20,7 @@ replicated. A round's jobs run in parallel (``jax.shard_map``, each device vmapp
   (:func:`~jaxstale.localsgd.streaming.sync_step`, the emulator's own), the merge is local.
 
 Every number equals :mod:`jaxstale.localsgd.emulator`'s to float32 rounding (tested): the same
-:func:`~jaxstale.localsgd.emulator.inner_job`, the same outer update. One run (no lanes).
+:func:`~jaxstale.localsgd.core.inner_job`, the same outer update. One run (no lanes).
 
 References:
     Douillard et al., "DiLoCo", arXiv:2311.08105. Liu et al., "Asynchronous Local-SGD Training
@@ -39,14 +39,13 @@ import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxstale._batching import materialised
-from jaxstale.asyncdp.mesh import async_rounds, default_data_mesh
 from jaxstale.localsgd import overlap as overlapped
 from jaxstale.localsgd._trees import stack as _stack
-from jaxstale.localsgd.emulator import (
+from jaxstale.localsgd.core import (
     EXCHANGES,
-    _check_streaming,
     check_lookahead,
     check_model_state,
+    check_streaming,
     inner_job,
 )
 from jaxstale.localsgd.quantize import exchange_mean, exchange_one
@@ -54,7 +53,14 @@ from jaxstale.localsgd.schedule import LocalSchedule
 from jaxstale.localsgd.streaming import fragment_ids, init_outer, sync_step
 from jaxstale.loop import Executor, Stats, jit
 from jaxstale.losses import cross_entropy
-from jaxstale.mesh import check_mesh, check_processes, fetch_global, to_mesh
+from jaxstale.mesh import (
+    async_rounds,
+    check_mesh,
+    check_processes,
+    default_data_mesh,
+    fetch_global,
+    to_mesh,
+)
 from jaxstale.transforms.lookahead import lookahead_point
 
 __all__ = ["executor", "local_rounds"]
@@ -96,7 +102,7 @@ def executor(
     :func:`jaxstale.localsgd.executor`'s, Streaming DiLoCo's ``fragments``, ``overlap`` and
     ``alpha`` and the delayed or eager ``outer_overlap`` included, the stream as arrays or
     :class:`~jaxstale.data.Indexed`, materialised here; ``mesh``: default
-    :func:`jaxstale.asyncdp.mesh.default_data_mesh`, the
+    :func:`jaxstale.mesh.default_data_mesh`, the
     largest ``D ≤`` the devices that divides ``M``).
 
     Raises:
@@ -123,7 +129,7 @@ def executor(
         )
     outer = optax.with_extra_args_support(outer_tx)
     h = schedule.inner_steps
-    streaming = _check_streaming(schedule, fragments, overlap, alpha)
+    streaming = check_streaming(schedule, fragments, overlap, alpha)
     mode = overlapped.check_overlap(outer_overlap, sync, streaming)
     frags = fragments or 1
     masked = not bool(np.all(schedule.steps == h))

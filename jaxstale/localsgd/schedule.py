@@ -33,7 +33,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from jaxstale.delays import _check_int, _check_real, earliest_first
+from jaxstale._checks import check_int, check_real
+from jaxstale.delays import earliest_first
 
 __all__ = ["LocalSchedule", "asynchronous", "synchronous"]
 
@@ -92,8 +93,8 @@ class LocalSchedule(NamedTuple):
 
 def _slowdowns(m: int, fraction: float, slowdown: float, where: str) -> np.ndarray:
     """``[M]``: each worker's mean time per inner step (the first ``round(f·M)`` stragglers)."""
-    frac = _check_real(where, "straggler_fraction", fraction, 0, 1)
-    slowdown = _check_real(where, "straggler_slowdown", slowdown, 1)
+    frac = check_real(fraction, "straggler_fraction", where, 0, 1)
+    slowdown = check_real(slowdown, "straggler_slowdown", where, 1)
     slow = np.ones(m)
     slow[: round(frac * m)] = slowdown
     return slow
@@ -123,16 +124,16 @@ def synchronous(
         >>> s.num_updates, s.num_batches, s.first_batch.tolist()[:4]
         (3, 24, [0, 4, 8, 12])
     """
-    m = _check_int("synchronous", "num_workers", num_workers, 1)
-    rounds = _check_int("synchronous", "num_rounds", num_rounds, 1)
-    h = _check_int("synchronous", "inner_steps", inner_steps, 1)
+    m = check_int(num_workers, "num_workers", "synchronous", 1)
+    rounds = check_int(num_rounds, "num_rounds", "synchronous", 1)
+    h = check_int(inner_steps, "inner_steps", "synchronous", 1)
     jobs = np.arange(rounds * m)
     r = jobs // m
     if seed is None:
         ends = np.arange(1, rounds + 1, dtype=np.float64) * h
     else:
-        seed = _check_int("synchronous", "seed", seed, 0)
-        shape = _check_real("synchronous", "shape", shape, 0, low_open=True)
+        seed = check_int(seed, "seed", "synchronous", 0)
+        shape = check_real(shape, "shape", "synchronous", 0, low_open=True)
         slow = _slowdowns(m, straggler_fraction, straggler_slowdown, "synchronous")
         draws = np.random.default_rng(seed).gamma(shape * h, slow / shape, size=(rounds, m))
         ends = np.cumsum(draws.max(axis=1))
@@ -184,11 +185,11 @@ def asynchronous(
         [3, 10]
     """
     where = "asynchronous"
-    m = _check_int(where, "num_workers", num_workers, 1)
-    count = _check_int(where, "num_updates", num_updates, 1)
-    h = _check_int(where, "inner_steps", inner_steps, 1)
-    seed = _check_int(where, "seed", seed, 0)
-    shape = _check_real(where, "shape", shape, 0, low_open=True)
+    m = check_int(num_workers, "num_workers", where, 1)
+    count = check_int(num_updates, "num_updates", where, 1)
+    h = check_int(inner_steps, "inner_steps", where, 1)
+    seed = check_int(seed, "seed", where, 0)
+    shape = check_real(shape, "shape", where, 0, low_open=True)
     slow = _slowdowns(m, straggler_fraction, straggler_slowdown, where)
     rng = np.random.default_rng(seed)
     speed = 1.0 / slow

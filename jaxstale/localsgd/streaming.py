@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxstale.localsgd.quantize import exchange_mean
-from jaxstale.models.staged import _balanced_bounds
+from jaxstale.models.staged import balanced_bounds
 
 __all__ = ["fragment_ids", "init_outer", "round_fn", "sync_step"]
 
@@ -85,7 +85,7 @@ def fragment_ids(params: Any, fragments: int | Sequence[int]) -> list[int]:
             f"fragments must be in 1..{len(units)} (the model's layers), got {fragments}"
         )
     group = [0] * len(units)
-    for p, (i, j) in enumerate(_balanced_bounds(sizes, fragments)):
+    for p, (i, j) in enumerate(balanced_bounds(sizes, fragments)):
         group[i:j] = [p] * (j - i)
     return [group[u] for u in of_leaf]
 

@@ -23,6 +23,7 @@ from flax import nnx
 __all__ = [
     "Functional",
     "StagedModel",
+    "balanced_bounds",
     "block_param_counts",
     "functional",
     "functional_stages",
@@ -87,7 +88,7 @@ def block_param_counts(model: StagedModel) -> list[int]:
     return [param_count(block) for block in model.blocks]
 
 
-def _balanced_bounds(weights: Sequence[int], num_stages: int) -> list[tuple[int, int]]:
+def balanced_bounds(weights: Sequence[int], num_stages: int) -> list[tuple[int, int]]:
     """Contiguous partition of ``weights`` into ``num_stages`` non-empty groups.
 
     Minimises the largest group sum; among the partitions achieving it, minimises the sum of
@@ -182,7 +183,7 @@ def split(model: nnx.Module, num_stages: int) -> list[StagedModel]:
         raise ValueError(
             f"num_stages must be in [1, {n}] (the model has {n} blocks), got {num_stages}."
         )
-    bounds = _balanced_bounds(block_param_counts(model), num_stages)
+    bounds = balanced_bounds(block_param_counts(model), num_stages)
     return [StagedModel([model.blocks[b] for b in range(i, j)]) for i, j in bounds]
 
 

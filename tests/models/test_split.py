@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 
 from jaxstale import models
-from jaxstale.models.staged import _balanced_bounds
+from jaxstale.models.staged import balanced_bounds
 
 CASES = [("mlp", {"hidden": (32, 16, 16)}), ("cnn", {}), ("resnet20", {"width": 4})]
 
@@ -100,7 +100,7 @@ def test_balanced_bounds_is_optimal_against_brute_force():
         n = int(rng.integers(1, 9))
         weights = [int(w) for w in rng.integers(0, 50, size=n)]
         for k in range(1, n + 1):
-            bounds = _balanced_bounds(weights, k)
+            bounds = balanced_bounds(weights, k)
             assert len(bounds) == k and bounds[0][0] == 0 and bounds[-1][1] == n
             assert all(i < j for i, j in bounds)
             assert all(bounds[t][1] == bounds[t + 1][0] for t in range(k - 1))

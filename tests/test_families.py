@@ -1,0 +1,137 @@
+"""One contract for the three distributed families (issue 51), checked from their registries.
+
+Every family package (:mod:`jaxstale.asyncdp`, :mod:`jaxstale.pipeline`,
+:mod:`jaxstale.localsgd`) has ``EXECUTORS == ("emulate", "mesh")`` and a ``make(executor,
+...)`` whose first argument picks the executor, refuses an unknown one in one line, and builds
+a :class:`jaxstale.loop.Executor` that :func:`jaxstale.loop.run` drives. For every entry of the
+family's registry — each registered asynchronous method, each pipeline policy, each local-SGD
+schedule kind with the outer optimizers that apply to it — both executors train the same run to
+the same losses (float32 rounding; the exact bit-for-bit matrix is ``tests/*/test_mesh.py``).
+Both executors of every entry run in ``make test`` (30 s on 2 cores: tiny runs). Where
+``asyncdp.make`` returns ``[(executor, lanes), ...]`` (runs grouped by compile shape), the
+others return one executor of their lanes.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+import jaxstale
+from jaxstale import asyncdp, delays, localsgd, loop, models, pipeline, schedules
+
+FAMILIES = {"asyncdp": asyncdp, "pipeline": pipeline, "localsgd": localsgd}
+
+_RNG = np.random.default_rng(0)
+_X = _RNG.normal(size=(24, 4, 6, 1)).astype(np.float32)  # 24 mini-batches of 4 examples
+_Y = (_X[..., 0, 0] > 0).astype(np.int32)
+_MODEL = lambda: models.create("mlp", input_shape=(6, 1), num_classes=2, hidden=(8, 8))
+
+
+def _one(made: Any) -> loop.Executor:
+    """The executor of one run, whichever shape ``make`` returned."""
+    if isinstance(made, list):
+        ((ex, lanes),) = made
+        assert lanes == [0]
+        return ex
+    return made
+
+
+def _asyncdp(method: str) -> Callable[[str], tuple[loop.Executor, Any, Any]]:
+    def build(executor: str):
+        f = models.functional(_MODEL())
+        made = asyncdp.make(
+            executor, f.apply, method, delays.round_robin(2, 12), _X, _Y, learning_rate=0.05
+        )
+        return _one(made), f.params, f.state
+
+    return build
+
+
+def _pipeline(policy: str) -> Callable[[str], tuple[loop.Executor, Any, Any]]:
+    def build(executor: str):
+        stages = models.functional_stages(_MODEL(), 2)
+        momentum = 0.9 if pipeline.POLICIES[policy].predict == "nesterov" else None
+        ex = pipeline.make(
+            executor, stages, schedules.one_f_one_b(2, 12), policy,
+            optax.sgd(0.05, momentum=0.9), _X[:12], _Y[:12], momentum=momentum,
+        )  # fmt: skip
+        return ex, [s.params for s in stages], [s.state for s in stages]
+
+    return build
+
+
+#: the local-SGD family's registry: schedule kinds x the outer optimizers that apply to them
+LOCAL = {
+    "sync/outer-nesterov": (lambda: localsgd.synchronous(2, 3, 2), jaxstale.outer_nesterov(0.7)),
+    "async/delayed-nesterov": (
+        lambda: localsgd.asynchronous(2, 6, 2, seed=0),
+        jaxstale.delayed_nesterov(0.5, 0.9, 2),
+    ),
+    "async/cgad": (lambda: localsgd.asynchronous(2, 6, 2, seed=0), jaxstale.cgad(0.01)),
+    "async/momentum-lookahead": (
+        lambda: localsgd.asynchronous(2, 6, 2, seed=0),
+        jaxstale.momentum_lookahead(0.5, 0.9),
+    ),
+}
+
+
+def _localsgd(name: str) -> Callable[[str], tuple[loop.Executor, Any, Any]]:
+    def build(executor: str):
+        sched, outer = LOCAL[name]
+        f = models.functional(_MODEL())
+        ex = localsgd.make(executor, f.apply, optax.sgd(0.05), outer, sched(), _X, _Y)
+        return ex, f.params, f.state
+
+    return build
+
+
+REGISTRY = (
+    [(f"asyncdp/{m}", _asyncdp(m)) for m in asyncdp.method_names() if m != "lc-asgd-async-bn"]
+    + [(f"pipeline/{p}", _pipeline(p)) for p in pipeline.POLICIES]
+    + [(f"localsgd/{n}", _localsgd(n)) for n in LOCAL]
+)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_every_family_has_make_and_the_same_executors(name):
+    family = FAMILIES[name]
+    assert family.EXECUTORS == ("emulate", "mesh")
+    sig = inspect.signature(family.make).parameters.values()
+    positional = [p.name for p in sig if p.kind == p.POSITIONAL_OR_KEYWORD]
+    assert positional[0] == "executor", positional
+    with pytest.raises(ValueError, match="unknown executor 'gpu'"):
+        family.make("gpu", *([None] * (len(positional) - 1)))
+
+
+def test_every_family_has_entries_in_the_registry():
+    """The parametrisation below is built from the registries as the module is collected (a
+    method another test registers later is not in it)."""
+    for name in FAMILIES:
+        assert len([n for n, _ in REGISTRY if n.startswith(name + "/")]) >= 4, name
+
+
+@pytest.mark.parametrize(("name", "build"), REGISTRY, ids=[n for n, _ in REGISTRY])
+def test_every_entry_builds_an_executor_on_both_executors(name, build):
+    for executor in ("emulate", "mesh"):
+        ex, _, _ = build(executor)
+        assert isinstance(ex, loop.Executor), (name, executor)
+        assert ex.num_rounds >= 1 and callable(ex.step) and callable(ex.init)
+
+
+@pytest.mark.parametrize(("name", "build"), REGISTRY, ids=[n for n, _ in REGISTRY])
+def test_both_executors_train_every_entry_to_the_same_losses(name, build):
+    losses = {}
+    for executor in ("emulate", "mesh"):
+        ex, params, state = build(executor)
+        (res,) = loop.run(ex, params, state)
+        assert not res.diverged, (name, executor)
+        losses[executor] = np.asarray(res.losses)
+    np.testing.assert_allclose(losses["mesh"], losses["emulate"], rtol=1e-4, atol=1e-5)
+    assert jax.device_count() >= 2  # the mesh ran on several devices
