@@ -107,6 +107,14 @@ class Config(Base):
         super().__post_init__()
         if self.methods == ("predicted",) and not self.stage_profiles and self.delays == (0,):
             raise ConfigError("methods", "predicted at τ = 0 is the optimizer itself: add a delay")
+        steps = self.steps or (120 if self.quick else 2000)
+        longest = [("delays", d) for d in self.delays or ()]
+        longest += [("stage_profiles", n - 1) for n in self.stage_profiles or ()]
+        for name, d in longest:  # a run with no gradient arriving was tabled as a result
+            if d >= steps:
+                raise ConfigError(
+                    name, f"a delay of {d} updates is not shorter than the run ({steps} updates)"
+                )
 
     def resolved(self) -> dict[str, Any]:
         """The run's config (decides its results; its hash names the folder)."""

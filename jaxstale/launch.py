@@ -229,6 +229,18 @@ def _cluster_main(target_argv: Sequence[str]) -> int:
 # --------------------------------------------------------------------------------------------
 
 
+def max_processes() -> int:
+    """The most processes :func:`launch` starts on this machine: ``max(8, 4 · CPUs)``. Each is a
+    whole JAX process (a runtime, its threads, its compiled programs), so a count far beyond
+    the cores only forks the machine to a halt.
+
+    Example:
+        >>> max_processes() >= 8
+        True
+    """
+    return max(8, 4 * (os.cpu_count() or 1))
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -411,6 +423,14 @@ def launch(
     for name, v in (("processes", processes), ("devices_per_process", devices_per_process)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"launch: {name} must be a positive int, got {v!r}")
+    if processes > max_processes():
+        raise ValueError(
+            f"launch: processes must be <= {max_processes()} on this machine ({os.cpu_count()} "
+            f"CPUs; each is a whole JAX process), got {processes}"
+        )
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int)
+                             or not 1 <= port <= 65535):  # fmt: skip
+        raise ValueError(f"launch: port must be an int in [1, 65535], got {port!r}")
     if timeout is not None and not timeout > 0:
         raise ValueError(f"launch: timeout must be positive seconds or None, got {timeout!r}")
     if not grace >= 0:

@@ -411,6 +411,8 @@ def _packing(p: runs.OneLineParser, args: Any, results: Path, cells_dir: Path) -
         counts: dict[str, Any] = dict(cells.pack(results, cells_dir, names))
         verb, where = "packed", f"{results} -> {cells_dir}"
     else:
+        if not cells_dir.is_dir():  # a typo restored nothing and exited 0 before
+            p.error(f"argument --cells: {cells_dir} is not a folder of packed cells")
         try:
             want = {n: RUNS[n].config.resolved() for n in names}
             counts = dict(cells.restore(cells_dir, results, names, want))

@@ -420,6 +420,23 @@ def test_cli_usage_errors(capsys):
 
 
 @pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["-n", "10000", "-d", "1"], "processes must be <= "),  # forked without bound before
+        (["-n", "2", "-d", "1", "--port", "99999"], "port must be an int in [1, 65535]"),
+        (["-n", "2", "-d", "1", "--port", "0"], "port must be an int in [1, 65535]"),
+    ],
+)
+def test_sizes_out_of_range_are_one_line_before_anything_starts(argv, words, capsys, monkeypatch):
+    started = []
+    monkeypatch.setattr(L.subprocess, "Popen", lambda *a, **k: started.append(a))
+    assert L.main([*argv, "--", "-m", "experiments.async_workers"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
+    assert not started
+
+
+@pytest.mark.parametrize(
     ("message", "waits"),
     [("Gloo AllGather failed: Read error: Connection reset by peer", True), ("boom", False)],
 )

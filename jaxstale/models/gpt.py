@@ -30,8 +30,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
+from jaxstale._checks import check_range
 from jaxstale.models.layers import _host_normal
 from jaxstale.models.staged import StagedModel
 
@@ -53,6 +55,25 @@ PRESETS: dict[str, dict[str, int]] = {
 def _dense(d_in: int, d_out: int, rngs: nnx.Rngs, gain: float = 1.0) -> nnx.Linear:
     init = _init if gain == 1.0 else _host_normal(gain)
     return nnx.Linear(d_in, d_out, kernel_init=init, rngs=rngs)
+
+
+def _check_ids(x: Any, vocab: int) -> None:
+    """Token ids must be whole numbers in ``[0, vocab)``: an id outside gave NaN logits (the
+    embedding's gather fills with NaN), a fractional one was truncated. Concrete ids are checked
+    now (one-line ``ValueError``); traced ones (inside ``jax.jit``) by a ``checkify`` check after
+    :func:`jaxstale.enable_traced_checks`, as every traced hyper-parameter is."""
+    hint = " (the model's vocabulary: a dataset with more symbols needs a model built for them)"
+    if isinstance(x, jax.core.Tracer):
+        check_range(x, "token ids", "gpt", 0, vocab, hint=hint)
+        return
+    ids = np.asarray(jax.device_get(x))
+    if ids.size == 0:
+        return
+    if np.issubdtype(ids.dtype, np.floating) and (ids != np.round(ids)).any():
+        raise ValueError("gpt: token ids must be whole numbers, got fractional values")
+    lo, hi = ids.min(), ids.max()
+    if lo < 0 or hi >= vocab or not np.isfinite([lo, hi]).all():
+        raise ValueError(f"gpt: token ids must be in [0, {vocab}){hint}, got ids from {lo} to {hi}")
 
 
 class GPTBlock(nnx.Module):
@@ -110,6 +131,7 @@ class GPTBlock(nnx.Module):
                     f"gpt: sequences of {t} ids are longer than the context of {context} "
                     "the model was built for"
                 )
+            _check_ids(x, self.tokens.num_embeddings)
             x = self.tokens(x.astype(jnp.int32)) + self.positions[...][:t]
         x = x + self._attend(self.ln1(x))
         x = x + self.down(jax.nn.gelu(self.up(self.ln2(x))))

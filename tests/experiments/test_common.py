@@ -29,6 +29,9 @@ BAD = [
     ("pipeline_staleness", ["--methods", "sync,sync"], "--methods", "given twice"),
     ("sync_baseline", ["--lrs", "0.1,0.1"], "--lrs", "given twice"),
     ("async_bn", ["--workers", "1,1"], "--workers", "given twice"),
+    # a delay no shorter than the run: no gradient would arrive (tabled as a result before)
+    ("constant_delay", ["--delays", "0,50", "--steps", "10"], "--delays", "not shorter than"),
+    ("constant_delay", ["--stage-profiles", "16", "--steps", "8"], "--stage-profiles", "not sh"),
     # flags that would be ignored in this configuration
     ("async_workers", ["--model", "mlp", "cnn"], "--model", "takes one model"),
     ("async_workers", ["--delay", "constant", "--straggler-fraction", "0.5"], "--straggler-f", ""),

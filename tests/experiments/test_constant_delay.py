@@ -76,7 +76,7 @@ def test_tables_select_on_validation_and_measure_the_gap_prediction_closes():
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--stage-profiles", "16"], "'mlp' has 3 blocks, fewer than N=16"),
+        (["--stage-profiles", "8"], "'mlp' has 3 blocks, fewer than N=8"),
         (["--methods", "predicted", "--delays", "0"], "predicted at τ = 0 is the optimizer"),
         (["--delays", "2", "2"], "2 is given twice"),
         (["--optimizer", "lion"], "lion"),

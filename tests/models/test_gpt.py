@@ -94,3 +94,33 @@ def test_a_registered_gpt_is_created_for_a_language_model_task():
 def test_a_sequence_longer_than_the_context_is_one_line():
     with pytest.raises(ValueError, match="sequences of 9 ids are longer than the context of 8"):
         gpt(8, 5, layers=1, width=8, heads=2)(jnp.zeros((1, 9), jnp.int32))
+
+
+@pytest.mark.parametrize(
+    ("ids", "words"),
+    [
+        (np.full((1, 4), 10), "token ids must be in [0, 10)"),  # NaN logits before
+        (np.full((1, 4), -1), "got ids from -1 to -1"),  # accepted before
+        (np.full((1, 4), 2.5, np.float32), "whole numbers"),  # truncated before
+    ],
+)
+def test_ids_outside_the_vocabulary_are_one_line(ids, words):
+    with pytest.raises(ValueError) as e:
+        gpt(8, 10, **{**SMALL, "layers": 1})(jnp.asarray(ids))
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_traced_ids_outside_the_vocabulary_fail_a_checkify_check():
+    from jax.experimental import checkify
+
+    from jaxstale import enable_traced_checks
+
+    f = models.functional(gpt(8, 10, **{**SMALL, "layers": 1}))
+    before = enable_traced_checks()
+    try:
+        run = jax.jit(checkify.checkify(lambda x: f.apply(f.params, f.state, x, False)[0]))
+        err, _ = run(jnp.full((1, 4), 12))
+        assert "token ids" in err.get() and "outside [0, 10)" in err.get()
+        assert run(jnp.full((1, 4), 3))[0].get() is None
+    finally:
+        enable_traced_checks(before)
