@@ -41,6 +41,7 @@ import types
 import typing
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from flax import nnx
@@ -523,11 +524,32 @@ def check_staged_model(
 
 
 def machine_memory() -> int:
-    """Bytes of physical memory of this machine (``os.sysconf``; 2**62 where unknown)."""
+    """Bytes of memory this process may use: the least of the machine's physical memory
+    (``os.sysconf``), the process's address-space and data limits (``ulimit -v`` / ``-d``:
+    ``RLIMIT_AS``, ``RLIMIT_DATA``) and its cgroup's ``memory.max`` (a container's limit);
+    2**62 where none is known. Before, only the machine's RAM was read, so a process under a
+    smaller limit passed the check and was killed mid-run, leaving a run folder."""
+    found = [1 << 62]
     try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+        found.append(int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES")))
     except (AttributeError, ValueError, OSError):
-        return 1 << 62
+        pass
+    try:
+        import resource
+
+        for which in (resource.RLIMIT_AS, resource.RLIMIT_DATA):
+            soft = resource.getrlimit(which)[0]
+            if soft != resource.RLIM_INFINITY and soft > 0:
+                found.append(int(soft))
+    except (ImportError, AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
+        pass
+    try:
+        text = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if text.isdigit():
+            found.append(int(text))
+    except OSError:
+        pass
+    return min(found)
 
 
 def fmt_bytes(n: float) -> str:
@@ -550,7 +572,7 @@ def check_memory(terms: dict[str, float], limit: int | None = None) -> None:
         raise ConfigError(
             field,
             f"this configuration needs about {fmt_bytes(total)} of memory ({flag(field)}: "
-            f"{fmt_bytes(terms[field])}), more than this machine's {fmt_bytes(limit)}",
+            f"{fmt_bytes(terms[field])}), more than the {fmt_bytes(limit)} this process may use",
         )
 
 

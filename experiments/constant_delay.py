@@ -46,8 +46,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxstale import data, delayed, loop, models, optimizers, tasks
+from jaxstale import data, delayed, loop, losses, models, optimizers, tasks
 from jaxstale.pipeline.kernel import compose
+from jaxstale.sizes import residual_bytes
 
 from . import grids, reports, runs
 from .common import chance, group_clock, load_checked, opened, outcome, splits, task_of, title
@@ -340,16 +341,31 @@ def _prepare(config: Config) -> tuple[dict[str, Any], data.Dataset]:
     ds = load_checked(cfg, config, tasks.KINDS)
     most = max((profile(d)[0] for d in cfg["delays"]), default=1)
     need = {"stages": [most], "optimizer": cfg["optimizer"]}
-    size = max(
-        models.param_count(
-            check_staged_model("model", name, ds, {}, need, stages_field="stage_profiles")
-        )
+    built = [
+        check_staged_model("model", name, ds, {}, need, stages_field="stage_profiles")
         for name in cfg["models"]
-    )
+    ]
+    size = max(models.param_count(m) for m in built)
     taus = [delayed.capacity(profile(d)[1], predict=True) for d in cfg["delays"]]
     lanes = cfg["seeds"] * len(cfg["lrs"])
-    check_memory({"versions": 4.0 * size * (max(taus) + 4) * lanes})
+    # the backward's saved activations of one mini-batch per lane (a GPT at batch 4096 asked
+    # for 219 GB and died in its first step, after 85 s, before this term)
+    acts = max(_activation_bytes(m, ds, cfg["batch_size"]) for m in built)
+    check_memory({"versions": 4.0 * size * (max(taus) + 4) * lanes, "batch_size": acts * lanes})
     return cfg, ds
+
+
+def _activation_bytes(model: Any, ds: data.Dataset, batch: int) -> int:
+    """What one training step's backward keeps for a mini-batch of ``batch`` examples
+    (:func:`jaxstale.sizes.residual_bytes`, abstract shapes: nothing runs)."""
+    f = models.functional(model)
+    x = jax.ShapeDtypeStruct((batch, *ds.x_train.shape[1:]), ds.x_train.dtype)
+    y = jax.ShapeDtypeStruct((batch, *ds.y_train.shape[1:]), ds.y_train.dtype)
+
+    def loss(p: Any, x: Any, y: Any) -> Any:
+        return losses.cross_entropy(f.apply(p, f.state, x, True)[0], y)
+
+    return residual_bytes(loss, f.params, x, y)
 
 
 def _open(config: Config, fresh: bool = False) -> tuple[dict, data.Dataset, runs.RunFolder]:

@@ -40,6 +40,7 @@ def _packages_on_disk():
         for init in (ROOT / top).rglob("__init__.py"):
             parts = init.parent.relative_to(ROOT / top).parts
             found.add(".".join([name, *parts]))
+    found.add("jaxstale.data_files")  # data only (the embedded corpus), no __init__.py
     return found
 
 

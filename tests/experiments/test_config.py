@@ -108,3 +108,19 @@ def test_a_negative_value_round_trips_as_flag_equals_value():
     cfg = async_workers.Config(methods=("lc-asgd",), lc_lambdas=(-0.1, 0.1))
     argv = to_argv(cfg)
     assert "--lc-lambdas=-0.1,0.1" in argv and from_argv(async_workers.Config, argv)[0] == cfg
+
+
+def test_memory_is_the_least_of_the_machine_and_the_process_limits(monkeypatch):
+    """``ulimit -v`` (RLIMIT_AS) below the machine's RAM is the limit the checks read: a run
+    under it passed the check and died mid-run, leaving a run folder (issue 51)."""
+    import resource
+
+    from experiments.config import check_memory, machine_memory
+
+    ram = machine_memory()
+    limits = {resource.RLIMIT_AS: (3 << 30, resource.RLIM_INFINITY)}
+    real = resource.getrlimit
+    monkeypatch.setattr(resource, "getrlimit", lambda which: limits.get(which, real(which)))
+    assert machine_memory() == min(ram, 3 << 30)
+    with pytest.raises(ConfigError, match="this process may use"):
+        check_memory({"steps": 4 << 30})

@@ -96,3 +96,15 @@ def test_quick_runs_a_gpt_with_a_delay(tmp_path):
     rows = res["rows"]
     assert {r["delay"] for r in rows} == {"0", "2"} and all("final_val_loss" in r for r in rows)
     assert "Gap to τ = 0 (nats" in res["table"]
+
+
+def test_a_batch_whose_activations_cannot_fit_is_one_line(tmp_path, capsys):
+    """The backward's saved activations count (--model gpt-gpu --batch-size 4096 asked for
+    ~219 GB per run and died in its first step, after 85 s)."""
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        exp.main(["--model", "gpt-gpu", "--batch-size", "4096", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1, err
+    assert "argument --batch-size" in err[0] and "of memory" in err[0]
+    assert not out.exists()
