@@ -334,6 +334,12 @@ class RunFolder:
         digest = hashlib.sha1(to_json(key, canonical=True).encode()).hexdigest()[:16]
         return self.cells_dir / f"{digest}.json"
 
+    def _cells_on_disk(self) -> int:
+        """How many finished cells the folder holds (every call's)."""
+        if self._store is not None:
+            return len(self._store)
+        return sum(1 for _ in self.cells_dir.glob("*.json")) if self.cells_dir.is_dir() else 0
+
     def _load(self, path: Path) -> dict[str, Any] | None:
         if self._store is not None:
             return self._store.get(path.name)
@@ -462,8 +468,9 @@ class RunFolder:
         file (but for ``TIMING_FIELDS``) is a warning, an entry of :attr:`disagreements`; the file
         is kept.
 
-        Ctrl-C keeps every cell recorded so far, prints ``interrupted: N/M cells saved in <path>;
-        re-run the same command to resume`` on stderr and raises ``SystemExit(130)`` (SIGINT's).
+        Ctrl-C keeps every cell recorded so far, prints ``interrupted: N cells saved in <path>;
+        re-run the same command to resume`` (N: every finished cell of the folder) on stderr and
+        raises ``SystemExit(130)`` (SIGINT's).
 
         Args:
           keys: cell keys.
@@ -503,7 +510,9 @@ class RunFolder:
                         self.record(key_list[i], row, metrics)
                         saved += 1
         except KeyboardInterrupt:
-            _interrupted(saved, len(key_list), self.path)
+            # the folder's count, not this call's: a sweep runs several calls (one per worker
+            # count, model, ...) and said "0/6 cells saved" with 36 on disk
+            _interrupted(self._cells_on_disk(), None, self.path)
         self.create()
         out = [self.done(key) for key in key_list]
         assert all(row is not None for row in out)

@@ -264,6 +264,7 @@ def _draw_panel(
     ax.set_ylabel(axis_label(metric))
     if log and drawn:
         ax.set_yscale("log")
+        plain_log_ticks(ax.yaxis)
     ax.grid(alpha=0.3)
     if not drawn:
         has_records = any(len(run) for runs in series.values() for run in runs)
@@ -350,6 +351,17 @@ def add_footer(fig: Any, footer: str, fontsize: float = 7.0) -> None:
         color="0.3",
         gid="footer",
     )
+
+
+def plain_log_ticks(axis: Any) -> None:
+    """Label a log axis's ticks as plain numbers (``3``, ``0.05``), not ``3×10⁰``: a loss that
+    spans less than a decade is read off its minor ticks, which matplotlib's default labels in
+    scientific notation. Which ticks get a label is matplotlib's own choice (its minor
+    thresholds), only their text changes."""
+    from matplotlib import ticker
+
+    axis.set_major_formatter(ticker.LogFormatter(labelOnlyBase=False))
+    axis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
 
 
 def curves_figure(

@@ -17,6 +17,9 @@ TINY += ["--extend-edges", "0"]  # the grid as given (test_grid_edges tests the 
 
 def test_end_to_end_files_rows_and_resume(tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"
+    drawn = []  # the schedules the Gantt charts draw: the run's own depth (N = 4 before)
+    render = exp.schedules.render
+    monkeypatch.setattr(exp.schedules, "render", lambda s, **k: drawn.append(s) or render(s, **k))
     argv = [*TINY, "--seeds", "2", "--lrs", "0.003,0.01", "--methods", "sync,vanilla"]
     argv += ["--out", str(out)]
     res = exp.main(argv)
@@ -32,6 +35,7 @@ def test_end_to_end_files_rows_and_resume(tmp_path, monkeypatch, capsys):
     assert {r["schedule"] for r in rows} == {"1f1b"}
     for name in ("table.md", "plot.png", "accuracy_vs_stages.png", "gantt.png", "metrics.jsonl"):
         assert (out / name).exists(), name
+    assert drawn and {s.num_stages for s in drawn} == {2}
     # the curves record validation and test accuracy
     rec = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
     assert {"step", "train_loss", "val_accuracy", "test_accuracy"} <= set(rec)

@@ -57,12 +57,26 @@ def test_ctrl_c_in_run_grouped_saves_prints_one_line_and_exits_130(tmp_path, cap
     assert info.value.__cause__ is None and info.value.__suppress_context__  # no traceback chain
     err = capsys.readouterr().err.splitlines()
     assert err[-1] == (
-        f"interrupted: 2/4 cells saved in {run.path}; re-run the same command to resume"
+        f"interrupted: 2 cells saved in {run.path}; re-run the same command to resume"
     )
     assert len(run.rows()) == 2
     calls.clear()
     RunFolder("exp", {}, out=tmp_path / "r").run_grouped(keys, lambda ks: [_cell(k) for k in ks])
     assert len(RunFolder("exp", {}, out=tmp_path / "r").rows()) == 4
+
+
+def test_ctrl_c_counts_the_cells_of_every_call_into_the_folder(tmp_path, capsys):
+    """A sweep fills one folder over several calls (one per worker count, model, ...): Ctrl-C in
+    a later call said "0/6 cells saved" with the earlier calls' cells on disk (issue 51)."""
+    run = RunFolder("exp", {}, out=tmp_path / "r")
+    run.run_grouped([{"m": 4, "seed": s} for s in range(3)], lambda ks: [_cell(k) for k in ks])
+
+    def stop(keys):
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit):
+        run.run_grouped([{"m": 8, "seed": s} for s in range(3)], stop)
+    assert capsys.readouterr().err.splitlines()[-1].startswith("interrupted: 3 cells saved in ")
 
 
 def test_ctrl_c_before_any_cell_leaves_no_folder(tmp_path, capsys):
@@ -71,7 +85,7 @@ def test_ctrl_c_before_any_cell_leaves_no_folder(tmp_path, capsys):
 
     with pytest.raises(SystemExit):
         RunFolder("exp", {}, out=tmp_path / "r").run(_keys(), fn)
-    assert "interrupted: 0/4 cells saved" in capsys.readouterr().err
+    assert "interrupted: 0 cells saved" in capsys.readouterr().err
     assert os.listdir(tmp_path) == []
 
 

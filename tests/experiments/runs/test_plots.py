@@ -164,3 +164,17 @@ def test_axis_labels_name_the_metric_and_its_unit():
     assert runs.axis_label("val_loss") == "validation loss (nats/token)"  # a language model's
     assert runs.axis_label("test_loss") == "test loss (nats/token)"
     assert runs.axis_label("some_field") == "some field"
+
+
+def test_a_log_axis_labels_its_ticks_as_plain_numbers():
+    """A loss between 3.2 and 3.6 on the log train-loss panel read "3.4×10⁰" (issue 51)."""
+    curve = [{"step": s, "train_loss": 3.6 - 0.02 * s, "test_accuracy": 0.5} for s in range(20)]
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = curves_figure({"sgd": [curve]})
+    FigureCanvasAgg(fig).draw()
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log"
+    labels = [t.get_text() for t in ax.get_yticklabels(minor=True) + ax.get_yticklabels()]
+    shown = [s for s in labels if s]
+    assert shown and not [s for s in shown if "10^" in s or "times" in s or "×" in s], shown
