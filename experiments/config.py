@@ -491,7 +491,11 @@ def _built(field: str, name: str, ds: data.Dataset, model_kw: dict[str, Any]) ->
         where = f"model {name!r} on {ds.name!r}"
         return models.check_logits(model, shape, ds.num_classes, where, task=ds.task)
     except (ValueError, TypeError) as e:  # one message, whichever check said it
-        raise ConfigError(field, str(e)) from None
+        # both names: the model may be the experiment's default, not a flag the user gave
+        # ("input_shape must be (H, W, C)" alone did not say that --dataset mnist1d was why)
+        said = str(e)
+        prefix = "" if said.startswith(f"model {name!r}") else f"model {name!r} on {ds.name!r}: "
+        raise ConfigError(field, prefix + said) from None
 
 
 def check_staged_model(

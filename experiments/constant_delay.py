@@ -79,7 +79,9 @@ class Config(Base):
     dataset: str = opt("shakespeare", "dataset name", choices=data.dataset_names, kind="dataset")
     batch_size: int = opt(16, "mini-batch size", low=1)
     model: tuple[str, ...] | None = opt(
-        None, "model name(s) (default gpt-cpu; --quick gpt-tiny)", choices=models.model_names,
+        None,
+        "model name(s) (default gpt-cpu, --quick gpt-tiny; on images mlp)",
+        choices=models.model_names,
         kind="model",
     )  # fmt: skip
     optimizer: str = opt(
@@ -128,7 +130,10 @@ class Config(Base):
             "quick": quick,
             "dataset": self.dataset,
             "standardize": self.standardize,
-            "models": list(self.model or (["gpt-tiny"] if quick else ["gpt-cpu"])),
+            # a GPT takes text; on an image dataset the default is the MLP (it was refused)
+            "models": list(
+                self.model or ((["gpt-tiny"] if quick else ["gpt-cpu"]) if self.text else ["mlp"])
+            ),
             "optimizer": self.optimizer,
             "momentum": self.momentum,
             "delays": [str(d) for d in (self.delays or ((0, 2) if quick else (0, 1, 2, 4, 8, 16)))]

@@ -82,6 +82,8 @@ from .reports import edge_notes, tuned_tables, tuning_note
 
 EXPERIMENT = "sync_baseline"
 MODELS = ["mlp", "cnn"]
+#: MNIST-1D's signals are sequences (40, 1): its convolution is the 1-D one (cnn was refused)
+MODELS_1D = ["mlp", "cnn1d"]
 LRS = [0.001, 0.003, 0.01, 0.03, 0.1]  # async_workers' grid at momentum 0.9
 QUICK_LRS = [0.01, 0.03]
 #: the optimizers (:func:`jaxstale.optimizers.per_stage`; ``sgd`` is ``optax.sgd``)
@@ -137,7 +139,8 @@ class Config(Base):
             grid = PEAK_LRS[name][:2] if quick else PEAK_LRS[name]
         lrs, seeds = list(self.lrs or grid), self.seeds or (2 if quick else 5)
         steps = self.steps or ((120 if quick else 1000) if lm else (200 if quick else 1500))
-        models_ = (["gpt-tiny"] if quick else ["gpt-cpu"]) if lm else MODELS
+        images = MODELS_1D if self.dataset == "mnist1d" else MODELS
+        models_ = (["gpt-tiny"] if quick else ["gpt-cpu"]) if lm else images
         return {
             "quick": quick,
             "dataset": self.dataset,

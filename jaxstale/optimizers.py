@@ -72,6 +72,7 @@ def schedule(
         [0.0, 0.5, 1.0, 0.1]
     """
     check_range(peak, "peak", "schedule", 0.0)
+    check_range(final_fraction, "final_fraction", "schedule", 0.0, 1.0, high_open=False)
     if total_steps < 1 or not 0 <= warmup_steps < total_steps:
         raise ValueError(
             f"schedule: need 0 <= warmup_steps < total_steps, got {warmup_steps}, {total_steps}"
@@ -89,6 +90,16 @@ def _clipped(tx: optax.GradientTransformation, clip: float | None) -> optax.Grad
     return tx if clip is None else optax.chain(optax.clip_by_global_norm(clip), tx)
 
 
+def _check_moments(where: str, weight_decay: float, clip: float | None, **decays: float) -> None:
+    """The decays in ``[0, 1)``, the weight decay ``>= 0``, the clip ``> 0`` (or None): a β of
+    1.5 or a negative decay was accepted before and trained to NaN or grew the weights."""
+    for name, value in decays.items():
+        check_range(value, name, where, 0.0, 1.0)
+    check_range(weight_decay, "weight_decay", where, 0.0)
+    if clip is not None:
+        check_range(clip, "clip", where, 0.0, low_open=True)
+
+
 def adamw(
     peak: float,
     total_steps: int,
@@ -102,7 +113,9 @@ def adamw(
 ) -> optax.GradientTransformation:
     """AdamW on the :func:`schedule`, decay on matrices only, the stage's gradient clipped;
     ``nesterov``: NAdamW (``optax.nadamw`` is ``optax.adamw`` with it)."""
-    check_range(peak, "peak", "nadamw" if nesterov else "adamw", 0.0)
+    where = "nadamw" if nesterov else "adamw"
+    check_range(peak, "peak", where, 0.0)
+    _check_moments(where, weight_decay, clip, b1=b1, b2=b2)
     lr = schedule(peak, total_steps, warmup_steps=warmup_steps)
     tx = optax.adamw(lr, b1=b1, b2=b2, weight_decay=weight_decay, mask=_matrices, nesterov=nesterov)
     return _clipped(tx, clip)
@@ -163,6 +176,7 @@ def muon(
     """Muon on the hidden 2-D weights (rate ``peak``, momentum ``beta``), AdamW on the rest
     (rate ``adam_peak``, default ``peak / 10``), both on the :func:`schedule`."""
     check_range(peak, "peak", "muon", 0.0)
+    _check_moments("muon", weight_decay, clip, beta=beta, b2=b2)
     if adam_peak is not None:
         check_range(adam_peak, "adam_peak", "muon", 0.0)
     lr = schedule(peak, total_steps, warmup_steps=warmup_steps)

@@ -533,6 +533,13 @@ BAD = {
     ("muon", "peak", V): {"-0.02 [user report]": lambda: optimizers.muon(-0.02, 100)},
     ("muon", "adam_peak", V): {"nan": lambda: optimizers.muon(0.02, 100, adam_peak=NAN)},
     ("schedule", "peak", V): {"-1": lambda: optimizers.schedule(-1.0, 100)},
+    ("schedule", "final_fraction", V): {
+        "-1": lambda: optimizers.schedule(1.0, 100, final_fraction=-1.0)
+    },
+    ("adamw", "b1", V): {"1.5": lambda: optimizers.adamw(1e-3, 50, b1=1.5)},
+    ("adamw", "weight_decay", V): {"-1": lambda: optimizers.adamw(1e-3, 50, weight_decay=-1.0)},
+    ("adamw", "clip", V): {"0": lambda: optimizers.adamw(1e-3, 50, clip=0.0)},
+    ("muon", "beta", V): {"2": lambda: optimizers.muon(0.02, 100, beta=2.0)},
 }
 ROWS += [
     (f"{where} {argument} {case}", call, error, where, argument)

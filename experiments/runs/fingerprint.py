@@ -287,6 +287,27 @@ def _same_module(value: Any, home: dict[str, Any]) -> bool:
     return False
 
 
+@functools.cache
+def _library_roots() -> tuple[Path, ...]:
+    """Folders whose modules are not the user's: the standard library, installed packages,
+    jaxstale and the experiments (covered by the versions and the source hashes)."""
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    found = {Path(paths[k]).resolve() for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return (*sorted(found), PACKAGE_DIR, Path(__file__).resolve().parents[1])
+
+
+def _user_module(value: Any) -> bool:
+    """Whether ``value`` is a module of the user's own (a file outside :func:`_library_roots`),
+    e.g. ``import mymethods as u`` in the module of a registered builder."""
+    file = getattr(value, "__file__", None) if isinstance(value, ModuleType) else None
+    if not file:
+        return False
+    path = Path(file).resolve()
+    return not any(path.is_relative_to(root) for root in _library_roots())
+
+
 def user_source_text(obj: Any) -> str:
     """The text that stands for a user object in a fingerprint: its own code and what it
     reaches in its module.
@@ -294,11 +315,13 @@ def user_source_text(obj: Any) -> str:
     Starting from ``obj`` (a function, lambda, class, ``functools.partial``, bound method or
     string), collects every function or class of the same module named in its code, in its
     closure or among a partial's arguments (recursively), and the plain values (numbers,
-    strings, containers) it reads from module globals or its closure. Each function or class
-    counts by its code (:func:`source_digest`: not its comments or docstrings); objects without
-    source text by their compiled code or a stable ``repr``. Modules and objects from other
-    modules (optax, jax, jaxstale) are not followed: their versions and ``source_sha`` cover
-    them.
+    strings, containers) it reads from module globals or its closure; through a module of the
+    user's own that it names (``import mymethods as u``; ``u.damp(...)``: a file outside the
+    standard library, the installed packages and jaxstale), the functions, classes and values of
+    that module it names, the same way. Each function or class counts by its code
+    (:func:`source_digest`: not its comments or docstrings); objects without source text by
+    their compiled code or a stable ``repr``. Library modules and their objects (optax, jax,
+    jaxstale) are not followed: their versions and ``source_sha`` cover them.
 
     Args:
       obj: the user object.
@@ -336,6 +359,7 @@ def user_source_text(obj: Any) -> str:
                     reached.append((name, cell.cell_contents))
                 except ValueError:  # an empty cell
                     continue
+            names = sorted(_names(func.__code__))
             for name, value in reached:
                 if _same_module(value, home) or (
                     inspect.isfunction(value) and value.__globals__ is home
@@ -343,6 +367,13 @@ def user_source_text(obj: Any) -> str:
                     stack.append(value)
                 elif isinstance(value, _PLAIN):
                     parts.append(f"{name}={_ADDRESS.sub('', repr(value))}")
+                elif _user_module(value):  # u.damp: what it names in the user's other module
+                    for attr in names:
+                        member = getattr(value, attr, None)
+                        if _same_module(member, vars(value)):
+                            stack.append(member)
+                        elif isinstance(member, _PLAIN) and attr in vars(value):
+                            parts.append(f"{name}.{attr}={_ADDRESS.sub('', repr(member))}")
     return "\n".join(parts)
 
 

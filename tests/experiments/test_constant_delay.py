@@ -108,3 +108,9 @@ def test_a_batch_whose_activations_cannot_fit_is_one_line(tmp_path, capsys):
     assert e.value.code == 2 and len(err) == 1, err
     assert "argument --batch-size" in err[0] and "of memory" in err[0]
     assert not out.exists()
+
+
+def test_an_image_dataset_defaults_to_the_mlp():
+    """The GPT default refused --dataset digits / mnist1d (issue 51's budget table)."""
+    assert exp.Config(quick=True, dataset="digits").resolved()["models"] == ["mlp"]
+    assert exp.Config(quick=True).resolved()["models"] == ["gpt-tiny"]  # shakespeare

@@ -180,3 +180,15 @@ def test_the_memory_check_counts_each_workers_state():
     assert 0 <= small < 400  # injected hyper-parameters and counters: scalars
     sgd = exp.state_bytes({**cfg, "optimizer": "sgd"}, params)  # one momentum trace
     assert abs(sgd - (got - 8 * p)) < 400
+
+
+def test_a_gpt_smoke_run_is_a_few_runs():
+    """The image smoke run's 12 methods x 4 outer rates on a GPT took 29 minutes (118 runs,
+    issue 51); a text --quick runs dp, DiLoCo and naive asynchronous Nesterov at two rates (12
+    runs, 37 s on 2 cores)."""
+    from experiments import local_sgd
+
+    cfg = local_sgd.Config(quick=True, dataset="shakespeare", model=("gpt-tiny",)).resolved()
+    assert cfg["methods"] == ["dp", "diloco", "async-nesterov"]
+    assert cfg["lrs"] == [0.5, 0.7] and cfg["dp_scales"] == [1.0, 2.0] and cfg["seeds"] == 2
+    assert len(local_sgd.Config(quick=True).resolved()["methods"]) > 10  # images: every method

@@ -206,3 +206,13 @@ def test_language_model_selection_and_unlearned_runs():
     assert "sync GPT-CPU reaches **1.910 ± 0.000 nats test** (unigram entropy 3.340" in table
     got = common.loss_fields(4.5, 4.6, False, None, curve, 2.0, task)
     assert got["diverged"] and got["final_val_loss"] is None and got["unlearned_val_loss"] == 4.5
+
+
+def test_mnist1d_defaults_to_the_1d_convolution():
+    """The image default (mlp, cnn) refused MNIST-1D's (40, 1) signals (issue 51)."""
+    from experiments import sync_baseline
+
+    assert sync_baseline.Config(quick=True, dataset="mnist1d").resolved()["models"] == [
+        "mlp", "cnn1d"
+    ]  # fmt: skip
+    assert sync_baseline.Config(quick=True).resolved()["models"] == ["mlp", "cnn"]

@@ -216,3 +216,30 @@ def test_user_code_follows_class_methods():
 
     text = runs.user_source_text(Model)
     assert "_SCALE=0.5" in text
+
+
+def test_user_code_follows_a_helper_in_the_users_second_module(tmp_path, monkeypatch):
+    """The common layout: ``import mymethods as u`` and a builder calling ``u.damp``. Editing
+    ``u.damp`` (or a constant it reads) re-ran into the same folder and reused the old numbers:
+    only the builder's own module was followed (issue 51)."""
+    import importlib
+
+    helper = tmp_path / "mymethods_fp_test.py"
+    helper.write_text("C = 0.5\n\ndef damp(g):\n    return g * C\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    u = importlib.import_module("mymethods_fp_test")
+    build = lambda hp: u.damp(hp)  # the user's lambda, in this (other) module
+    monkeypatch.setitem(globals(), "u", u)
+    before = _fp(build)
+    helper.write_text("C = 0.5\n\ndef damp(g):\n    return g * C * 2\n")
+    importlib.reload(u)
+    assert _fp(build) != before  # the helper's code
+    helper.write_text("C = 0.9\n\ndef damp(g):\n    return g * C\n")
+    importlib.reload(u)
+    changed = _fp(build)
+    assert changed != before  # a value it reads
+    helper.write_text("C = 0.5\n\ndef damp(g):\n    return g * C  # a comment\n")
+    importlib.reload(u)
+    assert _fp(build) == before  # comments change nothing
+    # library modules are not followed: their versions and source hashes cover them
+    assert not fingerprint._user_module(json) and not fingerprint._user_module(runs)
