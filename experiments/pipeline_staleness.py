@@ -6,23 +6,15 @@ still. How much accuracy does that cost as the pipeline deepens, and how much do
 (PipeDream), SpecTrain's weight prediction (v1, v2) and NAG prediction recover — each policy at
 its own best learning rate, and which differences are beyond seed-to-seed noise?
 
-Protocol (the experiments' common one, ``experiments/common.py``): standardised inputs
-(training-set statistics) and a validation split carved from the training set; every policy ×
-model × depth ``N`` runs a learning-rate grid (``--lrs``) over ``--seeds`` seeds; the rate is
-**selected on the final validation accuracy** (a diverged seed counts at chance) and the tables
-report **test accuracy at the selected rate** (mean ± 95 % CI over the seeds that trained, the
-diverged fraction in the cell, the rate after ``@``). Nothing is chosen on test data. A seed
-fixes the initial weights and the data order, the same for every policy, depth and rate, so
-policies are compared **seed against seed**: the paired-difference tables give each policy minus
-vanilla and minus sync at each one's selected rate with a 95 % t interval over the seeds
-(:func:`experiments.runs.paired_difference`), marked *beyond noise* when it excludes 0, and the
-text under them lists every pair of policies whose difference is beyond noise (uncorrected for
-the number of comparisons: with 15 pairs per depth about one in 20 within-noise pairs is
-marked by chance). A rate selected at an edge of the grid extends that policy × N's grid
-(``--extend-edges``, :func:`experiments.grids.extend_grid`), and the table says so;
-``--tune-seeds K`` runs the grid on K seeds and the selected rate on all of them
-(:func:`experiments.grids.confirm_selected`). Time to accuracy: updates until the validation
-accuracy first reaches ``--target``.
+Protocol: the experiments' common one (``experiments/common.py``; docs/experiments/index.md):
+every policy × model × depth ``N`` runs a learning-rate grid over ``--seeds`` seeds, the rate
+**selected on validation** (a diverged seed at chance), the tables give **test** results at it
+(mean ± 95 % CI, the diverged fraction, the rate after ``@``); a seed fixes the initial weights
+and data order for every policy, so policies are compared **seed against seed**
+(:func:`experiments.runs.paired_difference`, *beyond noise* when the interval excludes 0; every
+pair beyond noise is listed, uncorrected). Edge rates extend the grid (``--extend-edges``);
+``--tune-seeds K`` tunes on K seeds. Time to accuracy: updates until validation first reaches
+``--target``.
 
 Setting: each model is split into ``N`` parameter-balanced stages and trained by the pipeline
 emulator (:mod:`jaxstale.pipeline`) on ``one_f_one_b(N, steps)`` (a policy may have its own
@@ -46,10 +38,9 @@ their peak). Policies (the ``method`` field of summary.json):
   (its definition is recorded in the config; a policy that needs its own schedule adds a
   factory ``(num_stages, num_batches) -> Schedule`` to :data:`SCHEDULES`).
 
-Budget: 1,500 mini-batches of 32 (37 epochs of digits' 1,295 training examples), where the
-sync reference has converged (flat from about 750). Rates: SGD 0.001–0.03 (0.1 diverges or
-collapses to chance for every policy), Adam 1e-4–1e-2. A NaN/inf loss ends a run: it is
-recorded ``diverged`` (with the update) and the sweep goes on.
+Budget: 1,500 mini-batches of 32 (37 epochs of digits), where sync has converged (flat from
+about 750). Rates: SGD 0.001–0.03 (0.1 diverges or collapses for every policy), Adam 1e-4–1e-2.
+A NaN/inf loss ends a run, recorded ``diverged`` at its update; the sweep goes on.
 
 ``--backward`` (:mod:`jaxstale.pipeline.program`): ``saved`` (the default) keeps the forward's
 activations and uses the backward weights where the weights enter the gradient (PipeDream
@@ -57,29 +48,27 @@ without stashing); ``recompute`` reruns the stage forward at the backward weight
 N = 4 and 8 with the default grid and seeds: the same selected rates and test accuracies within
 ±0.3 points, no difference beyond noise; ``saved`` is about 10 % cheaper.
 
-Language models: ``--dataset shakespeare --model gpt-tiny`` (or ``gpt-cpu``, 8 blocks; see
-:mod:`jaxstale.models.gpt`) trains a GPT on next-character prediction: every number above
-becomes the mean cross-entropy in nats per character (``final_val_loss``,
-``final_test_loss``), lower is better in the selection, tables, time to target (``--target``
-in nats) and figures; a run whose final validation loss is not below ``log V`` counts as
-diverged.
+Language models: ``--dataset shakespeare --model gpt-tiny`` (or ``gpt-cpu``; AdamW by
+default) trains a GPT on next-character prediction: every number above becomes the mean
+cross-entropy in nats per character (``final_val_loss``, ``final_test_loss``), lower is
+better everywhere; a run whose final validation loss is not below ``log V`` counts as diverged.
 
 Speed: the runs of one (model, N, policy), every rate and seed, are lanes of one vmapped
 compiled round (``--model cnn``: one after the other, ``--seed-mode``; grouped convolutions
 under vmap are slow on the CPU). ``--executor mesh`` runs one run at a time on a ``"stage"``
-device axis (on XLA:CPU the same numbers bit for bit; NAdam to float32 rounding).
+device axis, within float32 rounding of the emulator (bit for bit on XLA:CPU for most policies
+with SGD, not 2BW, NAdam or Adam: docs/reproducibility.md).
 Default: 3 depths × 6 policies × 4 rates × 5 seeds = 360 runs of 1,500 updates; ``--quick``
 (N ∈ {2, 4}, 2 rates, 2 seeds, 300 updates; a text dataset: N = 2, sync and vanilla,
 60 updates) is a smoke run, marked so in its tables.
 
 Outputs (run folder): summary.json rows (method, model, stages, lr, seed, optimizer, momentum,
 target, schedule, backward, final_val/test_accuracy or _loss, diverged, diverged_step,
-updates_to_target, final_train_loss, steps, batch_size, wall_s and cpu_s: the group's wall
-and process CPU time over its runs), table.md (the tables above,
-paired differences against vanilla and sync, the pairs beyond noise), plot.png (validation
-curves at the deepest N), accuracy_vs_stages.png (loss_vs_stages.png for a language model;
-with 95 % CIs), gantt.png (the schedule at the run's deepest N with weight versions). Run:
-``python -m experiments.pipeline_staleness --help``.
+updates_to_target, final_train_loss, steps, batch_size, wall_s and cpu_s), table.md (the
+tables above, paired differences against vanilla and sync), plot.png (curves at the deepest
+N), accuracy_vs_stages.png (loss_vs_stages.png for a language model), gantt.png (the schedule
+at the run's deepest N, with weight versions). Run: ``python -m experiments.pipeline_staleness
+--help``.
 """
 
 from __future__ import annotations

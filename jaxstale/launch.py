@@ -11,34 +11,26 @@ developed and tested without a cluster. It is only a process launcher: the distr
 Command line::
 
     python -m jaxstale.launch --processes 2 --devices-per-process 2 -- pipeline_staleness --quick
-    python -m jaxstale.launch --processes 2 --devices-per-process 4 -- -m experiments.async_workers
     python -m jaxstale.launch --processes 2 --devices-per-process 2 -- path/to/script.py --flag
 
 The target after ``--`` is ``-m MODULE [args]`` (run like ``python -m``), a ``.py`` script
 (run like ``python script.py``), or a bare experiment name ``NAME`` (the module
 ``experiments.NAME`` of this checkout; ``jaxstale.experiments.NAME`` from an installed wheel).
-Options:
+Options: ``--processes P`` (``-n``; at most :func:`max_processes`), ``--devices-per-process D``
+(``-d``: emulated CPU devices, ``XLA_FLAGS=--xla_force_host_platform_device_count=D``, so the
+global mesh has ``P * D``), ``--port PORT`` (the coordinator's on 127.0.0.1; default a free
+one), ``--timeout S`` (JAX's distributed timeouts: start-up, the heartbeat after which a silent
+process counts as dead, the shutdown barrier; default JAX's own, 300 / 100 / 300 s in jax
+0.10.2) and ``--grace S`` (seconds between SIGTERM and SIGKILL when stopping, default 5).
 
-* ``--processes P`` (``-n``): the number of processes;
-* ``--devices-per-process D`` (``-d``): emulated CPU devices per process
-  (``XLA_FLAGS=--xla_force_host_platform_device_count=D``), so the global mesh has ``P * D``;
-* ``--port PORT``: the coordinator's port on 127.0.0.1 (default: a free one);
-* ``--timeout S``: JAX's distributed timeouts in seconds (connecting at start-up, the heartbeat
-  after which a silent process counts as dead, and the shutdown barrier); default JAX's own
-  (300 s, 100 s and 300 s in jax 0.10.2);
-* ``--grace S``: when the group is stopped, seconds between SIGTERM and SIGKILL (default 5).
-
-Each process gets ``JAXSTALE_COORDINATOR=127.0.0.1:PORT``, ``JAXSTALE_NUM_PROCESSES=P`` and
-``JAXSTALE_PROCESS_ID=i``, ``JAX_PLATFORMS=cpu`` unless ``JAX_PLATFORMS`` is already set, and
-the repository on ``PYTHONPATH`` (so the children import the same ``jaxstale`` as the launcher).
-It runs a small bootstrap (``python -m jaxstale.launch --child -- TARGET ...``) that calls
-:func:`initialize` before the target can touch a JAX backend, then runs the target with
-:mod:`runpy`. The children's output is forwarded line by line with a ``[p0]``, ``[p1]``, ...
-prefix. If a process fails (a non-zero exit code, or a signal), the others are stopped (SIGTERM,
-then SIGKILL after ``--grace``) and the launcher exits with the failing process's code (``128 +
-N`` for signal ``N``); Ctrl-C stops all processes (exit code 130). The children die with the
-launcher even if it is killed with SIGKILL (``PR_SET_PDEATHSIG`` on Linux), and each runs in its
-own process group, which the launcher kills as a whole.
+Each process gets ``JAXSTALE_COORDINATOR=127.0.0.1:PORT``, ``JAXSTALE_NUM_PROCESSES=P``,
+``JAXSTALE_PROCESS_ID=i``, ``JAX_PLATFORMS=cpu`` unless set, and the repository on
+``PYTHONPATH``; a bootstrap (``python -m jaxstale.launch --child -- TARGET ...``) calls
+:func:`initialize` before the target can touch a JAX backend, then runs it with :mod:`runpy`.
+Output is forwarded line by line with ``[p0]``, ``[p1]``, ... prefixes. If a process fails, the
+others are stopped (SIGTERM, then SIGKILL after ``--grace``) and the launcher exits with its
+code (``128 + N`` for signal ``N``); Ctrl-C stops all (130). The children die with the launcher
+even under SIGKILL (``PR_SET_PDEATHSIG``), each in its own process group, killed as a whole.
 
 A failing process exits at once: the bootstrap ends it with ``os._exit`` after flushing its
 output, because JAX's ``atexit`` handler (``jax.distributed.shutdown``) would otherwise wait in
@@ -60,8 +52,7 @@ detection finds the coordinator, the process count and id), then runs the target
 
 References:
     JAX documentation, "Introduction to multi-controller JAX"
-    (https://docs.jax.dev/en/latest/multi_process.html) and ``jax.distributed.initialize``
-    (https://docs.jax.dev/en/latest/_autosummary/jax.distributed.initialize.html).
+    (https://docs.jax.dev/en/latest/multi_process.html), ``jax.distributed.initialize``.
 """
 
 from __future__ import annotations
@@ -85,6 +76,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from jaxstale._checks import check_int, check_range
 from jaxstale.distributed import (
     ENV_COORDINATOR,
     ENV_NUM_PROCESSES,
@@ -230,14 +222,8 @@ def _cluster_main(target_argv: Sequence[str]) -> int:
 
 
 def max_processes() -> int:
-    """The most processes :func:`launch` starts on this machine: ``max(8, 4 · CPUs)``. Each is a
-    whole JAX process (a runtime, its threads, its compiled programs), so a count far beyond
-    the cores only forks the machine to a halt.
-
-    Example:
-        >>> max_processes() >= 8
-        True
-    """
+    """The most processes :func:`launch` starts here, ``max(8, 4 · CPUs)``: each is a whole JAX
+    process, and a count far beyond the cores only forks the machine to a halt."""
     return max(8, 4 * (os.cpu_count() or 1))
 
 
@@ -300,11 +286,8 @@ def _preexec_fn() -> Callable[[], None] | None:
 def _signal_text(returncode: int) -> str:
     if returncode >= 0:
         return f"code {returncode}"
-    try:
-        name = signal.Signals(-returncode).name
-    except ValueError:
-        name = "unknown"
-    return f"signal {-returncode} ({name})"
+    names = {s.value: s.name for s in signal.Signals}
+    return f"signal {-returncode} ({names.get(-returncode, 'unknown')})"
 
 
 class _Stop(Exception):
@@ -413,24 +396,20 @@ def launch(
         (130 for Ctrl-C).
 
     Raises:
-        ValueError: bad counts or times, or a target that names nothing runnable.
+        ValueError: counts, port or times out of range, or a target that names nothing
+            runnable; TypeError: a count that is not an int.
 
     Example:
-        >>> from jaxstale.launch import launch
         >>> launch(["-m", "my_experiment"], processes=2, devices_per_process=2)  # doctest: +SKIP
         0
     """
-    for name, v in (("processes", processes), ("devices_per_process", devices_per_process)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"launch: {name} must be a positive int, got {v!r}")
-    if processes > max_processes():
-        raise ValueError(
-            f"launch: processes must be <= {max_processes()} on this machine ({os.cpu_count()} "
-            f"CPUs; each is a whole JAX process), got {processes}"
+    check_int(devices_per_process, "devices_per_process", "launch", 1)
+    check_range(check_int(processes, "processes", "launch", 1), "processes", "launch", 1,
+                max_processes(), high_open=False, hint=" (4 per CPU, at least 8)")  # fmt: skip
+    if port is not None:
+        check_range(
+            check_int(port, "port", "launch", 1), "port", "launch", 1, 65535, high_open=False
         )
-    if port is not None and (isinstance(port, bool) or not isinstance(port, int)
-                             or not 1 <= port <= 65535):  # fmt: skip
-        raise ValueError(f"launch: port must be an int in [1, 65535], got {port!r}")
     if timeout is not None and not timeout > 0:
         raise ValueError(f"launch: timeout must be positive seconds or None, got {timeout!r}")
     if not grace >= 0:

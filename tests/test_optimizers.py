@@ -127,3 +127,30 @@ def test_injected_is_the_optimizer_at_its_peak_and_lanes_take_their_own(name):
         np.testing.assert_allclose(both["w"][i], alone["w"], rtol=1e-6, atol=1e-7)
     with pytest.raises(ValueError, match="unknown optimizer"):
         optimizers.injected("lamb", 0.1, steps=10)
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize(
+    ("call", "where", "argument"),
+    [
+        # accepted before (issue 51's user reports): each trained to NaN or grew the weights
+        (lambda: optimizers.adamw(-3e-3, 50), "adamw", "peak"),
+        (lambda: optimizers.adamw(NAN, 50), "adamw", "peak"),
+        (lambda: optimizers.nadamw(INF, 50), "nadamw", "peak"),
+        (lambda: optimizers.muon(-0.02, 100), "muon", "peak"),
+        (lambda: optimizers.muon(0.02, 100, adam_peak=NAN), "muon", "adam_peak"),
+        (lambda: optimizers.schedule(-1.0, 100), "schedule", "peak"),
+        (lambda: optimizers.schedule(1.0, 100, final_fraction=-1.0), "schedule", "final_fraction"),
+        (lambda: optimizers.adamw(1e-3, 50, b1=1.5), "adamw", "b1"),
+        (lambda: optimizers.adamw(1e-3, 50, weight_decay=-1.0), "adamw", "weight_decay"),
+        (lambda: optimizers.adamw(1e-3, 50, clip=0.0), "adamw", "clip"),
+        (lambda: optimizers.muon(0.02, 100, beta=2.0), "muon", "beta"),
+    ],
+)
+def test_out_of_range_hyperparameters_are_one_clear_line(call, where, argument):
+    with pytest.raises(ValueError) as e:
+        call()
+    assert str(e.value).startswith(f"{where}: {argument} must be in "), str(e.value)
+    assert "\n" not in str(e.value)

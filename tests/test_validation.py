@@ -19,7 +19,6 @@ import optax
 import pytest
 from jax.experimental import checkify
 
-import jaxstale
 from jaxstale import (
     DelaySchedule,
     Policy,
@@ -32,7 +31,6 @@ from jaxstale import (
     enable_traced_checks,
     gap_aware,
     models,
-    optimizers,
     predict_weights,
     register_policy,
     run_async,
@@ -518,28 +516,6 @@ BAD = {
     ("gpipe", "num_stages", V): {"0": lambda: schedules.gpipe(0, 4)},
     ("one_f_one_b", "num_batches", T): {"float": lambda: schedules.one_f_one_b(2, 4.0)},
     ("pipedream_2bw", "delay", V): {"1.0": lambda: schedules.pipedream_2bw(2, 4, delay=1.0)},
-    # rates of the outer optimizers and the language-model recipes, refused as
-    # delayed_nesterov's are (issue 51: accepted before)
-    ("outer_nesterov", "learning_rate", V): {
-        "-0.7 [user report]": lambda: jaxstale.outer_nesterov(-0.7),
-        "nan [user report]": lambda: jaxstale.outer_nesterov(NAN),
-    },
-    ("cgad", "learning_rate", V): {"-0.01 [user report]": lambda: jaxstale.cgad(-0.01)},
-    ("adamw", "peak", V): {
-        "-3e-3 [user report]": lambda: optimizers.adamw(-3e-3, 50),
-        "nan [user report]": lambda: optimizers.adamw(NAN, 50),
-    },
-    ("nadamw", "peak", V): {"inf": lambda: optimizers.nadamw(INF, 50)},
-    ("muon", "peak", V): {"-0.02 [user report]": lambda: optimizers.muon(-0.02, 100)},
-    ("muon", "adam_peak", V): {"nan": lambda: optimizers.muon(0.02, 100, adam_peak=NAN)},
-    ("schedule", "peak", V): {"-1": lambda: optimizers.schedule(-1.0, 100)},
-    ("schedule", "final_fraction", V): {
-        "-1": lambda: optimizers.schedule(1.0, 100, final_fraction=-1.0)
-    },
-    ("adamw", "b1", V): {"1.5": lambda: optimizers.adamw(1e-3, 50, b1=1.5)},
-    ("adamw", "weight_decay", V): {"-1": lambda: optimizers.adamw(1e-3, 50, weight_decay=-1.0)},
-    ("adamw", "clip", V): {"0": lambda: optimizers.adamw(1e-3, 50, clip=0.0)},
-    ("muon", "beta", V): {"2": lambda: optimizers.muon(0.02, 100, beta=2.0)},
 }
 ROWS += [
     (f"{where} {argument} {case}", call, error, where, argument)

@@ -200,3 +200,16 @@ def test_delayed_nesterov_takes_injected_hyperparameters_in_a_jitted_step():
         d = jnp.full(3, float(k + 1))
         (u, s), (v, p) = step(d, s), plain.update(d, p, x)
         np.testing.assert_allclose(u, v, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("call", "where"),
+    [  # accepted before, while delayed_nesterov refused the same (issue 51's user reports)
+        (lambda: outer_nesterov(-0.7), "outer_nesterov"),
+        (lambda: outer_nesterov(float("nan")), "outer_nesterov"),
+        (lambda: cgad(-0.01), "cgad"),
+    ],
+)
+def test_a_negative_or_nan_outer_rate_is_one_clear_line(call, where):
+    with pytest.raises(ValueError, match=rf"^{where}: learning_rate must be in \[0, inf\)"):
+        call()
