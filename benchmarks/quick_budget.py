@@ -28,8 +28,8 @@ from benchmarks._results import write
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASETS = ("digits", "mnist1d", "shakespeare")
-#: the default model of each experiment on a text (a GPT; the image models take no text)
-TEXT_MODEL = {"async_bn": None, "sync_baseline": "gpt-tiny"}
+#: experiments whose question is about images only: on a text they get no GPT, and refuse
+IMAGES_ONLY = ("async_bn",)
 BUDGET_S = 120
 
 
@@ -41,10 +41,8 @@ def experiments() -> list[str]:
 
 def _argv(name: str, dataset: str, out: str) -> list[str]:
     argv = [sys.executable, "-m", f"experiments.{name}", "--quick", "--dataset", dataset]
-    if dataset == "shakespeare" and name not in ("constant_delay",):
-        model = TEXT_MODEL.get(name, "gpt-tiny")
-        if model:
-            argv += ["--model", model]
+    if dataset == "shakespeare" and name not in IMAGES_ONLY:
+        argv += ["--model", "gpt-tiny"]
     return [*argv, "--out", out]
 
 

@@ -283,6 +283,11 @@ class Base:
         """Whether the dataset is a text (a language-modelling task, loss-based)."""
         return self.dataset in TEXTS or self.dataset in TFDS_TEXTS
 
+    def task_optimizer(self, given: str | None) -> str:
+        """``given``, or the task's default optimizer: AdamW for a language model (a GPT's
+        recipe; SGD left its smoke runs at the unigram level), SGD with momentum otherwise."""
+        return given or ("adamw" if self.text else "sgd")
+
     @property
     def resolved_target(self) -> float:
         """``target``, or the task's default: accuracy 0.95, a language model's 2.0 nats."""

@@ -110,7 +110,7 @@ class Config(Base):
         super().__post_init__()
         if self.methods == ("predicted",) and not self.stage_profiles and self.delays == (0,):
             raise ConfigError("methods", "predicted at τ = 0 is the optimizer itself: add a delay")
-        steps = self.steps or (120 if self.quick else 2000)
+        steps = self.resolved_steps
         longest = [("delays", d) for d in self.delays or ()]
         longest += [("stage_profiles", n - 1) for n in self.stage_profiles or ()]
         for name, d in longest:  # a run with no gradient arriving was tabled as a result
@@ -119,10 +119,15 @@ class Config(Base):
                     name, f"a delay of {d} updates is not shorter than the run ({steps} updates)"
                 )
 
+    @property
+    def resolved_steps(self) -> int:
+        """``--steps``, or the default: 2,000 updates (``--quick``: 120)."""
+        return self.steps or (120 if self.quick else 2000)
+
     def resolved(self) -> dict[str, Any]:
         """The run's config (decides its results; its hash names the folder)."""
         quick = self.quick
-        steps = self.steps or (120 if quick else 2000)
+        steps = self.resolved_steps
         grid = LRS[self.optimizer]
         lrs = list(self.lrs or (grid[:2] if quick else grid))
         seeds = self.seeds or (2 if quick else 5)

@@ -80,9 +80,9 @@ def check_pipeline(
     total, lanes, run, name, n, method = worst
     what = f"{lanes} runs at once (lanes of one compiled round) × " if lanes > 1 else "one run: "
     msg = (
-        f"this configuration needs about {fmt_bytes(total)} of memory, more than this "
-        f"machine's {fmt_bytes(limit)}: {what}{fmt_bytes(run)} of carried pipeline state "
-        f"({name}, N={n}, {method}: weights, optimizer state and the in-flight mini-batches' "
+        f"this configuration needs about {fmt_bytes(total)} of memory, more than the "
+        f"{fmt_bytes(limit)} this process may use: {what}{fmt_bytes(run)} of carried pipeline "
+        f"state ({name}, N={n}, {method}: weights, optimizer state and the in-flight mini-batches' "
         "activations) and its mini-batches" + ("" if mesh else "' indices")
     )
     if lanes > 1 and run + batches + shared <= limit:

@@ -220,9 +220,8 @@ class Config(Base):
 
     @property
     def resolved_optimizer(self) -> str:
-        """``--optimizer``, or the default: AdamW for a language model (SGD left a GPT's smoke
-        run at the unigram level), SGD otherwise."""
-        return self.optimizer or ("adamw" if self.text else "sgd")
+        """``--optimizer``, or the task's default (``Base.task_optimizer``)."""
+        return self.task_optimizer(self.optimizer)
 
     def resolved(self) -> dict[str, Any]:
         """The run's config (decides its results; its hash names the folder)."""

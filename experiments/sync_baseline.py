@@ -132,7 +132,7 @@ class Config(Base):
         """The run's config (everything that decides its results; its hash names the folder),
         the defaults filled in (a text's: a GPT, AdamW, batch 16, 1,000 updates)."""
         quick, lm = self.quick, self.text
-        name = self.optimizer or ("adamw" if lm else "sgd")
+        name = self.task_optimizer(self.optimizer)
         if name == "sgd" and not lm:  # the image experiments' SGD-momentum grid
             grid = QUICK_LRS if quick else LRS
         else:

@@ -214,13 +214,10 @@ def check_name(name: Any, where: str, what: str = "name") -> str:
 def check_real(
     value: Any, name: str, where: str, low: float, high: float = np.inf, *, low_open: bool = False
 ) -> float:
-    """``float(value)`` for a concrete real argument (a Python or numpy number, not a bool):
-    ``TypeError`` otherwise, ``ValueError`` outside ``[low, high]`` (``(low, …`` with
-    ``low_open``; an infinite ``high`` is open)."""
+    """``float(value)`` for a concrete real argument (a Python or numpy number, not a bool or an
+    array): ``TypeError`` otherwise; its range checked by :func:`check_range` (``[low, high]``,
+    ``(low, …`` with ``low_open``; an infinite ``high`` is open)."""
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         raise TypeError(f"{where}: {name} must be a real number, got {type(value).__name__}")
-    x = float(value)
-    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if np.isinf(high) else ']'}"
-    if not ((x > low if low_open else x >= low) and (x < high if np.isinf(high) else x <= high)):
-        raise ValueError(f"{where}: {name} must be in {interval}, got {x}")
-    return x
+    check_range(value, name, where, low, high, low_open=low_open, high_open=False)
+    return float(value)

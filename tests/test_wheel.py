@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_cli import HELPERS  # the shared helpers, not experiments
+
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 # What the build reads: the metadata files and the two package folders.
@@ -124,18 +126,7 @@ def test_installed_wheel_runs_the_experiments_from_anywhere(tmp_path):
         [p.stem for p in (ROOT / "experiments").glob("[!_]*.py")]
         + [p.parent.name for p in (ROOT / "experiments").glob("*/__init__.py")]  # async_bn
     )
-    helpers = (
-        "async_tables",
-        "cliff_tables",
-        "common",
-        "config",
-        "grids",
-        "memory",
-        "presets",
-        "reports",
-        "runs",
-    )
-    for helper in helpers:  # tables, figures and shared code, not experiments
+    for helper in HELPERS:  # tables, figures and shared code, not experiments
         expected.remove(helper)
     assert [line.split()[0] for line in listed] == expected
     doc = ast.get_docstring(ast.parse((ROOT / "experiments" / "async_workers.py").read_text()))

@@ -312,13 +312,12 @@ def _fmt_wall(seconds: float) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def _interrupted(saved: int, total: int | None, path: Path) -> NoReturn:
-    """Ctrl-C in a sweep: one line on stderr, then ``SystemExit(130)`` without a traceback
-    (``total`` None: ``saved`` is the folder's count, no total known)."""
+def _interrupted(saved: int, path: Path) -> NoReturn:
+    """Ctrl-C in a sweep: one line on stderr (``saved``: the folder's finished cells), then
+    ``SystemExit(130)`` without a traceback."""
     end_bar = "\n" if getattr(sys.stderr, "isatty", lambda: False)() else ""
-    count = f"{saved}" if total is None else f"{saved}/{total}"
     print(
-        f"{end_bar}interrupted: {count} cells saved in {path}; re-run the same command to resume",
+        f"{end_bar}interrupted: {saved} cells saved in {path}; re-run the same command to resume",
         file=sys.stderr,
         flush=True,
     )

@@ -327,11 +327,6 @@ class RunFolder:
         digest = hashlib.sha1(to_json(key, canonical=True).encode()).hexdigest()[:16]
         return self.cells_dir / f"{digest}.json"
 
-    def _cells_on_disk(self) -> int:
-        """How many finished cells the folder holds (every call's)."""
-        found = self._store if self._store is not None else list(self.cells_dir.glob("*.json"))
-        return len(found)
-
     def _load(self, path: Path) -> dict[str, Any] | None:
         if self._store is not None:
             return self._store.get(path.name)
@@ -500,7 +495,7 @@ class RunFolder:
         except KeyboardInterrupt:
             # the folder's count, not this call's: a sweep runs several calls (one per worker
             # count, model, ...) and said "0/6 cells saved" with 36 on disk
-            _interrupted(self._cells_on_disk(), None, self.path)
+            _interrupted(len(self._cells()), self.path)
         self.create()
         out = [self.done(key) for key in key_list]
         assert all(row is not None for row in out)
