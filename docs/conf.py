@@ -92,6 +92,7 @@ AREAS: list[tuple[str, list[str]]] = [
         [
             "jaxstale.data",
             "jaxstale.text",
+            "jaxstale.ngram",
             "jaxstale.tasks",
             "jaxstale.models",
             "jaxstale.losses",

@@ -101,7 +101,10 @@ def make_figures(
     metrics_of: Callable[[dict], list],
     cfg: dict,
     task: tasks.Task | None = None,
+    levels: dict[str, float] | None = None,
 ) -> dict:
+    """The learning curves per M (a text run's with its corpus's n-gram ``levels``) and the
+    metric against M per momentum."""
     from matplotlib.figure import Figure
 
     t = tasks.or_default(task)
@@ -128,6 +131,7 @@ def make_figures(
         title=f"Curves at each method's rate selected on validation, momentum {mu_main}, "
         f"{cfg['delay']} delays",
         footer=_footer(cfg, t),
+        levels=levels,
     )
 
     fig = Figure(figsize=(5.5 * len(cfg["momentum"]), 4), layout="constrained")

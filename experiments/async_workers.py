@@ -69,6 +69,7 @@ from .async_tables import (
 )
 from .common import (
     chance,
+    curve_levels,
     group_clock,
     lanes_for,
     load_checked,
@@ -78,6 +79,8 @@ from .common import (
     seed_mode,
     splits,
     task_of,
+    text_levels,
+    with_levels,
 )
 from .config import (
     EVAL_HELP,
@@ -430,8 +433,10 @@ def report(
     cfg, ds, folder = opened(EXPERIMENT, config, sys.modules[__name__], _prepare)
     task = task_of(ds)
     table, selected = make_table(rows, cfg, chance(ds), task)
+    levels = text_levels(cfg, config)
+    table = with_levels(table, levels)
     metrics_of = lambda r: folder.metrics({k: r[k] for k in KEY})
-    figs = make_figures(rows, selected, metrics_of, cfg, task)
+    figs = make_figures(rows, selected, metrics_of, cfg, task, curve_levels(levels))
     counts = {
         str(m): c.tolist() for m in cfg["workers"] if (c := staleness_counts(rows, m)) is not None
     }

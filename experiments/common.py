@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import optax
 
-from jaxstale import data, delays, models, tasks, train
+from jaxstale import data, delays, models, tasks, text, train
 
 from . import runs
 from .grids import confirm_selected, extend_grid
@@ -39,9 +39,11 @@ __all__ = [
     "Gather",
     "chance",
     "convergence",
+    "curve_levels",
     "fit_grid",
     "group_clock",
     "lanes_for",
+    "levels_sentence",
     "load_checked",
     "load_data",
     "make_delay",
@@ -51,8 +53,10 @@ __all__ = [
     "run_row",
     "seed_mode",
     "splits",
+    "text_levels",
     "title",
     "user_sources",
+    "with_levels",
 ]
 
 SMOKE = (
@@ -110,6 +114,57 @@ def chance(ds: data.Dataset) -> float:
     """The task's chance level (accuracy ``1 / classes``; a language model's ``log V``): the
     selection score of a diverged seed."""
     return task_of(ds).chance
+
+
+def text_levels(cfg: dict[str, Any], config: Any = None) -> dict[str, float] | None:
+    """A built-in text corpus's reference losses on its test split (count unigram, bigram,
+    trigram models and ``log V``, :func:`jaxstale.text.reference_losses`); None for any other
+    dataset (a user's corpus has no fitted levels)."""
+    name = cfg.get("dataset")
+    if name not in (*text.TEXTS, *text.TFDS_TEXTS):
+        return None
+    return text.reference_losses(name, getattr(config, "data_dir", None))
+
+
+def levels_sentence(levels: dict[str, float] | None) -> str:
+    """The reference levels in one sentence for a text run's table ('' without levels).
+
+    Example:
+        >>> levels_sentence({"bigram": 2.57, "uniform": 4.42})[-60:]
+        'on validation): bigram 2.570; uniform 4.420 nats per character.'
+    """
+    if not levels:
+        return ""
+    grams = ", ".join(f"{k} {v:.3f}" for k, v in levels.items() if k != "uniform")
+    return (
+        "Reference levels, test split (count n-gram models of the training split, add-k "
+        f"chosen on validation): {grams}; uniform {levels['uniform']:.3f} nats per character."
+    )
+
+
+def with_levels(table: str, levels: dict[str, float] | None) -> str:
+    r"""``table`` (markdown) with :func:`levels_sentence` as a paragraph below its first table
+    (at its end without a table; unchanged without levels).
+
+    Example:
+        >>> out = with_levels("# t\n\n| a |\n|---|\n\nmore\n", {"uniform": 4.42})
+        >>> [line[:16] for line in out.splitlines()]
+        ['# t', '', '| a |', '|---|', '', 'Reference levels', '', 'more']
+    """
+    sentence = levels_sentence(levels)
+    if not sentence:
+        return table
+    lines = table.split("\n")
+    start = next((i for i, ln in enumerate(lines) if ln.startswith("|")), None)
+    if start is None:
+        return table.rstrip("\n") + "\n\n" + sentence + "\n"
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return "\n".join([*lines[:end], "", sentence, *lines[end:]])
+
+
+def curve_levels(levels: dict[str, float] | None) -> dict[str, float] | None:
+    """The levels a learning-curve figure draws: the n-gram models (uniform is the start)."""
+    return {k: v for k, v in levels.items() if k != "uniform"} if levels else None
 
 
 def outcome(res: Any, target: float, task: tasks.Task | None = None) -> dict[str, Any]:

@@ -223,7 +223,7 @@ def validate(cfg: Any) -> None:
 
 
 #: the default ``--target`` of a classification task (validation accuracy) and of a language
-#: model (validation loss in nats: below the corpus's unigram entropy, 3.34 on Shakespeare)
+#: model (validation loss in nats: between Shakespeare's bigram and trigram levels, 2.57 / 1.97)
 ACCURACY_TARGET, LOSS_TARGET = 0.95, 2.0
 
 

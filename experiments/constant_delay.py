@@ -51,7 +51,19 @@ from jaxstale.pipeline.kernel import compose
 from jaxstale.sizes import residual_bytes
 
 from . import grids, reports, runs
-from .common import chance, group_clock, load_checked, opened, outcome, splits, task_of, title
+from .common import (
+    chance,
+    curve_levels,
+    group_clock,
+    load_checked,
+    opened,
+    outcome,
+    splits,
+    task_of,
+    text_levels,
+    title,
+    with_levels,
+)
 from .config import (
     EVAL_HELP,
     Base,
@@ -320,7 +332,9 @@ def make_table(
     return "\n\n".join(parts) + "\n", selected, picked
 
 
-def make_figure(picked: list[dict[str, Any]], task: tasks.Task) -> Any:
+def make_figure(
+    picked: list[dict[str, Any]], task: tasks.Task, levels: dict[str, float] | None = None
+) -> Any:
     """The test metric at the selected rate against the delay, one line per method."""
     from matplotlib.figure import Figure
 
@@ -338,6 +352,8 @@ def make_figure(picked: list[dict[str, Any]], task: tasks.Task) -> Any:
         reports.accuracy_vs(ax, [(i, rs) for i, rs in pts if rs], method, style, task)
     ax.set_xticks(range(len(delays)), [label(d) for d in delays], rotation=20)
     ax.set_xlabel("gradient delay")
+    if levels:
+        runs.draw_levels(ax, levels)
     ax.set_ylabel(f"test {task.label} at the selected rate")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
@@ -402,9 +418,10 @@ def report(
     cfg, ds, folder = _open(config)
     task = task_of(ds)
     table, selected, picked = make_table(rows, cfg, chance(ds), task)
-    paths = folder.report(
-        table, {"plot": make_figure(picked, task)}, num_runs=len(rows), started=started
-    )
+    levels = text_levels(cfg, config)
+    table = with_levels(table, levels)
+    figs = {"plot": make_figure(picked, task, curve_levels(levels))}
+    paths = folder.report(table, figs, num_runs=len(rows), started=started)
     path = str(folder.path)
     return {"rows": rows, "paths": paths, "table": table, "selected": selected, "path": path}
 

@@ -88,6 +88,8 @@ from .common import (
     seed_mode,
     splits,
     task_of,
+    text_levels,
+    with_levels,
 )
 from .config import (
     Base,
@@ -305,6 +307,7 @@ def report(
     cfg, ds, folder = opened(EXPERIMENT, config, sys.modules[__name__], _prepare)
     chance_acc, task = chance(ds), task_of(ds)
     table, stable, selected = make_table(rows, cfg, chance_acc, task)
+    table = with_levels(table, text_levels(cfg, config))
     figs = make_figures(rows, cfg, stable, chance_acc, task)
     paths = folder.report(table, figs, num_runs=len(rows), started=started)
     return {"rows": rows, "paths": paths, "table": table, "stable": stable, "selected": selected}

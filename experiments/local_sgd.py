@@ -76,7 +76,7 @@ from jaxstale.sizes import tree_bytes
 from jaxstale.transforms.lookahead import momentum_lookahead
 from jaxstale.transforms.outer import cgad, delayed_nesterov, staleness_weight
 
-from . import grids, memory, reports, runs
+from . import common, grids, memory, reports, runs
 from .common import chance, group_clock, load_checked, opened, outcome, splits, task_of, title
 from .config import Base, ConfigError, check_memory, check_model, cli, flag, opt, refuse_unused
 
@@ -469,7 +469,9 @@ def make_table(
     return "\n\n".join(parts) + "\n", selected, picked
 
 
-def make_figure(picked: list[dict[str, Any]], task: tasks.Task) -> Any:
+def make_figure(
+    picked: list[dict[str, Any]], task: tasks.Task, levels: dict[str, float] | None = None
+) -> Any:
     """The test metric at the selected rate per setting, one line per method."""
     from matplotlib.figure import Figure
 
@@ -486,6 +488,8 @@ def make_figure(picked: list[dict[str, Any]], task: tasks.Task) -> Any:
         reports.accuracy_vs(ax, [(i, rs) for i, rs in pts if rs], method, style, task)
     ax.set_xticks(range(len(cols)), cols, rotation=20)
     ax.set_xlabel("workers and inner steps")
+    if levels:
+        runs.draw_levels(ax, levels)
     ax.set_ylabel(f"test {task.label} at the selected outer rate")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
@@ -572,9 +576,10 @@ def report(
     cfg, ds, folder = _open(config)
     task = task_of(ds)
     table, selected, picked = make_table(rows, cfg, chance(ds), task)
-    paths = folder.report(
-        table, {"plot": make_figure(picked, task)}, num_runs=len(rows), started=started
-    )
+    levels = common.text_levels(cfg, config)
+    table = common.with_levels(table, levels)
+    figs = {"plot": make_figure(picked, task, common.curve_levels(levels))}
+    paths = folder.report(table, figs, num_runs=len(rows), started=started)
     path = str(folder.path)
     return {"rows": rows, "paths": paths, "table": table, "selected": selected, "path": path}
 

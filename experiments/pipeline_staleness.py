@@ -84,7 +84,7 @@ import numpy as np
 from jaxstale import data, loop, models, optimizers, pipeline, schedules, tasks
 
 from . import common, grids, memory, reports, runs
-from .common import chance, load_checked, opened, outcome, seed_mode, splits, task_of, title
+from .common import chance, load_checked, opened, outcome, seed_mode, splits, task_of
 from .config import (
     EVAL_HELP,
     Base,
@@ -96,14 +96,8 @@ from .config import (
     refuse_unused,
     seed_mode_opt,
 )
-from .reports import (
-    at_selected,
-    edge_notes,
-    metric_vs_figure,
-    paired_table,
-    pairs_text,
-    tuned_tables,
-)
+from .pipeline_tables import EDGE_BY, make_table
+from .reports import at_selected, metric_vs_figure
 
 EXPERIMENT = "pipeline_staleness"
 DEFAULT_METHODS = ("sync", "vanilla", "stash", "spectrain-v1", "spectrain-v2", "nesterov")
@@ -118,7 +112,6 @@ MODEL_KW: dict[str, dict[str, Any]] = {
     "resnet20": {"width": 8},  # 11 blocks
 }
 KEY = ("model", "stages", "method", "lr", "seed")  # the fields of a cell key
-EDGE_BY = ("model", "method", "stages")  # the rows of one rate grid
 
 #: policy name -> schedule factory ``(num_stages, num_batches) -> Schedule`` for a policy that
 #: needs its own schedule (e.g. a double-buffered 2BW-style one); every other policy runs
@@ -404,90 +397,16 @@ def _cells(cfg: dict[str, Any], blocks: dict[str, int]) -> list[dict[str, Any]]:
 # ----------------------------------------------------------------------------- tables and plots
 
 
-def make_table(
-    rows: list[dict[str, Any]],
-    cfg: dict[str, Any],
-    chance_acc: float,
-    task: tasks.Task = reports.ACCURACY,
-) -> tuple[str, dict[tuple[Any, ...], Any]]:
-    """The tuned tables (test accuracy — a language model's loss — at the rate selected on
-    validation, time to target, the validation grid), the paired differences and the pairs
-    beyond noise."""
-    col, m = (lambda n: f"N={n}"), task.label
-    acc, ttime, grid, selected = tuned_tables(
-        rows, index=("model", "method"), columns="stages", chance_acc=chance_acc, col_label=col,
-        task=task,
-    )  # fmt: skip
-    picked = at_selected(rows, selected, by=("model", "method", "stages"))
-    o, mu = cfg["optimizer"], cfg["momentum"]
-    opt = f"SGD momentum {mu}" if o == "sgd" else f"{optimizers.LABELS[o]} (β1 {mu})"
-    data = "standardised" if task.metric == "accuracy" else "next character, loss in nats"
-    head = (
-        f"{cfg['dataset']} ({data}; validation split for selection), {opt}, "
-        f"{cfg['steps']} mini-batches of {cfg['batch_size']}, asynchronous 1F1B with N stages "
-        f"(sync: 1F1B with a flush), backward={cfg['backward']}, {cfg['seeds']} seeds"
-    )
-    parts = [
-        title(
-            cfg,
-            f"**Test {m} at each policy's learning rate selected on validation (mean ± 95 % "
-            f"CI over seeds that trained; [diverged/seeds]; @ selected lr), {head}**",
-        ),
-        acc,
-        f"**Updates until validation {m.split()[0]} {'≥' if task.higher_is_better else '≤'} "
-        f"{task.scale * cfg['target']:g} at the selected rate (median over seeds; "
-        "[reached/seeds])**",
-        ttime,
-        f"**Validation {m} per learning rate (mean over seeds, diverged seeds at chance; "
-        "bold: selected)**",
-        grid,
-    ]
-    lim, lrs = cfg.get("extend_edges", 0), cfg.get("lrs", ())
-    edges = edge_notes(rows, by=EDGE_BY, grid=lrs, limit=lim, chance_acc=chance_acc, task=task)
-    parts += [n for n in (edges, reports.tuning_note(cfg, task)) if n]
-    methods = list(dict.fromkeys(r["method"] for r in rows))
-    for base in ("vanilla", "sync"):
-        if base in methods and len(methods) > 1:
-            table, _ = paired_table(
-                picked,
-                index=("model",),
-                compare="method",
-                baseline=base,
-                columns="stages",
-                col_label=col,
-                task=task,
-            )
-            parts += [
-                f"**Paired test-{m.split()[0]} difference to {base} ({task.unit}; per seed, each "
-                f"policy at "
-                f"its selected rate; mean ± 95 % t interval; beyond noise: the interval "
-                f"excludes 0)**",
-                table,
-            ]
-    findings: list[dict[str, Any]] = []
-    for j, base in enumerate(methods):
-        others = methods[j + 1 :]
-        if others:
-            sub = [r for r in picked if r["method"] in (base, *others)]
-            findings += paired_table(
-                sub, index=("model",), compare="method", baseline=base, columns="stages", task=task
-            )[1]
-    if findings:
-        parts += [
-            f"**Every pair of policies, paired test-{m.split()[0]} difference at the selected "
-            "rates (95 % t interval over seeds, uncorrected for the number of pairs)**",
-            pairs_text(findings, task),
-        ]
-    return "\n\n".join(parts) + "\n", selected
-
-
 def make_figures(
     rows: list[dict[str, Any]],
     selected: dict[tuple[Any, ...], Any],
     metrics_of: Callable[[dict[str, Any]], list[dict[str, Any]] | None],
     cfg: dict[str, Any],
     task: tasks.Task = reports.ACCURACY,
+    levels: dict[str, float] | None = None,
 ) -> dict[str, Any]:
+    """The learning curves at the deepest N, the metric against N, the Gantt charts; a text
+    run's figures draw its corpus's n-gram ``levels``."""
     figs: dict[str, Any] = {}
     picked = at_selected(rows, selected, by=("model", "method", "stages"))
     names = list(dict.fromkeys(r["model"] for r in rows))
@@ -508,12 +427,13 @@ def make_figures(
         ys=("train_loss", task.key("val")),
         title="Learning curves at the deepest N, each policy at its rate selected on validation",
         methods=cfg["methods"],
+        levels=common.curve_levels(levels),
     )
     # named by the task's metric: a language model's is loss_vs_stages (a loss under an
     # accuracy name before)
     figs[f"{task.metric}_vs_stages"] = metric_vs_figure(
         picked, panel="model", x="stages", methods=cfg["methods"], xlabel="pipeline stages N",
-        task=task,
+        task=task, levels=common.curve_levels(levels),
     )  # fmt: skip
     deepest = max(cfg["stages"])  # the run's own depth (an N = 2 run drew N = 4 before)
     figs["gantt"] = schedules.render(schedules.one_f_one_b(deepest, 2 * deepest))
@@ -583,8 +503,10 @@ def report(
     cfg, ds, folder = _open(config)
     task = task_of(ds)
     table, selected = make_table(rows, cfg, chance(ds), task)
+    levels = common.text_levels(cfg, config)
+    table = common.with_levels(table, levels)
     metrics = lambda r: folder.metrics({k: r[k] for k in KEY})
-    figs = make_figures(rows, selected, metrics, cfg, task)
+    figs = make_figures(rows, selected, metrics, cfg, task, levels)
     paths = folder.report(table, figs, num_runs=len(rows), started=started)
     path = str(folder.path)
     return {"rows": rows, "paths": paths, "table": table, "selected": selected, "path": path}

@@ -462,10 +462,11 @@ def metric_vs_figure(
     methods: Sequence[str],
     xlabel: str,
     task: tasks.Task | None = None,
+    levels: dict[str, float] | None = None,
 ) -> Any:
     """One panel per value of the field ``panel``: each method's test metric against the field
     ``x`` (log₂ axis) at its selected rate (``picked``: :func:`at_selected`'s rows), with 95 %
-    intervals (:func:`accuracy_vs`)."""
+    intervals (:func:`accuracy_vs`); ``levels`` (a corpus's n-gram losses) drawn as lines."""
     from matplotlib.figure import Figure
 
     t = tasks.or_default(task)
@@ -483,6 +484,8 @@ def metric_vs_figure(
         ax.set_xlabel(xlabel)
         ax.set_ylabel(f"test {t.label} at the selected lr (x: all diverged)")
         ax.set_title(str(name))
+        if levels:
+            runs.draw_levels(ax, levels)
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize="small")

@@ -49,8 +49,8 @@ configuration skips finished cells.
 cosine; ``--optimizer`` any of :data:`OPTIMIZERS`), batch 16, 1,000 updates (the LM claims'
 budget), rates {0.001, 0.003, 0.01}; every number is then a mean next-token loss in nats
 (lower is better, selected on the lowest validation loss, a run not below ``log V`` counted as
-diverged), ``--flat-tol`` is in nats, and the sentence says the corpus's unigram entropy, the
-loss of a model that learned only character frequencies.
+diverged), ``--flat-tol`` is in nats, and the sentence and the figure give the corpus's count
+unigram / bigram / trigram levels on the test split (:func:`jaxstale.text.reference_losses`).
 
 Run: ``python -m experiments.sync_baseline [--quick] [--out DIR] [--model mlp,cnn] [--lrs ...]``;
 ``python -m experiments.sync_baseline --dataset shakespeare [--quick]``.
@@ -64,16 +64,18 @@ from typing import Any
 
 import optax
 
-from jaxstale import data, models, optimizers, tasks, text
+from jaxstale import data, models, optimizers, tasks
 
 from . import runs
 from .common import (
     chance,
     convergence,
+    curve_levels,
     fit_grid,
     load_checked,
     opened,
     task_of,
+    text_levels,
     title,
 )
 from .config import Base, check_memory, check_model, cli, opt
@@ -206,14 +208,14 @@ def summarise(
     curves_of: Any,
     chance_acc: float,
     task: tasks.Task = tasks.DEFAULT,
-    unigram: float | None = None,
+    levels: dict[str, float] | None = None,
 ) -> tuple[str, dict, dict[str, dict[str, Any]]]:
     """Selection on validation and the tables: ``(table, selected, reference)``.
 
     ``curves_of(model, lr)`` gives the seeds' metric records at that rate; ``selected`` maps
     ``(model,)`` to the rate with the best mean final validation metric (diverged seeds at
-    ``chance_acc``); ``reference`` is :func:`reference`'s; ``unigram``: a text's unigram
-    entropy, quoted beside its loss."""
+    ``chance_acc``); ``reference`` is :func:`reference`'s; ``levels``: a text's reference
+    losses (:func:`experiments.common.text_levels`), quoted beside its loss."""
     _, _, grid, selected = tuned_tables(
         rows, index=("model",), columns=None, chance_acc=chance_acc, task=task
     )
@@ -224,7 +226,7 @@ def summarise(
     )
     notes = "\n\n".join(n for n in (notes, tuning_note(cfg, task)) if n)
     grid += "\n\n" + notes if notes else ""
-    return make_table(rows, cfg, ref, grid, task, unigram), selected, ref
+    return make_table(rows, cfg, ref, grid, task, levels), selected, ref
 
 
 def _optimizer_text(cfg: dict[str, Any]) -> str:
@@ -238,7 +240,7 @@ def make_table(
     ref: dict,
     grid: str,
     task: tasks.Task = tasks.DEFAULT,
-    unigram: float | None = None,
+    levels: dict[str, float] | None = None,
 ) -> str:
     """The reference sentences, the table at the selected rates and the validation grid."""
     acc = task.metric == "accuracy"
@@ -267,8 +269,9 @@ def make_table(
         delta = "–" if not n else f"{sc * m + 0.0:+.{cell}f}"
         delta += f" ± {sc * h:.{cell}f}" if n > 1 else ""
         refs = ""
-        if not acc and unigram is not None:
-            refs = f" (unigram entropy {unigram:.3f}, uniform {task.chance:.3f} nats)"
+        if not acc and levels:
+            grams = ", ".join(f"{k} {v:.3f}" for k, v in levels.items() if k != "uniform")
+            refs = f" (n-gram levels: {grams}; uniform {task.chance:.3f} nats)"
         sentences.append(
             f"- sync {model.upper()} reaches **{r['test_text']} {test_unit}**{refs} at lr "
             f"{r['lr']:g} (selected on validation), {flat} (validation within {points} of its "
@@ -384,12 +387,8 @@ def report(
     cfg, ds, folder = _open(config)
     task = task_of(ds)
     curves_of = lambda m, lr: _curves(folder, rows, m, lr)
-    unigram = (
-        None
-        if task.metric == "accuracy"
-        else text.reference_losses(cfg["dataset"], getattr(config, "data_dir", None))["unigram"]
-    )
-    table, selected, ref = summarise(rows, cfg, curves_of, chance(ds), task, unigram)
+    levels = None if task.metric == "accuracy" else text_levels(cfg, config)
+    table, selected, ref = summarise(rows, cfg, curves_of, chance(ds), task, levels)
     series = {
         model: {
             f"lr {lr:g}" + (" (selected)" if ref.get(model, {}).get("lr") == lr else ""): _curves(
@@ -404,6 +403,7 @@ def report(
         series,
         ys=("train_loss", task.key("val")),
         title=f"Synchronous {opt_text} on {cfg['dataset']}: validation curves per rate",
+        levels=curve_levels(levels),
     )
     paths = folder.report(table, {"plot": fig}, num_runs=len(rows), started=started)
     return {

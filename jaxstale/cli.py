@@ -39,6 +39,7 @@ _NOT_EXPERIMENTS = frozenset(
         "config",
         "grids",
         "memory",
+        "pipeline_tables",
         "presets",
         "reports",
         "runs",

@@ -82,12 +82,13 @@ def facts(folder: Path) -> list[dict[str, Any]]:
 
 
 def _text_references(folder: Path) -> dict[str, float] | None:
-    """A text run's reference losses: the training split's unigram entropy and ``log V``
-    (None when the folder's dataset is not one of :mod:`jaxstale.text`'s corpora)."""
+    """A text run's reference losses: the corpus's count unigram / bigram / trigram levels on
+    the validation split (the budget reads validation curves) and ``log V`` (None when the
+    folder's dataset is not one of :mod:`jaxstale.text`'s corpora)."""
     from jaxstale import text
 
     try:
-        return text.reference_losses(_config(folder)["dataset"])
+        return {**text.reference_losses(_config(folder)["dataset"], split="val"), "split": "val"}
     except (KeyError, ValueError):
         return None
 
@@ -199,16 +200,38 @@ def _loss_line(name: str, setting: str, f: dict[str, Any]) -> str:
     )
     refs = ""
     if f.get("unigram") is not None:
-        below = "below" if f["plateau"] < f["unigram"] else "**not below**"
-        refs = (
-            f"; {below} the corpus's unigram entropy {f['unigram']:.2f} nats (uniform: "
-            f"{f['uniform']:.2f})"
-        )
+        refs = "; " + level_text(f["plateau"], f)
     return (
         f"- `{name}`, {setting}, {_rate(f)}: validation loss {f['plateau']:.3f} nats over "
         f"the last third of {f['steps']:,} updates{refs}; change over the last third {change} "
         "(a language model is compared at equal updates, on its warm-up + cosine schedule)."
     )
+
+
+def level_text(loss: float, levels: dict[str, Any]) -> str:
+    """Where ``loss`` sits among a corpus's n-gram levels (:func:`jaxstale.text.reference_losses`
+    keys, read on the split ``levels["split"]``, default test; a loss within 0.02 of a level
+    is "at" it).
+
+    Example:
+        >>> lv = {"unigram": 3.29, "bigram": 2.57, "trigram": 1.97, "uniform": 4.42}
+        >>> level_text(2.30, lv)[:50]
+        'between the bigram (2.57) and trigram (1.97) level'
+    """
+    grams = [(k, float(levels[k])) for k in ("unigram", "bigram", "trigram") if k in levels]
+    split = {"val": "validation"}.get(levels.get("split", "test"), "test")
+    tail = f" of the corpus (count models, {split} split; uniform {levels['uniform']:.2f})"
+    at = [k for k, v in grams if abs(loss - v) <= 0.02]
+    if at:
+        return f"at the {at[-1]} level ({dict(grams)[at[-1]]:.2f}){tail}"
+    below = [(k, v) for k, v in grams if loss < v]
+    if not below:
+        return f"**above the unigram level** ({grams[0][1]:.2f}){tail}"
+    if len(below) == len(grams):
+        k, v = grams[-1]
+        return f"below the {k} level ({v:.2f}){tail}"
+    (k, v), (k2, v2) = below[-1], grams[len(below)]
+    return f"between the {k} ({v:.2f}) and {k2} ({v2:.2f}) levels{tail}"
 
 
 def _rate(f: dict[str, Any]) -> str:

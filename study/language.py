@@ -67,8 +67,22 @@ def _delay(rows: Sequence[dict], method: str, tau: int) -> list[dict[str, Any]]:
     return selected(rows, knob=("lr",), method=method, delay=str(tau))
 
 
+def levels_line(corpus: str = "shakespeare") -> str:
+    """The corpus's count n-gram levels on the test split, the line under every LM table (a
+    test loss above the bigram level has learned little more than which character follows
+    which; :func:`jaxstale.text.reference_losses`)."""
+    from jaxstale import text
+
+    lv = text.reference_losses(corpus)
+    grams = ", ".join(f"{k} {lv[k]:.3f}" for k in ("unigram", "bigram", "trigram"))
+    return (
+        f"Reference levels, test split (count n-gram models, add-k chosen on validation): "
+        f"{grams}; uniform {lv['uniform']:.3f} nats."
+    )
+
+
 def _table(rows: Sequence[dict], methods: Sequence[str], stages: Sequence[int]) -> str:
-    return pipe_table(rows, methods, stages, model=None)
+    return f"{pipe_table(rows, methods, stages, model=None)}\n\n{levels_line()}"
 
 
 def _delay_table(rows: Sequence[dict], taus: Sequence[int]) -> str:
@@ -76,7 +90,8 @@ def _delay_table(rows: Sequence[dict], taus: Sequence[int]) -> str:
     for m in ("stale", "predicted"):
         cells = [cell(_delay(rows, "stale" if t == 0 else m, t)) for t in taus]
         body.append([m, *cells])
-    return runs.markdown_table(["method", *(f"τ={t}" for t in taus)], body)
+    table = runs.markdown_table(["method", *(f"τ={t}" for t in taus)], body)
+    return f"{table}\n\n{levels_line()}"
 
 
 def _taus(rows: Sequence[dict]) -> list[int]:

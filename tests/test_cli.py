@@ -27,6 +27,7 @@ HELPERS = (
     "config",
     "grids",
     "memory",
+    "pipeline_tables",
     "presets",
     "reports",
     "runs",

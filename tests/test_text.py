@@ -37,3 +37,15 @@ def test_loss_conversions_and_unknown_names():
     assert text.perplexity(math.log(5)) == pytest.approx(5.0)
     with pytest.raises(ValueError, match="unknown text dataset 'nope'"):
         text.load_text("nope")
+
+
+def test_reference_losses_are_the_count_models_levels():
+    """The n-gram levels the LM tables quote: the test split's by default, the validation
+    split's for a validation curve; another split is refused in one line."""
+    test = text.reference_losses("shakespeare")
+    val = text.reference_losses("shakespeare", split="val")
+    assert list(test) == ["unigram", "bigram", "trigram", "uniform"]
+    assert round(test["trigram"], 2) == 1.97 and round(val["trigram"], 2) == 2.06
+    assert test["uniform"] == val["uniform"] == pytest.approx(math.log(83))
+    with pytest.raises(ValueError, match="split must be 'test' or 'val'"):
+        text.reference_losses("shakespeare", split="train")

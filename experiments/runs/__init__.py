@@ -39,6 +39,7 @@ from .plots import add_footer as add_footer
 from .plots import axis_label as axis_label
 from .plots import clipped_errorbar as clipped_errorbar
 from .plots import curves_figure as curves_figure
+from .plots import draw_levels as draw_levels
 from .plots import finish_figure as finish_figure
 from .plots import method_style as method_style
 from .stats import format_ci as format_ci
@@ -72,6 +73,7 @@ __all__ = [
     "code_hash",
     "config_hash",
     "curves_figure",
+    "draw_levels",
     "finish_figure",
     "float_list",
     "format_ci",

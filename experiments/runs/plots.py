@@ -23,6 +23,7 @@ __all__ = [
     "axis_label",
     "clipped_errorbar",
     "curves_figure",
+    "draw_levels",
     "finish_figure",
     "method_style",
 ]
@@ -234,9 +235,12 @@ def _draw_panel(
     x: str,
     metric: str,
     log: bool,
+    levels: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """Draws one panel; returns label -> (handle, xs, mean) of the series it drew."""
     drawn: dict[str, Any] = {}
+    if levels and _held_out_loss(metric):
+        draw_levels(ax, levels)
     for j, (label, runs) in enumerate(series.items()):
         curve = _mean_curve(runs, x, metric)
         if curve is None:
@@ -281,6 +285,21 @@ def _draw_panel(
             style="italic",
         )
     return drawn
+
+
+def _held_out_loss(metric: str) -> bool:
+    return metric.endswith("loss") and ("val" in metric or "test" in metric)
+
+
+def draw_levels(ax: Any, levels: Mapping[str, float]) -> None:
+    """Reference levels (e.g. a corpus's n-gram losses) as dotted grey lines across ``ax``,
+    each named at the axis's right edge."""
+    for name, v in levels.items():
+        ax.axhline(v, color="0.45", linestyle=":", linewidth=1.1, zorder=1)
+        ax.annotate(
+            name, (1.0, v), xycoords=("axes fraction", "data"), xytext=(-2, 2),
+            textcoords="offset points", ha="right", va="bottom", fontsize=7, color="0.35",
+        )  # fmt: skip
 
 
 def _legend(
@@ -375,6 +394,7 @@ def curves_figure(
     methods: Sequence[str] | None = None,
     styles: Mapping[str, Mapping[str, Any]] | None = None,
     footer: str | None = None,
+    levels: Mapping[str, float] | None = None,
 ) -> Any:
     """Learning curves: one panel per metric, one line (mean over seeds, min–max band) per label.
 
@@ -400,6 +420,8 @@ def curves_figure(
         (e.g. ``{"sgd": {"color": "k"}}``; a label's entry wins over its method's).
       footer: small print at the bottom of the figure, e.g. the config summary (wrapped to the
         figure's width).
+      levels: reference levels drawn as named dotted lines on every held-out loss panel (a
+        corpus's n-gram losses, :func:`jaxstale.text.reference_losses`).
 
     Returns:
       A ``matplotlib.figure.Figure`` (pass it to :meth:`RunFolder.finish`).
@@ -427,7 +449,9 @@ def curves_figure(
         panels = []
         for c, metric in enumerate(ys):
             ax = axes[r][c]
-            panels.append(_draw_panel(ax, group_series, style_of, x, metric, metric in logy))
+            panels.append(
+                _draw_panel(ax, group_series, style_of, x, metric, metric in logy, levels)
+            )
             if group:
                 ax.set_title(f"{group}: {axis_label(metric)}", fontsize="medium")
         _legend(axes[r][-1], group_series, style_of, panels)

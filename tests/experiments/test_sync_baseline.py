@@ -161,7 +161,7 @@ def test_bad_input_is_a_usage_error_before_anything_is_written(tmp_path, capsys,
 @pytest.mark.slow  # 10 s of GPT compiles; the text's tables stay in make test (hand-built rows)
 def test_language_model_end_to_end(tmp_path):
     """--dataset shakespeare: a GPT with the language-model AdamW, rows and curves in nats, the
-    sentence beside the corpus's unigram entropy and the uniform loss."""
+    sentence beside the corpus's n-gram levels and the uniform loss."""
     out = tmp_path / "lm"
     res = sync_baseline.main(
         ["--dataset", "shakespeare", "--quick", "--steps", "6", "--eval-every", "3",
@@ -172,7 +172,8 @@ def test_language_model_end_to_end(tmp_path):
     (row,) = res["rows"]
     assert row["method"] == "adamw" and "final_val_accuracy" not in row
     assert 0 < row["final_val_loss"] < 4.42 and row["final_test_loss"] > 0  # below log 83
-    assert "nats test** (unigram entropy 3.338, uniform 4.419 nats)" in res["table"]
+    levels = "(n-gram levels: unigram 3.289, bigram 2.569, trigram 1.974; uniform 4.419 nats)"
+    assert f"nats test** {levels}" in res["table"]
     assert "| test loss (nats) | val. loss (nats) | updates to val. loss 2 |" in res["table"]
     curve = res["run"].metrics({k: row[k] for k in sync_baseline.KEY})
     assert [set(c) >= {"val_loss", "test_loss"} for c in curve] == [True, True]
@@ -200,10 +201,13 @@ def test_language_model_selection_and_unlearned_runs():
         for i, v in enumerate([3, 2.2, 2.0, 2.0])
     ]
     table, selected, _ = sync_baseline.summarise(
-        rows, cfg, lambda m, lr: [curve, curve], task.chance, task, 3.34
+        rows, cfg, lambda m, lr: [curve, curve], task.chance, task, {"bigram": 2.5, "uniform": 4.4}
     )
     assert selected == {("gpt-cpu",): 0.003}
-    assert "sync GPT-CPU reaches **1.910 ± 0.000 nats test** (unigram entropy 3.340" in table
+    assert (
+        "GPT-CPU reaches **1.910 ± 0.000 nats test** (n-gram levels: bigram 2.500; uniform 4.419"
+        in table
+    )
     got = common.loss_fields(4.5, 4.6, False, None, curve, 2.0, task)
     assert got["diverged"] and got["final_val_loss"] is None and got["unlearned_val_loss"] == 4.5
 

@@ -85,10 +85,20 @@ def test_a_language_models_reference_is_read_in_nats_against_the_corpus(tmp_path
             )
     (fact,) = budget.facts(folder)
     assert fact["lr"] == 0.003 and fact["metric"] == "loss"
-    assert abs(fact["unigram"] - 3.3376) < 1e-3 and abs(fact["uniform"] - 4.4188) < 1e-3
+    assert [round(fact[k], 2) for k in ("unigram", "bigram", "trigram")] == [3.37, 2.52, 2.06]
+    assert abs(fact["uniform"] - 4.4188) < 1e-3
     (line,) = [x for x in budget.section(_rows_of(tmp_path, fact), ["lm-depth"]) if "lm-" in x]
     assert "validation loss 1.903 nats over the last third of 600 updates" in line
-    assert "below the corpus's unigram entropy 3.34 nats (uniform: 4.42)" in line
+    # a validation curve against the validation split's levels (trigram 2.06; test 1.97)
+    assert "below the trigram level (2.06) of the corpus (count models, validation split" in line
+
+
+def test_level_text_places_a_loss_among_the_levels():
+    lv = {"unigram": 3.29, "bigram": 2.57, "trigram": 1.97, "uniform": 4.42}
+    assert budget.level_text(3.5, lv).startswith("**above the unigram level** (3.29)")
+    assert budget.level_text(2.58, lv).startswith("at the bigram level (2.57)")
+    assert budget.level_text(3.0, lv).startswith("between the unigram (3.29) and bigram (2.57)")
+    assert budget.level_text(1.5, lv).startswith("below the trigram level (1.97)")
 
 
 def _rows_of(root, fact):

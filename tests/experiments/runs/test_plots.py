@@ -178,3 +178,20 @@ def test_a_log_axis_labels_its_ticks_as_plain_numbers():
     labels = [t.get_text() for t in ax.get_yticklabels(minor=True) + ax.get_yticklabels()]
     shown = [s for s in labels if s]
     assert shown and not [s for s in shown if "10^" in s or "times" in s or "×" in s], shown
+
+
+def test_reference_levels_on_held_out_loss_panels() -> None:
+    """A corpus's n-gram levels are drawn, named, on the validation-loss panel only (a training
+    loss is not comparable with a test-split level)."""
+    from experiments.runs import curves_figure
+
+    runs_ = [[{"step": 1, "train_loss": 3.0, "val_loss": 3.1}, {"step": 2, "train_loss": 2.0,
+              "val_loss": 2.2}]]  # fmt: skip
+    fig = curves_figure(
+        {"sync": runs_}, ys=("train_loss", "val_loss"), levels={"bigram": 2.57, "trigram": 1.97}
+    )
+    train_ax, val_ax = fig.axes[:2]
+    assert [t.get_text() for t in val_ax.texts] == ["bigram", "trigram"]
+    dotted = [ln.get_ydata()[0] for ln in val_ax.get_lines() if ln.get_linestyle() == ":"]
+    assert dotted == [2.57, 1.97]
+    assert not train_ax.texts
