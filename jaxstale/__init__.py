@@ -30,6 +30,13 @@ from jaxstale.transforms import staleness_aware as staleness_aware
 from jaxstale.transforms import staleness_schedule as staleness_schedule
 from jaxstale.transforms import weight_prediction as weight_prediction
 
+# --- the 2026 fixes of a delayed pipeline: error feedback, basis rotation (issue 52) ---
+from jaxstale.transforms import ErrorFeedbackState as ErrorFeedbackState
+from jaxstale.transforms import error_feedback as error_feedback
+from jaxstale.transforms import BasisRotationState as BasisRotationState
+from jaxstale.transforms import basis_rotation as basis_rotation
+from jaxstale.transforms import scale_by_basis_rotation as scale_by_basis_rotation
+
 # --- outer optimizers over pseudo-gradients (issue 24) ---
 from jaxstale.transforms import DelayedNesterovState as DelayedNesterovState
 from jaxstale.transforms import MomentumLookaheadState as MomentumLookaheadState

@@ -135,3 +135,33 @@ def test_a_bad_delay_is_one_line(delay):
     with pytest.raises(ValueError, match="delayed_update: "):
         _, init = delayed.delayed_update(LIN, optax.sgd(0.1), delay, loss_fn=SQ)
         init(jnp.zeros(()))  # [1, 2]: one delay per group, but one parameter
+
+
+def test_error_feedback_in_the_constant_delay_harness_is_the_hand_recursion():
+    """SGD with error feedback at τ = 1: w_{t+1} = w_t + u_t + (u_t − u_{t−1}) from the second
+    update, u_t = −lr·(w_{t−1} − 1), the harness giving the stale gradient."""
+    import jaxstale
+
+    tx = jaxstale.error_feedback(optax.sgd(0.3))
+    update, init = delayed.delayed_update(LIN, tx, 1, loss_fn=SQ)
+    w, prev = [0.0], 0.0
+    for t in range(10):
+        u = -0.3 * (w[max(t - 1, 0)] - 1.0)
+        w.append(w[-1] + u + ((u - prev) if t else 0.0))
+        prev = u
+    np.testing.assert_allclose(_steps(update, init, jnp.zeros(()), 10), w[1:], rtol=1e-5)
+
+
+def test_basis_rotation_trains_in_the_constant_delay_harness():
+    import jaxstale
+
+    f, x, y = _mlp()
+    for tx in (jaxstale.basis_rotation(0.01, frequency=5), optax.adam(0.01)):
+        update, init = delayed.delayed_update(f.apply, tx, 2)
+        update = jax.jit(update)
+        p, st, s = f.params, init(f.params), f.state
+        first = None
+        for _ in range(30):
+            p, st, s, loss = update(p, st, s, x, y)
+            first = float(loss) if first is None else first
+        assert float(loss) < 0.7 * first

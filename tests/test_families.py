@@ -54,13 +54,15 @@ def _asyncdp(method: str) -> Callable[[str], tuple[loop.Executor, Any, Any]]:
     return build
 
 
-def _pipeline(policy: str) -> Callable[[str], tuple[loop.Executor, Any, Any]]:
+def _pipeline(
+    policy: str, tx: Callable[[], Any] = lambda: optax.sgd(0.05, momentum=0.9)
+) -> Callable[[str], tuple[loop.Executor, Any, Any]]:
     def build(executor: str):
         stages = models.functional_stages(_MODEL(), 2)
         momentum = 0.9 if pipeline.POLICIES[policy].predict == "nesterov" else None
         ex = pipeline.make(
             executor, stages, schedules.one_f_one_b(2, 12), policy,
-            optax.sgd(0.05, momentum=0.9), _X[:12], _Y[:12], momentum=momentum,
+            tx(), _X[:12], _Y[:12], momentum=momentum,
         )  # fmt: skip
         return ex, [s.params for s in stages], [s.state for s in stages]
 
@@ -95,6 +97,21 @@ def _localsgd(name: str) -> Callable[[str], tuple[loop.Executor, Any, Any]]:
 REGISTRY = (
     [(f"asyncdp/{m}", _asyncdp(m)) for m in asyncdp.method_names() if m != "lc-asgd-async-bn"]
     + [(f"pipeline/{p}", _pipeline(p)) for p in pipeline.POLICIES]
+    # the 2026 fixes are optimizers: error feedback around 2BW's, basis rotation in PipeDream's
+    + [
+        (
+            "pipeline/2bw+error-feedback",
+            _pipeline("2bw", lambda: jaxstale.error_feedback(optax.adamw(0.01, weight_decay=0.1))),
+        ),
+        # frequency 0: the plumbing (the mesh updates its pytrees) to float32 rounding; a
+        # rotating run parts after a few updates (tests/pipeline/test_basis_rotation_mesh.py)
+        (
+            "pipeline/stash+basis-rotation",
+            _pipeline(
+                "stash", lambda: jaxstale.basis_rotation(0.01, weight_decay=0.1, frequency=0)
+            ),
+        ),
+    ]
     + [(f"localsgd/{n}", _localsgd(n)) for n in LOCAL]
 )
 

@@ -93,8 +93,10 @@ def make(
     :func:`jaxstale.pipeline.emulator.executor`); the mesh runs one run, ``hyperparams``
     ``{name: value or [value per stage]}``. ``stage_trees`` (mesh): the optimizer on each
     stage's parameter pytree instead of its flat weight vector, for optimizers that read shapes
-    (AdamW's decay on matrices, Muon) and per-stage hyper-parameters (on when those are given;
-    :class:`~jaxstale.pipeline.stage_trees.StageTrees`). The emulator always updates pytrees.
+    (AdamW's decay on matrices, Muon) and per-stage hyper-parameters (on when those are given,
+    or when ``tx``'s state on a stage's pytree differs in size from its state on the flat vector,
+    as basis rotation's does; :class:`~jaxstale.pipeline.stage_trees.StageTrees`). The emulator
+    always updates pytrees.
     """
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; choose one of {EXECUTORS}")

@@ -111,6 +111,14 @@ def _as_stage(stage: Any) -> tuple[Callable[[Any, jax.Array], jax.Array], Any]:
     )
 
 
+def _state_reads_shapes(tx: optax.GradientTransformation, params: Any) -> bool:
+    """Whether ``tx``'s state on a stage's pytree is not, in size, its state on the flat vector
+    (basis rotation keeps a basis per matrix): such an optimizer must update pytrees."""
+    size = lambda tree: sum(int(np.prod(x.shape)) for x in jax.tree.leaves(tree))
+    flat = jax.ShapeDtypeStruct((size(params),), jnp.result_type(*jax.tree.leaves(params)))
+    return size(jax.eval_shape(tx.init, params)) != size(jax.eval_shape(tx.init, flat))
+
+
 def _pad(v: jax.Array, size: int) -> jax.Array:
     return jnp.pad(v, (0, size - v.shape[0]))
 
@@ -188,8 +196,8 @@ class MeshPipeline:
         self.p_max = max(self.sizes)
         self.dtype = jnp.result_type(*flats)
         self.flat0 = jnp.stack([_pad(f.astype(self.dtype), self.p_max) for f in flats])
-        if stage_trees is None:
-            stage_trees = bool(hyperparams)
+        if stage_trees is None:  # a state that is not the flat vector's reads the shapes
+            stage_trees = bool(hyperparams) or any(_state_reads_shapes(self.tx, p) for p in params)
         if hyperparams and not stage_trees:
             raise ValueError("hyperparams per stage need stage_trees=True")
         self.trees = (

@@ -7,8 +7,15 @@ reduces bit for bit to the plain optimizer. The outer optimizers of local SGD / 
 (:mod:`jaxstale.transforms.outer`) take a pseudo-gradient where the others take a gradient.
 """
 
+from jaxstale.transforms.basis_rotation import BasisRotationState as BasisRotationState
+from jaxstale.transforms.basis_rotation import basis_rotation as basis_rotation
+from jaxstale.transforms.basis_rotation import (
+    scale_by_basis_rotation as scale_by_basis_rotation,
+)
 from jaxstale.transforms.dc_asgd import DCASGDState as DCASGDState
 from jaxstale.transforms.dc_asgd import dc_asgd as dc_asgd
+from jaxstale.transforms.error_feedback import ErrorFeedbackState as ErrorFeedbackState
+from jaxstale.transforms.error_feedback import error_feedback as error_feedback
 from jaxstale.transforms.gap_aware import GapAwareState as GapAwareState
 from jaxstale.transforms.gap_aware import gap_aware as gap_aware
 from jaxstale.transforms.lookahead import MomentumLookaheadState as MomentumLookaheadState

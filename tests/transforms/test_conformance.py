@@ -3,7 +3,7 @@
 Each case is the full optimizer built around one transform with ``optax.sgd(ETA, MU)``:
 ``chain(X, sgd)`` for the gradient transforms, ``weight_prediction(sgd)`` for prediction and
 ``inject_hyperparams(sgd)(learning_rate=staleness_schedule(ETA))`` for the staleness-dependent
-learning rate.
+learning rate, ``error_feedback(sgd)`` for error feedback (its correction ``c·τ``).
 """
 
 import jax
@@ -16,6 +16,7 @@ from flax import nnx
 from jaxstale import (
     VersionBuffer,
     dc_asgd,
+    error_feedback,
     gap_aware,
     predict_weights,
     staleness_aware,
@@ -27,6 +28,7 @@ ETA, MU = 0.05, 0.9
 CASES = [
     "dc_asgd",
     "dc_asgd_a",
+    "error_feedback",
     "gap_aware",
     "staleness_aware",
     "staleness_schedule",
@@ -44,6 +46,8 @@ def make(name, eta=ETA, mu=MU, inner=None):
     inner = optax.sgd(eta, momentum=mu) if inner is None else inner
     if name == "weight_prediction":
         return weight_prediction(inner)
+    if name == "error_feedback":
+        return error_feedback(inner)
     if name == "staleness_schedule":  # η / max(τ, 1) inside the optimizer
         return optax.inject_hyperparams(optax.sgd)(
             learning_rate=staleness_schedule(eta), momentum=mu
@@ -58,7 +62,7 @@ def make(name, eta=ETA, mu=MU, inner=None):
 
 
 def extras(name, stale, tau):
-    if name in ("staleness_aware", "staleness_schedule"):
+    if name in ("staleness_aware", "staleness_schedule", "error_feedback"):
         return {"staleness": tau}
     if name == "weight_prediction":
         return {}
