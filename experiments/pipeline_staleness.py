@@ -104,7 +104,9 @@ DEFAULT_METHODS = ("sync", "vanilla", "stash", "spectrain-v1", "spectrain-v2", "
 OPTIMIZERS = optimizers.PER_STAGE
 #: the learning-rate grids per optimizer (half-decade steps); adamw, nadamw, muon: the peak
 _ADAM, _MUON = [0.0001, 0.0003, 0.001, 0.003, 0.01], [0.003, 0.01, 0.03, 0.1]
-LRS = {"sgd": [0.001, 0.003, 0.01, 0.03], "muon": _MUON} | dict.fromkeys(OPTIMIZERS[1:5], _ADAM)
+LRS = {"sgd": [0.001, 0.003, 0.01, 0.03], "muon": _MUON} | dict.fromkeys(
+    ("adam", "nadam", "adamw", "nadamw", "rotated"), _ADAM
+)
 QUICK_LRS: dict[str, list[float]] = {k: [v[1], v[2]] for k, v in LRS.items()}
 MODEL_KW: dict[str, dict[str, Any]] = {
     "mlp": {"hidden": (64,) * 7},  # 8 blocks: splits into up to 8 stages

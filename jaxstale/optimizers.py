@@ -16,6 +16,9 @@ of the stage's own gradient — the same as global clipping with one stage.
   hidden 2-D weights, AdamW on the rest — embeddings, the output head, biases and norms, which
   is the standard split (``exclude``: the names of the parameters kept on AdamW; optax's Adam
   branch is the Nesterov form, NAdamW);
+* :func:`rotated`: AdamW in a rotated basis per hidden weight matrix (basis rotation, Jung,
+  Shin, Lee 2026: :func:`jaxstale.basis_rotation`), the embeddings, head, biases and norms on
+  AdamW — the split of the authors' code;
 * :func:`sgd`: SGD with momentum, the same schedule and clipping.
 
 References:
@@ -23,7 +26,8 @@ References:
     Dozat, "Incorporating Nesterov Momentum into Adam", ICLR 2016 workshop (NAdam);
     Ajanthan et al., "Nesterov Method for Asynchronous Pipeline Parallel Optimization",
     ICML 2025, arXiv 2505.01099 (AsyncPP: NAdam, β1 0.99); Jordan et al., "Muon: an optimizer
-    for hidden layers in neural networks", 2024.
+    for hidden layers in neural networks", 2024; Jung, Shin, Lee, "Mitigating Staleness in
+    Asynchronous Pipeline Parallelism via Basis Rotation", ICML 2026, arXiv 2602.03515.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ __all__ = [
     "muon_weights",
     "nadamw",
     "per_stage",
+    "rotated",
     "schedule",
     "set_hyperparams",
     "sgd",
@@ -195,6 +200,49 @@ def muon(
     return _clipped(tx, clip)
 
 
+def _hidden_matrices(exclude: Sequence[str]) -> Callable[[Any], Any]:
+    """The 2-D parameters whose path names none of ``exclude`` (Muon's split)."""
+
+    def mask(params: Any) -> Any:
+        def one(path: Any, p: Any) -> bool:
+            names = {str(getattr(k, "key", getattr(k, "name", k))) for k in path}
+            return getattr(p, "ndim", 0) == 2 and not names & set(exclude)
+
+        return jax.tree_util.tree_map_with_path(one, params)
+
+    return mask
+
+
+def rotated(
+    peak: float,
+    total_steps: int,
+    *,
+    warmup_steps: int = 0,
+    b1: float = 0.9,
+    b2: float = 0.95,
+    weight_decay: float = 0.1,
+    clip: float | None = 1.0,
+    frequency: int = 10,
+    geometry: str = "bilateral",
+    exclude: Sequence[str] = EXCLUDE,
+) -> optax.GradientTransformation:
+    """:func:`adamw` with Adam's scaling in a rotated basis on the hidden 2-D weights (basis
+    rotation, :func:`jaxstale.transforms.basis_rotation.basis_rotation`; bases refreshed every
+    ``frequency`` updates, ``geometry`` bilateral or unilateral); embeddings, head, biases and
+    norms (``exclude`` and every non-matrix) run AdamW, as in the authors' code. The decay is
+    on matrices only, as :func:`adamw`'s."""
+    from jaxstale.transforms.basis_rotation import basis_rotation
+
+    check_range(peak, "peak", "rotated", 0.0)
+    _check_moments("rotated", weight_decay, clip, b1=b1, b2=b2)
+    lr = schedule(peak, total_steps, warmup_steps=warmup_steps)
+    tx = basis_rotation(
+        lr, b1, b2, 1e-8, weight_decay, frequency=frequency, geometry=geometry,
+        mask=_hidden_matrices(exclude), weight_decay_mask=_matrices,
+    )  # fmt: skip
+    return _clipped(tx, clip)
+
+
 def sgd(
     peak: float,
     total_steps: int,
@@ -209,7 +257,7 @@ def sgd(
 
 
 #: the optimizers :func:`injected` builds by name
-NAMES = ("adamw", "nadamw", "muon")
+NAMES = ("adamw", "nadamw", "muon", "rotated")
 
 #: warm-up of :func:`injected`: this fraction of the run's updates
 WARMUP_FRACTION = 0.05
@@ -220,6 +268,8 @@ def _unit_peak(learning_rate: Any, *, name: str, steps: int, b1: float) -> Any:
     warm = int(steps * WARMUP_FRACTION)
     if name == "muon":
         base = muon(1.0, steps, warmup_steps=warm, beta=b1)
+    elif name == "rotated":
+        base = rotated(1.0, steps, warmup_steps=warm, b1=b1)
     else:
         base = (nadamw if name == "nadamw" else adamw)(1.0, steps, warmup_steps=warm, b1=b1)
     return optax.chain(base, optax.scale(learning_rate))
@@ -261,6 +311,7 @@ LABELS = {
     "adamw": "AdamW",
     "nadamw": "NAdamW",
     "muon": "Muon",
+    "rotated": "AdamW, basis rotation",
 }
 
 

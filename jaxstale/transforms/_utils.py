@@ -136,3 +136,42 @@ def check_index(value: Any, name: str, where: str, size: int) -> jax.Array:
         )
     check_range(value, name, where, 0, size)
     return jnp.clip(jnp.asarray(value), 0, size - 1).astype(jnp.int32)
+
+
+def sparse_cond(pred: Any, fn: Callable[[PyTree], PyTree], operands: PyTree) -> PyTree:
+    """``lax.cond(pred, fn, identity, operands)`` that stays a branch under ``jax.vmap``.
+
+    ``vmap`` turns a ``cond`` whose predicate is batched into a ``select``: both branches run
+    for every lane at every call. Where ``fn`` is expensive and rarely taken (an optimizer's
+    periodic refresh, whose step count every lane shares), that makes the rare cost a per-step
+    one. Here a batched ``pred`` runs ``vmap(fn)`` only when some lane takes it (then keeps
+    ``fn``'s result on the lanes that take it, the operands on the others), at every level of
+    nested ``vmap``. ``fn`` must return a tree shaped like ``operands``; pass every array it
+    reads as an operand (closed-over batched values would be outside the rule).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> f = lambda p, x: sparse_cond(p, lambda o: o * 10.0, x)
+        >>> jax.vmap(f)(jnp.array([True, False]), jnp.array([1.0, 2.0])).tolist()
+        [10.0, 2.0]
+    """
+
+    @jax.custom_batching.custom_vmap
+    def run(pred: Any, operands: PyTree) -> PyTree:
+        return jax.lax.cond(pred, fn, lambda o: o, operands)
+
+    @run.def_vmap
+    def rule(axis_size: int, in_batched: Any, pred: Any, operands: PyTree) -> Any:
+        pred_b, ops_b = in_batched
+        ops = jax.tree.map(
+            lambda x, b: x if b else jnp.broadcast_to(x, (axis_size, *jnp.shape(x))),
+            operands,
+            ops_b,
+        )
+        pred = pred if pred_b else jnp.broadcast_to(pred, (axis_size,))
+        out = sparse_cond(jnp.any(pred), jax.vmap(fn), ops)
+        pick = lambda a, b: jnp.where(pred.reshape((axis_size,) + (1,) * (a.ndim - 1)), a, b)
+        out = jax.tree.map(pick, out, ops)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return run(pred, operands)

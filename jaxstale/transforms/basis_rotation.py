@@ -86,6 +86,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxstale._checks import check_range, static_int
+from jaxstale.transforms._utils import sparse_cond
 
 __all__ = [
     "GEOMETRIES",
@@ -262,21 +263,24 @@ def scale_by_basis_rotation(
                 sl = (1 - bs) * (g @ g.T) + bs * sl
             if right:
                 sr = (1 - bs) * (g.T @ g) + bs * sr
-            if k:
+            if k:  # sparse_cond: under vmap (lanes) the refreshes run only when they are due
 
-                def first(ql, qr, nu):
-                    return (_eigh_desc(sl) if left else ql, _eigh_desc(sr) if right else qr, nu)
+                def first(ops: tuple) -> tuple:
+                    sl, sr, ql, qr, nu = ops
+                    ql = _eigh_desc(sl) if left else ql
+                    return sl, sr, ql, _eigh_desc(sr) if right else qr, nu
 
-                def later(ql, qr, nu):
+                def later(ops: tuple) -> tuple:
+                    sl, sr, ql, qr, nu = ops
                     if left:
                         ql, nu = _refresh(sl, ql, nu, 0)
                     if right:
                         qr, nu = _refresh(sr, qr, nu, 1)
-                    return ql, qr, nu
+                    return sl, sr, ql, qr, nu
 
-                keep = lambda ql, qr, nu: (ql, qr, nu)
-                branch = jnp.where(count == 1, 0, jnp.where(count % k == 0, 1, 2))
-                ql, qr, nu = jax.lax.switch(branch, (first, later, keep), ql, qr, nu)
+                ops = sparse_cond(count == 1, first, (sl, sr, ql, qr, nu))
+                ops = sparse_cond((count > 1) & (count % k == 0), later, ops)
+                sl, sr, ql, qr, nu = ops
             return _rot(g, ql, qr, side), nu, sl, sr, ql, qr
 
         out = jax.tree.map(
