@@ -56,6 +56,7 @@ from jaxstale.optimizers import set_hyperparams
 from jaxstale.pipeline.kernel import (
     _tree_where,
     compose,
+    lookback_weights,
     pass_weights,
     rebuild,
     split_residuals,
@@ -199,9 +200,13 @@ class PipelineEmulator:
     def _weights_for(self, carry: dict[str, Any], k: int, tau: Any, h: Any, rule: Any) -> Any:
         """The weights a pass of stage ``k`` reads: the version ``tau`` pushes back (stashing)
         or the current one, then its prediction ``h`` updates ahead by ``rule``."""
-        w = carry["weights"][k].get(tau) if self.stash else self.current(carry, k)
+        buf = carry["weights"][k]
+        w = buf.get(tau) if self.stash else self.current(carry, k)
         if self.predict:
-            w = pass_weights(w, carry["opt"][k], h, rule, self.momentum)
+            fresh = pass_weights(w, carry["opt"][k], h, rule, self.momentum)
+            if self.prog.predicts_back:  # a looked-back version: its own last update
+                fresh = lookback_weights(w, buf.get(tau + 1), fresh, tau, h, rule, self.momentum)
+            w = fresh
         return w
 
     def _micro(self, a: Any, b: Any, m: Any) -> jax.Array:

@@ -21,7 +21,12 @@ import jax.numpy as jnp
 import optax
 
 from jaxstale.pipeline.program import Program
-from jaxstale.transforms import find_weight_prediction_state, predict_weights, weight_prediction
+from jaxstale.transforms import (
+    error_feedback,
+    find_weight_prediction_state,
+    predict_weights,
+    weight_prediction,
+)
 
 __all__ = [
     "compose",
@@ -94,6 +99,8 @@ def stage_optimizer(
     rescheduling ``lr_scale`` is ignored and the updates are ``tx``'s bit for bit.
     """
     pol = program.policy
+    if pol.feedback:  # error feedback corrects the optimizer's own update, first
+        tx = error_feedback(tx, pol.feedback)
     if pol.predict is None:
         return _rescaled(tx) if program.rescales else optax.with_extra_args_support(tx)
     if not program.rescales and pol.predict != "pipemare":
@@ -117,6 +124,32 @@ def pass_weights(cur: Any, opt_state: Any, horizon: Any, rule: Any, momentum: fl
         w_p = predict_weights(cur, opt_state, horizon, rule="pipemare")
         out = _tree_where(rule == 2, w_p, out)
     return out
+
+
+def lookback_weights(
+    cur: Any, prev: Any, fresh: Any, tau: Any, horizon: Any, rule: Any, momentum: float
+) -> Any:
+    """A predicting pass's weights where it reads a version ``tau > 0`` updates old (``cur``,
+    ``prev`` the version before it): that version extrapolated along *its own* last update,
+    ``cur + c·(cur − prev)`` with ``c = s`` (SpecTrain, ``rule`` 0) or ``μ + … + μ^s`` (NAG, 1),
+    ``s`` = ``horizon`` — what the stage knew when the version was its newest. The optimizer's
+    last update (``fresh``'s ``Δw_last``) is newer than the version read: extrapolating the old
+    version along it would reach the current weights, a prediction that sees the future.
+    ``tau = 0``: ``fresh`` (:func:`pass_weights`). Before the version has a predecessor both
+    reads are ``w_0``: no extrapolation.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> w = lookback_weights(jnp.array(2.0), jnp.array(1.5), jnp.array(9.0), 1, 2, 0, 0.0)
+        >>> float(w)  # 2 + 2·(2 − 1.5)
+        3.0
+    """
+    h = jnp.asarray(horizon, jnp.float32)
+    mu = float(momentum)
+    nag = h if mu == 1.0 else mu * (1.0 - jnp.power(mu, h)) / (1.0 - mu)
+    coef = jnp.where(jnp.asarray(rule) == 1, nag, h)
+    old = jax.tree.map(lambda c, p: c + (coef * (c - p)).astype(c.dtype), cur, prev)
+    return _tree_where(jnp.asarray(tau) > 0, old, fresh)
 
 
 def split_residuals(vjp_fn: Any, w: Any, x: Any) -> tuple[Any, list, list]:

@@ -54,6 +54,7 @@ from jaxstale.losses import cross_entropy
 from jaxstale.mesh import check_mesh, make_mesh, to_host, to_mesh
 from jaxstale.pipeline.kernel import (
     compose,
+    lookback_weights,
     pass_weights,
     rebuild,
     split_residuals,
@@ -345,14 +346,19 @@ class MeshPipeline:
         acts = _file(st.acts, jnp.where(ra >= 0, st.inbox_f, st.acts[0, ia]), ia)
         cots = _file(st.cots, jnp.where(rc >= 0, st.inbox_b, st.cots[0, ic]), ic)
         # the weights this pass uses: stashed (tau > 0) and/or predicted (horizon > 0)
-        w = st.stash.get(row[_F["tau"]])
+        tau = row[_F["tau"]]
+        w = st.stash.get(tau)
         if self.predict:
             horizon, rule, mu = row[_F["horizon"]], row[_F["rule"]], self.momentum
+            cur = w
             if self.trees is None:
                 w = pass_weights(w, st.opt_state, horizon, rule, mu)
             else:
                 predict = lambda p, s: pass_weights(p, s, horizon, rule, mu)
                 w = self.trees.map_state(k, predict, w, st.opt_state)
+            if self.program.predicts_back:  # a looked-back version: its own last update
+                prev = st.stash.get(tau + 1)
+                w = lookback_weights(cur, prev, w, tau, horizon, rule, mu)
         branch = jnp.where(op == 0, 0, jnp.where(op == FORWARD, 1 + k, 1 + n + k))
         rs = row[_F["res_slot"]]
         out, cot, g, loss, res = jax.lax.switch(

@@ -26,6 +26,14 @@ buffered versions) and ``s`` = target version − that version (memory per stage
   part is the optimizer (NAdamW with ``β1 = 0.99``). [as ``stash``]
 * ``pipedream-lr`` — stashing plus the learning-rate rescheduling (AsyncPP's
   ``--lr_correction``). [as ``stash``]
+* ``2bw-spectrain`` — PipeDream-2BW's schedule with SpecTrain's prediction: both passes of
+  mini-batch ``b`` at version ``b − 1`` extrapolated one update along *that version's* last
+  update, ``W_{b−1} + (W_{b−1} − W_{b−2})`` (:func:`~jaxstale.pipeline.kernel.lookback_weights`:
+  the newest update is not known when the version is read); the 2BW row the constant-delay
+  harness's ``predicted`` at ``τ = 1`` corresponds to. [3 copies]
+* ``2bw-ef`` — PipeDream-2BW with error feedback around the stage optimizer
+  (:func:`jaxstale.error_feedback`, ``c = 1``): Zmushko et al. 2026's configuration. [2 copies +
+  the last update]
 
 ``Δw_last`` is the stage optimizer's last update (:func:`jaxstale.weight_prediction`: SpecTrain's
 ``−sηv`` for SGD-momentum, XPipe's for Adam).
@@ -143,6 +151,8 @@ class Policy(NamedTuple):
             a fraction of the run's mini-batches (``T = max(1, round(lr_anneal·B))``);
             ``None``: off.
         decay: ``γ`` of the ``"pipemare"`` predictor's velocity average ``δ``, in ``[0, 1)``.
+        feedback: ``c ≥ 0`` of error feedback (:func:`jaxstale.error_feedback`) around the
+            stage optimizer; 0: none.
     """
 
     name: str
@@ -154,6 +164,7 @@ class Policy(NamedTuple):
     schedule: str | None = None
     lr_anneal: float | None = None
     decay: float = 0.9
+    feedback: float = 0.0
 
 
 #: name -> Policy: the built-in policies; :func:`register_policy` adds yours.
@@ -169,6 +180,8 @@ POLICIES: dict[str, Policy] = {
     "pipemare-lr": Policy("pipemare-lr", lr_anneal=LR_ANNEAL),
     "asyncpp": Policy("asyncpp", stash=True),
     "pipedream-lr": Policy("pipedream-lr", stash=True, lr_anneal=LR_ANNEAL),
+    "2bw-spectrain": Policy("2bw-spectrain", predict="spectrain", schedule="2bw"),
+    "2bw-ef": Policy("2bw-ef", stash=True, schedule="2bw", feedback=1.0),
 }
 _BUILTIN = frozenset(POLICIES)
 _ALIASES = {"spectrain": "spectrain-v1"}
@@ -195,6 +208,14 @@ def _check(policy: Policy) -> Policy:
     d = policy.decay
     if isinstance(d, bool) or not isinstance(d, int | float) or not 0 <= d < 1:
         raise ValueError(f"policy {policy.name!r}: decay must be in [0, 1), got {d!r}")
+    f = policy.feedback
+    if isinstance(f, bool) or not isinstance(f, int | float) or not f >= 0:
+        raise ValueError(f"policy {policy.name!r}: feedback must be a number >= 0, got {f!r}")
+    if policy.predict == "pipemare" and policy.schedule is not None:
+        raise ValueError(
+            f"policy {policy.name!r}: the pipemare predictor reads the current version; it "
+            "cannot run on a schedule whose passes read older ones"
+        )
     return policy
 
 

@@ -290,6 +290,11 @@ class Program(NamedTuple):
         return self.policy.stash or max(self.stash_capacity) > 1
 
     @property
+    def predicts_back(self) -> bool:
+        """Whether a predicting pass reads a looked-back version (a prediction on ``2bw``)."""
+        return self.policy.predict is not None and int(self.tables["tau"].max(initial=0)) > 0
+
+    @property
     def rescales(self) -> bool:
         """Whether updates are scaled (PipeMare's learning-rate rescheduling)."""
         return self.policy.lr_anneal is not None
@@ -406,7 +411,10 @@ def compile(
     look = rep.look
     tau = np.where(is_f | (not pol.stash), look[..., 0], look[..., 1])
     tau = np.where(valid, tau, 0)
-    capacity = tuple(1 + int(tau[:, ks[0] == k].max(initial=0)) for k in range(n))
+    # a prediction from a looked-back version extrapolates that version's own last update, the
+    # difference of it and the version before it (kernel.lookback_weights): one more slot
+    back = int(pol.predict is not None and tau.max(initial=0) > 0)
+    capacity = tuple(1 + back + int(tau[:, ks[0] == k].max(initial=0)) for k in range(n))
     scale = np.ones(b.shape, np.float32)
     if pol.lr_anneal is not None:
         warmup = max(1, round(pol.lr_anneal * nb))
