@@ -19,7 +19,9 @@ fraction, ``@`` rate); a grid whose winner sits at an edge is extended (``--exte
 seed fixes the initial weights and the data order for every delay and method, so the paired
 tables compare seed against seed: predicted − stale at each delay, and each delay's gap to
 ``τ = 0`` with the fraction of it prediction closes, ``1 − gap(predicted) / gap(stale)``.
-``method``: ``stale`` (plain delay) or ``predicted``; at ``τ = 0`` both are the optimizer
+``method``: ``stale`` (plain delay), ``predicted``, or ``feedback`` (error feedback around the
+optimizer, :func:`jaxstale.error_feedback` with ``c = 1``: Zmushko et al.'s one-step rule, the
+same rule at larger ``τ``; asked for by ``--methods``); at ``τ = 0`` each is the optimizer
 itself (bit for bit), so only ``stale`` runs there.
 
 Setting: by default the embedded Shakespeare (next character, 64-character windows), the
@@ -49,6 +51,7 @@ import numpy as np
 from jaxstale import data, delayed, loop, losses, models, optimizers, tasks
 from jaxstale.pipeline.kernel import compose
 from jaxstale.sizes import residual_bytes
+from jaxstale.transforms import error_feedback
 
 from . import grids, reports, runs
 from .common import (
@@ -77,7 +80,11 @@ from .config import (
 
 EXPERIMENT = "constant_delay"
 OPTIMIZERS = optimizers.PER_STAGE
-METHODS = ("stale", "predicted")
+METHODS = ("stale", "predicted", "feedback")
+#: a fix in words (the gap table's headings)
+WORDS = {"predicted": "prediction", "feedback": "error feedback"}
+#: the methods a run has by default (error feedback is asked for: ``--methods``)
+DEFAULT_METHODS = ("stale", "predicted")
 #: peak-rate grids per optimizer (grids.PEAK_LRS)
 LRS = grids.PEAK_LRS
 KEY = ("model", "method", "delay", "lr", "seed")
@@ -108,7 +115,10 @@ class Config(Base):
         None, "stage counts N of pipeline profiles τ_s = N − 1 − s (default none)", low=2
     )
     methods: tuple[str, ...] | None = opt(
-        None, "stale and/or predicted (default both)", choices=METHODS, kind="method"
+        None,
+        "stale, predicted and/or feedback (default stale,predicted)",
+        choices=METHODS,
+        kind="method",
     )
     steps: int | None = opt(None, "updates per run (default 2000; --quick 120)", low=2)
     lrs: tuple[float, ...] | None = opt(
@@ -120,8 +130,11 @@ class Config(Base):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.methods == ("predicted",) and not self.stage_profiles and self.delays == (0,):
-            raise ConfigError("methods", "predicted at τ = 0 is the optimizer itself: add a delay")
+        only_fixes = self.methods is not None and "stale" not in self.methods
+        if only_fixes and not self.stage_profiles and self.delays == (0,):
+            raise ConfigError(
+                "methods", f"{','.join(self.methods)} at τ = 0 is the optimizer itself: add a delay"
+            )
         steps = self.resolved_steps
         longest = [("delays", d) for d in self.delays or ()]
         longest += [("stage_profiles", n - 1) for n in self.stage_profiles or ()]
@@ -155,7 +168,7 @@ class Config(Base):
             "momentum": self.momentum,
             "delays": [str(d) for d in (self.delays or ((0, 2) if quick else (0, 1, 2, 4, 8, 16)))]
             + [f"stages-{n}" for n in self.stage_profiles or ()],
-            "methods": list(self.methods or METHODS),
+            "methods": list(self.methods or DEFAULT_METHODS),
             "lrs": lrs,
             "seeds": seeds,
             "steps": steps,
@@ -187,7 +200,7 @@ def _cells(cfg: dict[str, Any]) -> list[dict[str, Any]]:
         for m in cfg["models"]
         for d in cfg["delays"]
         for method in cfg["methods"]
-        if not (method == "predicted" and d == "0")  # the optimizer itself: stale's run
+        if method == "stale" or d != "0"  # a fix at τ = 0 is the optimizer itself: stale's run
         for lr in cfg["lrs"]
         for seed in grids.grid_seeds(cfg)
     ]
@@ -230,8 +243,10 @@ class _Runner:
             ]
         )
         clock = group_clock()
+        # error feedback (Zmushko et al. 2026) wraps the optimizer: the paper's rule, c = 1
+        tx = error_feedback(self.tx) if method == "feedback" else self.tx
         ex = delayed.executor(
-            compose(inits[0]), self.tx, ds.x_train, ds.y_train, idx, delay=taus,
+            compose(inits[0]), tx, ds.x_train, ds.y_train, idx, delay=taus,
             predict=method == "predicted", vmap=True,
             hyperparams={"learning_rate": [k["lr"] for k in keys]},
         )  # fmt: skip
@@ -257,9 +272,12 @@ class _Runner:
 
 
 def gap_table(picked: list[dict[str, Any]], task: tasks.Task) -> str:
-    """Each delay's paired test gap to ``τ = 0`` (stale and predicted at their own rates) and
-    the fraction of the stale gap that prediction closes."""
+    """Each delay's paired test gap to ``τ = 0`` (every method at its own rate) and the fraction
+    of the stale gap each fix (prediction, error feedback) closes."""
     value, scale = task.final("test"), task.scale
+    present = {r["method"] for r in picked}
+    methods = [m for m in METHODS if m in present]
+    fixes = [m for m in methods if m != "stale"]
     body = []
     for model in dict.fromkeys(r["model"] for r in picked):
         base = [r for r in picked if (r["model"], r["delay"]) == (model, "0")]
@@ -267,7 +285,7 @@ def gap_table(picked: list[dict[str, Any]], task: tasks.Task) -> str:
             if delay == "0" or not base:
                 continue
             cells, means = [], {}
-            for method in METHODS:
+            for method in methods:
                 rows = [
                     r
                     for r in picked
@@ -280,11 +298,15 @@ def gap_table(picked: list[dict[str, Any]], task: tasks.Task) -> str:
                 means[method] = m
                 ci = f" ± {scale * h:.3f}" if k > 1 else ""  # one pair: no interval
                 cells.append("–" if not k else f"{scale * m:+.3f}{ci} ({k})")
-            closed = "–"
-            if len(means) == 2 and means["stale"] != 0:
-                closed = f"{100 * (1 - means['predicted'] / means['stale']):.0f} %"
-            body.append([model, label(delay), *cells, closed])
-    heads = ["model", "delay", "stale − τ=0", "predicted − τ=0", "gap closed by prediction"]
+            closed = [
+                f"{100 * (1 - means[f] / means['stale']):.0f} %"
+                if f in means and means.get("stale") not in (None, 0)
+                else "–"
+                for f in fixes
+            ]
+            body.append([model, label(delay), *cells, *closed])
+    heads = ["model", "delay", *(f"{m} − τ=0" for m in methods)]
+    heads += [f"gap closed by {WORDS[f]}" for f in fixes]
     return runs.markdown_table(heads, body)
 
 
@@ -317,16 +339,19 @@ def make_table(
         rows, by=EDGE_BY, grid=cfg["lrs"], limit=lim, chance_acc=chance_acc, task=task
     )
     parts += [n for n in (edges, reports.tuning_note(cfg, task)) if n]
-    if {r["method"] for r in rows} == set(METHODS):
+    present = [m for m in METHODS if m in {r["method"] for r in rows}]
+    if "stale" in present and len(present) > 1:
         table, _ = reports.paired_table(
             [r for r in picked if r["delay"] != "0"], index=("model",), compare="method",
             baseline="stale", columns="delay", col_label=label, task=task,
         )  # fmt: skip
-        parts += [f"**Paired test-{m.split()[0]} difference, predicted − stale ({task.unit}; "
+        fixes = ", ".join(f"{f} − stale" for f in present if f != "stale")
+        parts += [f"**Paired test-{m.split()[0]} difference, {fixes} ({task.unit}; "
                   "95 % t interval over seeds)**", table]  # fmt: skip
+    closes = " and ".join(WORDS[f] for f in present if f != "stale") or "a fix"
     parts += [
         f"**Gap to τ = 0 ({task.unit}; paired over seeds, each at its selected rate; (pairs)) "
-        "and the fraction of the stale gap prediction closes**",
+        f"and the fraction of the stale gap {closes} closes**",
         gap_table(picked, task),
     ]
     return "\n\n".join(parts) + "\n", selected, picked

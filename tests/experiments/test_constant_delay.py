@@ -73,11 +73,38 @@ def test_tables_select_on_validation_and_measure_the_gap_prediction_closes():
     assert "| gpt | predicted − stale | **-0.300 ± 0.000** beyond noise |" in table
 
 
+def test_error_feedback_is_a_method_with_its_own_gap_column():
+    """feedback closes half the stale gap here; its column and paired row sit beside
+    prediction's (issue 52, LM7)."""
+    base = {"stale": {"0": 0.0, "1": 0.4}, "predicted": {"1": 0.1}, "feedback": {"1": 0.2}}
+    rows = [
+        _row(m, d, 0.003, s, 2.0 + s / 10 + gap)
+        for m, gaps in base.items()
+        for d, gap in gaps.items()
+        for s in range(3)
+    ]
+    cfg = {"optimizer": "adamw", "momentum": 0.9, "dataset": "shakespeare", "steps": 10,
+           "batch_size": 16, "seeds": 3, "target": 2.0, "lrs": [0.003]}  # fmt: skip
+    task = tasks.language_model(83)
+    table, _, _ = exp.make_table(rows, cfg, task.chance, task)
+    assert (
+        "| stale − τ=0 | predicted − τ=0 | feedback − τ=0 | gap closed by prediction | "
+        "gap closed by error feedback |" in table
+    )
+    assert (
+        "| gpt | τ = 1 | +0.400 ± 0.000 (3) | +0.100 ± 0.000 (3) | +0.200 ± 0.000 (3) | "
+        "75 % | 50 % |" in table
+    )
+    assert "| gpt | feedback − stale | **-0.200 ± 0.000** beyond noise |" in table
+    assert exp.Config(quick=True).resolved()["methods"] == ["stale", "predicted"]  # the default
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
         (["--stage-profiles", "8"], "'mlp' has 3 blocks, fewer than N=8"),
         (["--methods", "predicted", "--delays", "0"], "predicted at τ = 0 is the optimizer"),
+        (["--methods", "feedback", "--delays", "0"], "feedback at τ = 0 is the optimizer"),
         (["--delays", "2", "2"], "2 is given twice"),
         (["--optimizer", "lion"], "lion"),
     ],
