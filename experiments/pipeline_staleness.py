@@ -126,6 +126,11 @@ def _factory_name(f: Callable[..., Any]) -> str:
     return f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', repr(f))}"
 
 
+def _described(policy: pipeline.Policy) -> dict[str, Any]:
+    """The policy's fields, error feedback's only where it is on (it came after the rows)."""
+    return {k: v for k, v in policy._asdict().items() if k != "feedback" or v}
+
+
 def schedule_factory(policy: str) -> Callable[[int, int], schedules.Schedule]:
     """The schedule factory of ``policy`` (:data:`SCHEDULES`, default asynchronous 1F1B)."""
     return SCHEDULES.get(policy, schedules.one_f_one_b)
@@ -257,8 +262,9 @@ class Config(Base):
             "seed_mode": self.seed_mode,
             "extend_edges": grids.edge_limit(self),
             **grids.tune_seeds(self, seeds, [lrs]),
-            # what each policy is (a registered one's definition decides its results)
-            "policies": {m: pipeline.get_policy(m)._asdict() for m in methods},
+            # what each policy is (a registered one's definition decides its results); a field
+            # added later is recorded where it is set, so a policy without it reads as before
+            "policies": {m: _described(pipeline.get_policy(m)) for m in methods},
             "schedules": {m: _factory_name(schedule_factory(m)) for m in methods},
         }
 

@@ -442,3 +442,10 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "the language-model moonshot LM-M, also LM1's N = 16": ("lm-deep",),
     "the DiLoCo-family claims": tuple(LOCAL_RUNS),
 }
+
+# the language-model ladder's configurations (issue 52) live in their own module, which reads
+# this one's LM workload: imported here, after it, so that RUNS holds every configuration
+from .ladder_runs import LADDER_RUNS  # noqa: E402
+
+RUNS.update(LADDER_RUNS)
+FAMILIES["the language-model ladder (issue 52): LM7, LM8, the 4k rung"] = tuple(LADDER_RUNS)

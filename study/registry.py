@@ -14,6 +14,7 @@ from .asynchronous import (
     judge_moonshot_async,
 )
 from .core import Claim
+from .ladder import LADDER_CLAIMS
 from .language import LM_CLAIMS
 from .localsgd import D_CLAIMS
 from .pipeline import judge_cliff, judge_moonshot_pipeline, judge_pipeline, judge_pipeline_adam
@@ -171,6 +172,7 @@ CLAIMS: list[Claim] = [
         primary="a target: the memory-light policy best on validation against sync at N = 8",
     ),
     *LM_CLAIMS,
+    *LADDER_CLAIMS,
     *D_CLAIMS,
 ]
 
