@@ -26,12 +26,11 @@ References:
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["K_GRID", "NGramLevel", "fit", "levels", "ngram_loss"]
+__all__ = ["K_GRID", "NGramLevel", "fit", "ngram_loss"]
 
 #: the smoothing constants tried on validation (then refined ×10^±0.05 around the best)
 K_GRID = np.logspace(-4, 2, 121)
@@ -159,22 +158,3 @@ def fit(
             nll = _nll(j, c, k, vocab_size)
             totals[name] += float(nll.sum() if n == order else nll[0])
     return NGramLevel(order, k, totals["val"] / len(val), totals["test"] / len(test))
-
-
-@functools.lru_cache(maxsize=8)
-def levels(
-    name: str = "shakespeare", orders: tuple[int, ...] = (1, 2, 3), data_dir: str | None = None
-) -> dict[str, NGramLevel]:
-    """A text dataset's n-gram levels by name (``"unigram"``, ``"bigram"``, ``"trigram"``,
-    ``"4-gram"`` …), fitted on its training split (cached per process: a fit of the 4.4 M
-    training characters takes a few seconds).
-
-    Example:
-        >>> {k: round(v.test, 2) for k, v in levels().items()}
-        {'unigram': 3.29, 'bigram': 2.57, 'trigram': 1.97}
-    """
-    from jaxstale import text
-
-    t = text.load_text(name, data_dir)
-    names = {1: "unigram", 2: "bigram", 3: "trigram"}
-    return {names.get(n, f"{n}-gram"): fit(t.train, t.val, t.test, n, t.vocab_size) for n in orders}

@@ -135,18 +135,26 @@ def nadamw(
 
 def _muon_dims(exclude: Sequence[str]) -> Callable[[Any], Any]:
     """Muon's weight specs: the default (rows reduce, columns out) for every 2-D parameter
-    whose path names none of ``exclude``, None (AdamW) for the rest."""
+    whose path names none of ``exclude`` (:func:`_hidden_matrices`), None (AdamW) for the rest."""
+    hidden = _hidden_matrices(exclude)
 
     def dims(params: Any) -> Any:
-        def one(path: Any, p: Any) -> Any:
+        return jax.tree.map(lambda h: contrib.MuonDimensionNumbers() if h else None, hidden(params))
+
+    return dims
+
+
+def _hidden_matrices(exclude: Sequence[str]) -> Callable[[Any], Any]:
+    """The 2-D parameters whose path names none of ``exclude`` (Muon's and rotation's split)."""
+
+    def mask(params: Any) -> Any:
+        def one(path: Any, p: Any) -> bool:
             names = {str(getattr(k, "key", getattr(k, "name", k))) for k in path}
-            if getattr(p, "ndim", 0) == 2 and not names & set(exclude):
-                return contrib.MuonDimensionNumbers()
-            return None
+            return getattr(p, "ndim", 0) == 2 and not names & set(exclude)
 
         return jax.tree_util.tree_map_with_path(one, params)
 
-    return dims
+    return mask
 
 
 def muon_weights(params: Any, exclude: Sequence[str] = EXCLUDE) -> int:
@@ -198,19 +206,6 @@ def muon(
         muon_weight_dimension_numbers=_muon_dims(exclude),
     )
     return _clipped(tx, clip)
-
-
-def _hidden_matrices(exclude: Sequence[str]) -> Callable[[Any], Any]:
-    """The 2-D parameters whose path names none of ``exclude`` (Muon's split)."""
-
-    def mask(params: Any) -> Any:
-        def one(path: Any, p: Any) -> bool:
-            names = {str(getattr(k, "key", getattr(k, "name", k))) for k in path}
-            return getattr(p, "ndim", 0) == 2 and not names & set(exclude)
-
-        return jax.tree_util.tree_map_with_path(one, params)
-
-    return mask
 
 
 def rotated(

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from jaxstale import ngram
+from jaxstale import ngram, text
 
 
 def test_bigram_hand_computed() -> None:
@@ -63,7 +63,7 @@ def test_fit_chooses_k_on_validation_and_scores_every_test_character() -> None:
 
 def test_embedded_corpus_levels() -> None:
     """The Shakespeare levels the LM claims are read against (test split, nats/char)."""
-    lv = ngram.levels()
+    lv = text.ngram_levels()
     assert list(lv) == ["unigram", "bigram", "trigram"]
     assert [round(v.test, 2) for v in lv.values()] == [3.29, 2.57, 1.97]
     assert lv["unigram"].test > lv["bigram"].test > lv["trigram"].test
