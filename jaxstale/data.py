@@ -16,8 +16,10 @@ labels, split into train / validation / test and standardised with training-set 
 - ``"shakespeare"``: 37 plays of Shakespeare as characters, embedded (:mod:`jaxstale.text`):
   a *language-modelling* task (``Dataset.task``): ``[N, 64]`` int32 windows with next-token
   targets, from the corpus's contiguous train / validation / test parts (90 / 5 / 5 %); 256
-  evenly spaced windows each for validation and test. Its splits are fixed: the two steps below
-  do not apply (``validation`` must stay 0.1, ``standardize`` "feature" or "none").
+  evenly spaced windows of validation (rates are chosen on them at every evaluation) and every
+  window of the test split (3,786: every target of the whole split but its last 16). Its
+  splits are fixed: the two steps below do not apply (``validation`` must stay 0.1,
+  ``standardize`` "feature" or "none").
 - ``"tiny_shakespeare"``: the common 1 MB character benchmark (40,000 lines of the plays; 65
   characters, its training text's) from TFDS, the full-size text path: TFDS's own train /
   validation / test texts, windowed as above; prepared offline like the TFDS images.
@@ -462,16 +464,19 @@ def _prepare(name: str, raw: _Raw, validation: float, standardize: str) -> Datas
 
 def _load_text(name: str, standardize: str, data_dir: str | None) -> Dataset:
     """A text dataset as next-token windows of :data:`~jaxstale.text.CONTEXT` characters: every
-    non-overlapping window of the training split (a seed's batches are drawn from them), and
-    :data:`~jaxstale.text.EVAL_WINDOWS` evenly spaced windows of validation and test."""
+    non-overlapping window of the training split (a seed's batches are drawn from them) and of
+    the test split (the whole split is scored, as the count n-gram levels are, but the tail
+    shorter than a window), and :data:`~jaxstale.text.EVAL_WINDOWS` evenly spaced windows of
+    validation (what rates are chosen on, at every evaluation: a fixed, cheaper set)."""
     if standardize == "channel":
         raise ValueError(f"{name!r} holds token ids: standardize='channel' does not apply to it")
     t = load_text(name, data_dir)
     x_tr, y_tr = t.windows("train", CONTEXT)
     x_va, y_va = t.sampled_windows("val", CONTEXT, EVAL_WINDOWS)
-    x_te, y_te = t.sampled_windows("test", CONTEXT, EVAL_WINDOWS)
+    x_te, y_te = t.windows("test", CONTEXT)
     parts = [np.ascontiguousarray(a, np.int32) for a in (x_tr, y_tr, x_va, y_va, x_te, y_te)]
-    pre = {"context": CONTEXT, "eval_windows": EVAL_WINDOWS, "standardize": "none"}
+    pre = {"context": CONTEXT, "eval_windows": EVAL_WINDOWS, "test_windows": "all"}
+    pre["standardize"] = "none"
     pre["vocabulary"] = t.vocabulary
     pre |= {"num_train": len(x_tr), "num_validation": len(x_va), "num_test": len(x_te)}
     pre["digest"] = _digest(t.vocab_size, *parts, pre)

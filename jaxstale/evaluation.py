@@ -5,7 +5,8 @@ next-token cross-entropy (language modelling), per lane of stacked weights.
 metric (:mod:`jaxstale.tasks`) picks :func:`accuracy` or :func:`mean_loss`. Both run the model
 with ``train=False`` in batches of ``batch_size`` with the last batch padded and masked, so one
 compiled shape serves every batch. :func:`encode_correct` / :func:`decode_correct` store which
-test examples a run classified correctly, so that a report can resample the test set.
+test examples a run classified correctly, :func:`encode_losses` / :func:`decode_losses` a
+language model's loss on each test window, so that a report can resample the test set.
 """
 
 from __future__ import annotations
@@ -23,7 +24,15 @@ import optax
 from jaxstale._compile import jit
 from jaxstale.losses import fixed_sum
 
-__all__ = ["accuracy", "decode_correct", "encode_correct", "mean_loss", "measure"]
+__all__ = [
+    "accuracy",
+    "decode_correct",
+    "decode_losses",
+    "encode_correct",
+    "encode_losses",
+    "mean_loss",
+    "measure",
+]
 
 Params = Any
 
@@ -41,11 +50,15 @@ def _counter(apply: Callable[..., Any], vmap: bool, each: bool) -> Callable[...,
 
 
 @functools.lru_cache(maxsize=64)
-def _loss_sum(apply: Callable[..., Any], vmap: bool) -> Callable[..., jax.Array]:
+def _loss_sum(
+    apply: Callable[..., Any], vmap: bool, each: bool = False
+) -> Callable[..., jax.Array]:
     def total(params, state, x, y, valid):
         logits, _ = apply(params, state, x, False)
         ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), y)
         ce = jnp.where(valid.reshape(-1, *([1] * (ce.ndim - 1))), ce, 0.0)
+        if each:  # one sum per example (a window's targets, in a fixed order)
+            return fixed_sum(ce.reshape(len(ce), -1).T)
         return fixed_sum(ce.reshape(-1))  # every token of the batch, in a fixed order
 
     if vmap:
@@ -139,6 +152,7 @@ def mean_loss(
     *,
     vmap: bool = False,
     batch_size: int = 512,
+    per_example: bool = False,
 ) -> np.ndarray:
     r"""The mean cross-entropy over every target of the split, in nats, eval mode:
     :math:`\frac{1}{N T}\sum_{i, t} \big(\log \sum_c e^{z_{itc}} - z_{i t y_{it}}\big)` for
@@ -146,9 +160,13 @@ def mean_loss(
 
     Each batch's sum is a fixed-order float32 sum (:func:`jaxstale.losses.fixed_sum`), the
     batches are added in float64: a lane's value does not depend on the lanes beside it.
+    With ``per_example``, each example's ``T`` targets are summed that way instead and divided
+    by ``T``: :math:`\ell_i = \frac{1}{T}\sum_t (\dots)`, whose mean over ``i`` is the mean loss
+    (every example has ``T`` targets) up to float32 rounding of the sums' order.
 
     Returns:
-        ``[lanes]`` float64 mean losses (``[1]`` without ``vmap``).
+        ``[lanes]`` float64 mean losses (``[1]`` without ``vmap``); with ``per_example``
+        ``[lanes, N]`` float64 per-example mean losses.
 
     Raises:
         ValueError: on empty or mismatched inputs, or ``batch_size < 1``.
@@ -162,7 +180,15 @@ def mean_loss(
         1.3863
     """
     y_arr = np.asarray(y)
-    count = len(y_arr) * int(np.prod(y_arr.shape[1:], dtype=np.int64))
+    targets = int(np.prod(y_arr.shape[1:], dtype=np.int64))
+    count = len(y_arr) * targets
+    if per_example:
+        each = _loss_sum(apply, vmap, True)
+        parts = []
+        for xb, yb, valid, bs in _batched(x, y_arr, batch_size):
+            got = np.asarray(each(params, model_state, xb, yb, valid), np.float64)
+            parts.append(got.reshape(-1, bs))
+        return np.concatenate(parts, axis=1)[:, : len(y_arr)] / targets
     total = _loss_sum(apply, vmap)
     acc: Any = 0.0
     for xb, yb, valid, _ in _batched(x, y_arr, batch_size):
@@ -212,3 +238,37 @@ def decode_correct(text: str) -> np.ndarray:
     if not sep or not n.isdigit() or len(bits) != -(-int(n) // 8) * 8:
         raise ValueError(f"decode_correct: not an encoded vector: {text[:40]!r}")
     return np.asarray(bits[: int(n)], bool)
+
+
+def encode_losses(losses: Any) -> str:
+    """Per-example losses as text: ``"<n>:"`` then base64 of the values rounded to float16
+    (little-endian; spacing ≤ 2⁻⁹ ≈ 0.002 nats below 4 nats, a 10th of a window's typical
+    spread between two runs): what a report needs to resample the test windows — the variance
+    of a difference, never the mean, which the run records at full precision.
+    :func:`decode_losses` reads it.
+
+    Raises:
+        ValueError: a value that is not finite or does not fit float16.
+
+    Example:
+        >>> encode_losses([1.5, 2.0]), decode_losses("2:AD4AQA==").tolist()
+        ('2:AD4AQA==', [1.5, 2.0])
+    """
+    v = np.asarray(losses, np.float64).reshape(-1)
+    half = v.astype("<f2")
+    if not np.isfinite(half).all():
+        raise ValueError("encode_losses: a loss that is not finite or exceeds float16's range")
+    return f"{len(v)}:" + base64.b64encode(half.tobytes()).decode("ascii")
+
+
+def decode_losses(text: str) -> np.ndarray:
+    """The float64 vector :func:`encode_losses` wrote.
+
+    Raises:
+        ValueError: text that :func:`encode_losses` did not write.
+    """
+    n, sep, data = text.partition(":")
+    raw = base64.b64decode(data) if sep else b""
+    if not sep or not n.isdigit() or len(raw) != 2 * int(n):
+        raise ValueError(f"decode_losses: not encoded losses: {text[:40]!r}")
+    return np.frombuffer(raw, "<f2").astype(np.float64)

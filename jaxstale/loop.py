@@ -27,8 +27,10 @@ per lane (vmapped runs — seeds, learning rates, worker counts — are lanes of
      divergence; "<split>_loss", the mean cross-entropy, with metric="loss")}
 
 and the last record of a lane that did not diverge also has ``"test_correct"``: which test
-examples its final weights classify correctly (:func:`decode_correct` reads it), so a report
-can resample the test set as well as the seeds.
+examples its final weights classify correctly (:func:`decode_correct` reads it) — with
+``metric="loss"``, ``"test_losses"``: each test example's (window's) mean loss
+(:func:`decode_losses`), whose mean is the record's ``test_loss`` —, so a report can resample
+the test set as well as the seeds.
 
 ``eval_data`` is ``(x, y)`` (recorded as ``"test_accuracy"``) or a mapping of split names to
 ``(x, y)``, e.g. ``{"val": (x_val, y_val), "test": (x_test, y_test)}`` (recorded as
@@ -97,7 +99,15 @@ import jax
 import numpy as np
 
 from jaxstale._compile import compiler_options, jit
-from jaxstale.evaluation import accuracy, decode_correct, encode_correct, mean_loss, measure
+from jaxstale.evaluation import (
+    accuracy,
+    decode_correct,
+    decode_losses,
+    encode_correct,
+    encode_losses,
+    mean_loss,
+    measure,
+)
 
 __all__ = [
     "Evaluate",
@@ -108,7 +118,9 @@ __all__ = [
     "advance",
     "compiler_options",
     "decode_correct",
+    "decode_losses",
     "encode_correct",
+    "encode_losses",
     "eval_splits",
     "jit",
     "lane",
@@ -318,7 +330,8 @@ def run(
         metric: what the splits measure (:func:`jaxstale.evaluation.measure`): ``"accuracy"``,
             or ``"loss"`` (the mean cross-entropy of every target: a language model's
             ``[N, T]`` next-token targets), recorded as ``"<split>_loss"`` (a hook's names too)
-            and returned in ``final_loss``; a loss run records no ``test_correct``.
+            and returned in ``final_loss``; a loss run records ``test_losses`` (its final
+            ``test_loss`` is their mean) in place of ``test_correct``.
 
     Returns:
         One :class:`Result` per lane.
@@ -388,11 +401,12 @@ def run(
             p, ms = ex.params(state)
             for name, (xe, ye) in splits.items():
                 vm, bs = ex.vmapped, eval_batch_size
-                # the final weights of a classifier: which test examples it gets right
-                if metric == "accuracy" and name == "test" and z == ex.num_rounds:
-                    correct = accuracy(
-                        ex.apply, p, ms, xe, ye, vmap=vm, batch_size=bs, per_example=True
-                    )
+                # the final weights: which test examples a classifier gets right, or a
+                # language model's loss on each test window
+                if name == "test" and z == ex.num_rounds:
+                    each = accuracy if metric == "accuracy" else mean_loss
+                    correct = each(ex.apply, p, ms, xe, ye, vmap=vm, batch_size=bs,
+                                   per_example=True)  # fmt: skip
                     got = correct.mean(axis=1)
                 else:
                     got = measure(metric, ex.apply, p, ms, xe, ye, vmap=vm, batch_size=bs)
@@ -410,7 +424,10 @@ def run(
                 have = accs.get(name)
                 rec[f"{name}_{metric}"] = None if dead[j] or have is None else float(have[j])
             if correct is not None and not dead[j]:
-                rec["test_correct"] = encode_correct(correct[j])
+                if metric == "accuracy":
+                    rec["test_correct"] = encode_correct(correct[j])
+                else:
+                    rec["test_losses"] = encode_losses(correct[j])
             curves[j].append(rec)
             records.append(rec)
         if callback is not None:

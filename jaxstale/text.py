@@ -47,8 +47,9 @@ TFDS_TEXTS = ("tiny_shakespeare",)
 #: the context (characters per window) of :func:`jaxstale.data.load`'s text datasets
 CONTEXT = 64
 
-#: evaluation windows per split of :func:`jaxstale.data.load`'s text datasets (64 × 256 =
-#: 16,384 characters: an evaluation costs about what 5 training steps of 16 windows do)
+#: validation windows of :func:`jaxstale.data.load`'s text datasets (64 × 256 = 16,384
+#: characters: an evaluation costs about what 5 training steps of 16 windows do); the test
+#: split is scored whole (:func:`jaxstale.data.load`)
 EVAL_WINDOWS = 256
 
 

@@ -3,7 +3,8 @@
 ``results/`` is not committed, so a report computed from it could not be audited from the
 repository. The report step therefore copies each configuration's small files (``summary.json``
 — re-written one row per line, each row with its final weights' test predictions
-(``test_correct``, :func:`jaxstale.loop.encode_correct`, from the cell's last metric record) so
+(``test_correct``, :func:`jaxstale.loop.encode_correct`, or a language model's
+``test_losses``, :func:`jaxstale.loop.encode_losses`, from the cell's last metric record) so
 that intervals can resample the test set —, ``config.json``, ``table.md`` and the synchronous
 reference's convergence read from the cells' curves (``budget.json``, :mod:`.budget`); never
 ``metrics.jsonl`` or the cells) into a committed folder beside the report
@@ -35,6 +36,7 @@ from . import budget, cells, speed
 
 __all__ = [
     "INDEX",
+    "PREDICTIONS",
     "ROW_FILES",
     "Snapshot",
     "git_state",
@@ -44,6 +46,10 @@ __all__ = [
     "snapshot",
     "with_predictions",
 ]
+
+#: a final record's per-example test results a row carries: a classifier's correctness, a
+#: language model's loss per test window (:func:`jaxstale.loop.run`)
+PREDICTIONS = ("test_correct", "test_losses")
 
 #: the file naming the snapshot (commit, smoke flag, source folder, configurations)
 INDEX = "index.json"
@@ -152,8 +158,9 @@ def with_cells(found: Sequence[Any], summary: Mapping[str, Any]) -> dict[str, An
         fields = tuple(sorted(key))
         last = metrics[-1]
         extra = dict(speed.curve_facts(metrics, (cell.get("row") or {}).get("steps")))
-        if isinstance(last, dict) and last.get("test_correct"):
-            extra["test_correct"] = last["test_correct"]
+        for field in PREDICTIONS:
+            if isinstance(last, dict) and last.get(field):
+                extra[field] = last[field]
         if isinstance(cell.get("host"), str):  # the machine (experiments.runs.hosts)
             extra["host"] = cell["host"]
         if extra:
@@ -193,7 +200,7 @@ def with_archived_curves(rows: Path, cells_dir: Path | None, names: Sequence[str
 
 def _no_predictions(cell: Mapping[str, Any]) -> list[Any]:
     """A cell's metric records without the test predictions (kept rows have theirs)."""
-    return [{k: v for k, v in m.items() if k != "test_correct"} if isinstance(m, dict) else m
+    return [{k: v for k, v in m.items() if k not in PREDICTIONS} if isinstance(m, dict) else m
             for m in cell.get("metrics") or []]  # fmt: skip
 
 

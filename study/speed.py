@@ -95,4 +95,4 @@ def notes(
 
 def _as_test(rows: Sequence[dict], field: str, test: str) -> list[dict]:
     """The rows with ``field`` read as their test metric (no test predictions)."""
-    return [{**r, test: r.get(field), "test_correct": None} for r in rows]
+    return [{**r, test: r.get(field), "test_correct": None, "test_losses": None} for r in rows]

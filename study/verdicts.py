@@ -34,7 +34,7 @@ import numpy as np
 
 from experiments.reports import MIN_PAIRS
 from jaxstale import tasks
-from jaxstale.loop import decode_correct
+from jaxstale.loop import decode_correct, decode_losses
 
 #: the labels :func:`decide` returns, with the definitions the report's header prints
 LABELS: dict[str, str] = {
@@ -219,18 +219,21 @@ def examples_variance(
     a_rows: Sequence[Mapping[str, Any]], b_rows: Sequence[Mapping[str, Any]], seeds: Sequence[Any]
 ) -> float:
     """The variance of the mean paired difference over ``seeds`` from resampling the test
-    examples: with ``c`` a run's per-example correctness (``test_correct``) and
-    ``D_i = mean_s (c_a,s,i − c_b,s,i)``, ``Var(D) / N`` over the ``N`` examples (the seeds'
-    runs share one test set, so this part of the error does not shrink with more seeds).
-    0 when a run has no ``test_correct`` (the test set then counts as fixed)."""
+    examples: with ``c`` a run's per-example correctness (``test_correct``) — or a language
+    model's loss per test window (``test_losses``) — and ``D_i = mean_s (c_a,s,i − c_b,s,i)``,
+    ``Var(D) / N`` over the ``N`` examples (the seeds' runs share one test set, so this part of
+    the error does not shrink with more seeds). 0 when a run has neither (the test set then
+    counts as fixed)."""
     if not seeds:
         return 0.0
     got = []
     for rows in (a_rows, b_rows):
-        by = {r.get("seed"): r.get("test_correct") for r in rows}
+        field = "test_losses" if any(r.get("test_losses") for r in rows) else "test_correct"
+        read = decode_losses if field == "test_losses" else decode_correct
+        by = {r.get("seed"): r.get(field) for r in rows}
         if not all(by.get(s) for s in seeds):
             return 0.0
-        got.append(np.stack([decode_correct(by[s]) for s in seeds]).astype(np.float64))
+        got.append(np.stack([read(by[s]) for s in seeds]).astype(np.float64))
     if got[0].shape != got[1].shape or got[0].shape[1] < 2:
         return 0.0
     d = (got[0] - got[1]).mean(axis=0)

@@ -38,7 +38,8 @@ def test_datasets_tuple():
 def test_shakespeare_is_a_language_model_task_of_token_windows():
     ds = data.load("shakespeare")
     assert ds.task == "language_model" and ds.num_classes == 83 and ds.stats is None
-    assert ds.x_train.shape == (68152, 64) and ds.x_val.shape == ds.x_test.shape == (256, 64)
+    assert ds.x_train.shape == (68152, 64) and ds.x_val.shape == (256, 64)
+    assert ds.x_test.shape == (3786, 64)  # the whole test split: 242,321 characters
     assert ds.x_train.dtype == ds.y_train.dtype == np.int32
     # y is x shifted by one character: a window's targets are the next window's first ids
     np.testing.assert_array_equal(ds.x_train[0, 1:], ds.y_train[0, :-1])

@@ -234,3 +234,44 @@ def test_a_loss_metric_records_the_mean_cross_entropy_of_every_target():
     assert lanes[1] == pytest.approx(np.log(5))
     with pytest.raises(ValueError, match="metric"):
         loop.run(ex, p0, {}, metric="perplexity")
+
+
+def test_a_loss_run_records_each_test_windows_loss_at_the_end():
+    """The final record of a loss run carries ``test_losses``: each test window's mean loss,
+    hand-checked against optax per window, whose mean is the record's test_loss; earlier
+    records and the validation split carry none; batching and lanes do not change them."""
+    import optax
+
+    from jaxstale import evaluation
+
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 5, (10, 6)).astype(np.int32)
+    y = np.roll(x, -1, axis=1)
+    apply = lambda p, s, xb, train: (p[xb], s)
+    ex = train.executor(apply, optax.sgd(0.5), x, y, np.arange(8).reshape(4, 2) % 10)
+    data = {"val": (x[:4], y[:4]), "test": (x, y)}
+    (res,) = loop.run(ex, jnp.zeros((5, 5)), {}, eval_every=2, eval_data=data, metric="loss")
+    assert "test_losses" not in res.curve[0]
+    got = evaluation.decode_losses(res.curve[-1]["test_losses"])
+    want = optax.softmax_cross_entropy_with_integer_labels(res.params[x], y).mean(axis=1)
+    np.testing.assert_allclose(got, want, atol=2e-3)  # float16 in the record
+    assert res.final_loss["test"] == pytest.approx(float(want.mean()), rel=1e-6)
+    exact = evaluation.mean_loss(apply, res.params, {}, x, y, per_example=True, batch_size=3)
+    np.testing.assert_allclose(exact[0], want, rtol=1e-6)
+    lanes = evaluation.mean_loss(
+        apply, jnp.stack([res.params, res.params]), {}, x, y, vmap=True, per_example=True
+    )
+    assert (lanes[0] == lanes[1]).all() and lanes.shape == (2, 10)
+
+
+def test_encoded_losses_round_trip_and_refuse_bad_text():
+    from jaxstale import evaluation
+
+    v = np.array([0.0, 1.25, 3.5, 1024.0])  # exact in float16
+    assert (evaluation.decode_losses(evaluation.encode_losses(v)) == v).all()
+    with pytest.raises(ValueError, match="not finite"):
+        evaluation.encode_losses([np.nan])
+    with pytest.raises(ValueError, match="not finite"):
+        evaluation.encode_losses([1e6])
+    with pytest.raises(ValueError, match="not encoded"):
+        evaluation.decode_losses("3:AD4=")

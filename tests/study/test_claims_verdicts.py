@@ -70,6 +70,28 @@ def test_test_set_resampling_adds_the_examples_variance_to_the_interval():
     assert examples_variance(_predicted("a", a), bare, [0, 1]) == 0.0
 
 
+def test_a_language_models_window_losses_enter_its_interval():
+    """Per-window test losses (``test_losses``) resample the test windows as correctness does:
+    Var_i(D_i)/N with D_i the mean over seeds of the two runs' loss difference on window i."""
+    from jaxstale import tasks
+    from jaxstale.loop import encode_losses
+
+    rng = np.random.default_rng(3)
+    a = 2.0 + rng.normal(0, 0.3, (5, 300))
+    b = a + 0.05 + rng.normal(0, 0.1, (5, 300))
+    a, b = (np.asarray(v.astype(np.float16), np.float64) for v in (a, b))  # as recorded
+
+    def rows(method, losses):
+        return [{"method": method, "seed": s, "final_test_loss": float(v.mean()),
+                 "diverged": False, "test_losses": encode_losses(v)}
+                for s, v in enumerate(losses)]  # fmt: skip
+
+    want = (b - a).mean(axis=0).var(ddof=1) / 300
+    assert examples_variance(rows("b", b), rows("a", a), range(5)) == pytest.approx(want)
+    got = paired(rows("b", b), rows("a", a), "b", "a", lambda r: 4.4, tasks.language_model(83))
+    assert got.test_var == pytest.approx(want) and got.mean == pytest.approx(0.05, abs=0.02)
+
+
 def test_the_rows_copy_takes_each_rows_test_predictions_from_its_cell(tmp_path):
     cells = tmp_path / "cells"
     cells.mkdir()
@@ -82,6 +104,12 @@ def test_the_rows_copy_takes_each_rows_test_predictions_from_its_cell(tmp_path):
     assert out["n"] == 2 and out["rows"][0]["test_correct"] == "2:QA=="
     assert "test_correct" not in out["rows"][1] and out["rows"][1]["test_mean"] == 0.5
     assert "test_correct" not in rows[0] and "test_mean" not in rows[1]  # the input unchanged
+    # a language model's cell: its window losses travel the same way
+    key = {"method": "sgd", "lr": 0.1, "seed": 0}
+    last = {"step": 5, "test_loss": 1.5, "test_losses": "1:AD4="}
+    (cells / "0.json").write_text(json.dumps({"key": key, "metrics": [last]}))
+    out = with_predictions(tmp_path, {"rows": rows[:1]})
+    assert out["rows"][0]["test_losses"] == "1:AD4=" and "test_correct" not in out["rows"][0]
 
 
 @pytest.mark.parametrize(
