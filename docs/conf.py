@@ -81,6 +81,7 @@ AREAS: list[tuple[str, list[str]]] = [
         [
             "jaxstale.loop",
             "jaxstale.evaluation",
+            "jaxstale.checkpoint",
             "jaxstale.mesh",
             "jaxstale.launch",
             "jaxstale.distributed",

@@ -313,8 +313,9 @@ def open_folder(
         data=[digest] if digest else [],
     )
     return runs.RunFolder(
-        experiment, cfg, config.out, code=code, force_resume=bool(config.force_resume)
-    )
+        experiment, cfg, config.out, code=code, force_resume=bool(config.force_resume),
+        checkpoint_every=getattr(config, "checkpoint_every", None),
+    )  # fmt: skip
 
 
 # (experiment, config) -> (resolved config, dataset, run folder) of the last run(config) of that

@@ -41,7 +41,6 @@ import types
 import typing
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 from flax import nnx
@@ -50,6 +49,8 @@ from jaxstale import data, models, optimizers
 from jaxstale.text import TEXTS, TFDS_TEXTS
 
 from . import runs
+from .runs.hosts import fmt_bytes as fmt_bytes
+from .runs.hosts import machine_memory as machine_memory
 
 __all__ = [
     "EVAL_HELP",
@@ -230,8 +231,8 @@ ACCURACY_TARGET, LOSS_TARGET = 0.95, 2.0
 @dataclass(frozen=True)
 class Base:
     """The fields every experiment shares. ``None`` means "the experiment's default" (which
-    may depend on ``quick``); ``data_dir``, ``out`` and ``force_resume`` are not part of the
-    run id."""
+    may depend on ``quick``); ``data_dir``, ``out``, ``force_resume`` and
+    ``checkpoint_every`` are not part of the run id."""
 
     quick: bool = opt(False, "small configuration (< 1 minute): a smoke run, marked as such")
     dataset: str = opt("digits", "dataset name", choices=data.dataset_names, kind="dataset")
@@ -264,6 +265,13 @@ class Base:
     force_resume: bool = opt(
         False,
         "reuse finished cells of --out even if they were computed under different code",
+        run_id=False,
+    )
+    checkpoint_every: int | None = opt(
+        None,
+        "save a group of runs every K updates in the run folder (orbax); a killed sweep "
+        "resumes mid-run, bit for bit",
+        low=1,
         run_id=False,
     )
 
@@ -431,7 +439,7 @@ def cli(
 def to_argv(cfg: Base) -> list[str]:
     """The command line that builds ``cfg`` (its fields that differ from their defaults, the
     run-id fields only): ``from_argv(type(cfg), to_argv(cfg))`` gives ``cfg`` back, less
-    ``data_dir``, ``out`` and ``force_resume``."""
+    ``data_dir``, ``out``, ``force_resume`` and ``checkpoint_every``."""
     argv: list[str] = []
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
@@ -530,43 +538,6 @@ def check_staged_model(
         )
     _check_muon(model, name, cfg.get("optimizer"))
     return model
-
-
-def machine_memory() -> int:
-    """Bytes of memory this process may use: the least of the machine's physical memory
-    (``os.sysconf``), the process's address-space and data limits (``ulimit -v`` / ``-d``:
-    ``RLIMIT_AS``, ``RLIMIT_DATA``) and its cgroup's ``memory.max`` (a container's limit);
-    2**62 where none is known. Before, only the machine's RAM was read, so a process under a
-    smaller limit passed the check and was killed mid-run, leaving a run folder."""
-    found = [1 << 62]
-    try:
-        found.append(int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES")))
-    except (AttributeError, ValueError, OSError):
-        pass
-    try:
-        import resource
-
-        for which in (resource.RLIMIT_AS, resource.RLIMIT_DATA):
-            soft = resource.getrlimit(which)[0]
-            if soft != resource.RLIM_INFINITY and soft > 0:
-                found.append(int(soft))
-    except (ImportError, AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
-        pass
-    try:
-        text = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        if text.isdigit():
-            found.append(int(text))
-    except OSError:
-        pass
-    return min(found)
-
-
-def fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024:
-            return f"{n:.3g} {unit}"
-        n /= 1024
-    return f"{n:.3g} PiB"
 
 
 def check_memory(terms: dict[str, float], limit: int | None = None) -> None:

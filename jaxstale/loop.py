@@ -98,7 +98,9 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
+from jaxstale import checkpoint as _checkpoint
 from jaxstale._compile import compiler_options, jit
+from jaxstale.checkpoint import Checkpoints
 from jaxstale.evaluation import (
     accuracy,
     decode_correct,
@@ -304,6 +306,7 @@ def run(
     callback: Callable[[int, list[dict[str, Any]]], None] | None = None,
     evaluate: Evaluate | None = None,
     metric: str = "accuracy",
+    checkpoint: Checkpoints | None = None,
 ) -> list[Result]:
     """Run ``ex`` from ``(params, model_state)`` to the end (or until every lane diverged).
 
@@ -332,6 +335,10 @@ def run(
             ``[N, T]`` next-token targets), recorded as ``"<split>_loss"`` (a hook's names too)
             and returned in ``final_loss``; a loss run records ``test_losses`` (its final
             ``test_loss`` is their mean) in place of ``test_correct``.
+        checkpoint: save the run's progress every ``checkpoint.every`` updates and resume
+            from the newest checkpoint in ``checkpoint.directory`` (:mod:`jaxstale.checkpoint`:
+            the resumed run ends bit for bit where an uninterrupted one does); default: the
+            next slot of an active :func:`jaxstale.checkpoint.checkpointing`, else none.
 
     Returns:
         One :class:`Result` per lane.
@@ -366,13 +373,28 @@ def run(
         raise ValueError(f"eval_every must be a positive int, got {eval_every!r}")
     lanes = ex.lanes
     every = eval_every or max(ex.num_rounds, 1)
+    ck = checkpoint if checkpoint is not None else _checkpoint.claim()
+    if ck is not None and jax.process_count() > 1:
+        raise ValueError("checkpoints need one process: the state is not all on this host")
     state = ex.init(params, model_state)
     losses = np.full((lanes, ex.num_updates), np.nan, np.float32)
     done = np.zeros(lanes, np.int64)  # updates completed per lane
     curves: list[list[dict[str, Any]]] = [[] for _ in range(lanes)]
     dead = np.zeros(lanes, bool)
     diverged_step: list[int | None] = [None] * lanes
-    for a in range(0, ex.num_rounds, every):
+    start, saved = 0, 0
+    identity = {"num_rounds": ex.num_rounds, "num_updates": ex.num_updates, "lanes": lanes,
+                "eval_every": every, "metric": metric, "splits": list(splits)}  # fmt: skip
+    if ck is not None:
+        carried = {"state": state, "losses": losses, "done": done, "dead": dead}
+        restored = _checkpoint.restore(ck.directory, carried, identity)
+        if restored is not None:
+            arrays, kept = restored
+            state, losses, done, dead = (arrays[k] for k in ("state", "losses", "done", "dead"))
+            losses, done, dead = np.array(losses), np.array(done), np.array(dead)
+            curves, diverged_step, names = kept["curves"], kept["diverged_step"], kept["names"]
+            start, saved = kept["rounds"], int(done.max())
+    for a in range(start, ex.num_rounds, every):
         z = min(a + every, ex.num_rounds)
         state, st = advance(ex, state, a, z)
         loss = np.asarray(st.loss, np.float32).reshape(lanes, z - a)
@@ -430,6 +452,12 @@ def run(
                     rec["test_losses"] = encode_losses(correct[j])
             curves[j].append(rec)
             records.append(rec)
+        if ck is not None and z < ex.num_rounds and not dead.all():
+            if int(done.max()) - saved >= ck.every:  # before the callback: a kill there keeps it
+                carried = {"state": state, "losses": losses, "done": done, "dead": dead}
+                now = {"curves": curves, "diverged_step": diverged_step, "names": names}
+                _checkpoint.save(ck.directory, z, carried, {**identity, **now})
+                saved = int(done.max())
         if callback is not None:
             callback(z, records)
         if dead.all():

@@ -130,11 +130,20 @@ EXPERIMENT = "claims"
 # ------------------------------------------------------------------------------------ report
 
 
+#: updates between two checkpoints of a group of runs (``--checkpoint-every``; results do not
+#: depend on it): a session that ends mid-group loses at most this many updates of its lanes
+CHECKPOINT_EVERY = 500
+
+
 def run_configs(names: Sequence[str], results: Path, quick: bool, force: bool) -> None:
-    """Run (or resume) the named configurations into ``results/<name>``."""
+    """Run (or resume) the named configurations into ``results/<name>``, each group of runs
+    checkpointed every :data:`CHECKPOINT_EVERY` updates."""
     for name in names:
         spec = RUNS[name]
-        config = dataclasses.replace(spec.at(quick), out=str(results / name), force_resume=force)
+        out = str(results / name)
+        config = dataclasses.replace(
+            spec.at(quick), out=out, force_resume=force, checkpoint_every=CHECKPOINT_EVERY
+        )
         print(f"[{EXPERIMENT}] {name}: {spec.command}{' (smoke)' if quick else ''}")
         spec.experiment.report(spec.experiment.run(config), config)
 

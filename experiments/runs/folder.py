@@ -54,6 +54,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -79,7 +80,7 @@ from .files import (
     to_json,
 )
 from .fingerprint import code_changes, code_fingerprint, code_hash
-from .groups import cell_groups, check_cell
+from .groups import cell_groups, check_cell, group_checkpoints
 from .hosts import other_host_note
 from .plots import finish_figure
 
@@ -134,6 +135,8 @@ class RunFolder:
         not the experiment's modules or user code — pass your own to cover those.
       force_resume: reuse cells computed under other code instead of raising
         :class:`StaleResultsError` (recorded; later runs of the same code accept them too).
+      checkpoint_every: :meth:`run_grouped` saves each group's runs every this many updates
+        under ``checkpoints/`` (:func:`~experiments.runs.groups.group_checkpoints`).
 
     Raises:
       ValueError: an empty ``experiment`` or one with a path separator.
@@ -156,8 +159,10 @@ class RunFolder:
         root: str | os.PathLike[str] = RESULTS_DIR,
         code: Mapping[str, Any] | None = None,
         force_resume: bool = False,
+        checkpoint_every: int | None = None,
     ) -> None:
         self._started = time.perf_counter()
+        self.checkpoint_every = checkpoint_every
         if not experiment or "/" in experiment or os.sep in experiment:
             raise ValueError(f"experiment must be a non-empty name without '/', got {experiment!r}")
         self.experiment = experiment
@@ -414,15 +419,10 @@ class RunFolder:
         return atomic_write_text(self.path / "metrics.jsonl", "".join(x + "\n" for x in lines))
 
     def run(
-        self,
-        keys: Iterable[Mapping[str, Any]],
-        fn: CellFn,
-        *,
-        desc: str | None = None,
+        self, keys: Iterable[Mapping[str, Any]], fn: CellFn, *, desc: str | None = None
     ) -> list[dict[str, Any]]:
-        """Runs ``fn(key) -> (row, metrics)`` for every key not yet done, recording each.
-
-        Ctrl-C is handled as in :meth:`run_grouped`.
+        """Runs ``fn(key) -> (row, metrics)`` for every key not yet done, recording each
+        (Ctrl-C and checkpoints as in :meth:`run_grouped`).
 
         Args:
           keys: cell keys, in the order to run them.
@@ -454,6 +454,8 @@ class RunFolder:
         table byte for byte. Only missing cells are recorded; a recomputed finished cell unlike its
         file (but for ``TIMING_FIELDS``) is an entry of :attr:`disagreements`; the file is kept.
 
+        With ``checkpoint_every``, a re-run resumes a group mid-run (:func:`group_checkpoints`).
+
         Ctrl-C keeps every cell recorded so far, prints ``interrupted: N cells saved in <path>;
         re-run the same command to resume`` (N: every finished cell of the folder) on stderr and
         raises ``SystemExit(130)`` (SIGINT's).
@@ -479,7 +481,12 @@ class RunFolder:
             )
         try:
             for group in progress(todo, total=len(todo), desc=desc or self.experiment):
-                results = list(fn([key_list[i] for i in group]))
+                keys_of = [key_list[i] for i in group]
+                every = self.checkpoint_every if self._store is None else None
+                if every:
+                    self.create()  # config.json before the checkpoints: the folder is a run's
+                with group_checkpoints(self.path, self.code_hash, keys_of, every) as where:
+                    results = list(fn(keys_of))
                 if len(results) != len(group):
                     raise ValueError(
                         f"cell function returned {len(results)} results for {len(group)}"
@@ -492,6 +499,8 @@ class RunFolder:
                     else:
                         self.record(key_list[i], row, metrics)
                         saved += 1
+                if where is not None:  # the group's cells are recorded: its checkpoints go
+                    shutil.rmtree(where, ignore_errors=True)
         except KeyboardInterrupt:
             # the folder's count, not this call's: a sweep runs several calls (one per worker
             # count, model, ...) and said "0/6 cells saved" with 36 on disk

@@ -24,14 +24,17 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from .files import to_json
 
-__all__ = ["TIMING_FIELDS", "cell_groups", "check_cell", "first_difference"]
+__all__ = ["TIMING_FIELDS", "cell_groups", "check_cell", "first_difference", "group_checkpoints"]
 
 #: row and metric fields that measure time, not results: left out of the agreement check
 TIMING_FIELDS: tuple[str, ...] = ("wall_s", "cpu_s")
@@ -100,3 +103,25 @@ def check_cell(
         file=sys.stderr,
     )
     return message
+
+
+@contextlib.contextmanager
+def group_checkpoints(
+    folder: Path, code_hash: str, keys: Sequence[Mapping[str, Any]], every: int | None
+) -> Iterator[Path | None]:
+    """The checkpoints of one group of cells (:mod:`jaxstale.checkpoint`): every
+    :func:`jaxstale.loop.run` call inside saves every ``every`` updates under
+    ``folder/checkpoints/<sha1 of the group's keys>/<code hash>/run-<n>``, so a killed sweep
+    resumes its group mid-run — only under the same keys (the config's fields, the group's
+    seeds and rates) and the same code (the fingerprint's hash): a checkpoint of other code is
+    never read. Yields the group's folder (the caller removes it once its cells are recorded),
+    or None without checkpoints (``every`` None)."""
+    if every is None:
+        yield None
+        return
+    from jaxstale import checkpoint
+
+    digest = hashlib.sha1(to_json(list(keys), canonical=True).encode()).hexdigest()[:16]
+    where = folder / "checkpoints" / digest
+    with checkpoint.checkpointing(where / code_hash[:16], every):
+        yield where

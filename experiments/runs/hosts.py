@@ -41,7 +41,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["host_fingerprint", "other_host_note"]
+__all__ = ["fmt_bytes", "host_fingerprint", "machine_memory", "other_host_note"]
 
 #: the fields of ``/proc/cpuinfo``'s first processor that name the CPU (x86, then ARM)
 _CPU_FIELDS = ("model name", "cpu family", "model", "stepping", "CPU implementer", "CPU part")
@@ -96,3 +96,40 @@ def other_host_note(
         f"computed on another one (this one: {(host or {}).get('cpu')}); on XLA:CPU a cell is "
         "the same bit for bit on one machine, not across machines (experiments.runs.hosts)"
     )
+
+
+def machine_memory() -> int:
+    """Bytes of memory this process may use: the least of the machine's physical memory
+    (``os.sysconf``), the process's address-space and data limits (``ulimit -v`` / ``-d``:
+    ``RLIMIT_AS``, ``RLIMIT_DATA``) and its cgroup's ``memory.max`` (a container's limit);
+    2**62 where none is known. Before, only the machine's RAM was read, so a process under a
+    smaller limit passed the check and was killed mid-run, leaving a run folder."""
+    found = [1 << 62]
+    try:
+        found.append(int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES")))
+    except (AttributeError, ValueError, OSError):
+        pass
+    try:
+        import resource
+
+        for which in (resource.RLIMIT_AS, resource.RLIMIT_DATA):
+            soft = resource.getrlimit(which)[0]
+            if soft != resource.RLIM_INFINITY and soft > 0:
+                found.append(int(soft))
+    except (ImportError, AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
+        pass
+    try:
+        text = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if text.isdigit():
+            found.append(int(text))
+    except OSError:
+        pass
+    return min(found)
+
+
+def fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024:
+            return f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.3g} PiB"

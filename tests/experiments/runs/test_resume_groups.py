@@ -73,3 +73,48 @@ def test_complete_groups_are_not_recomputed(tmp_path):
         KEYS, lambda ks: calls.append(ks) or _lane_dependent(ks), vary=("seed",)
     )
     assert [[(k["lr"], k["seed"]) for k in ks] for ks in calls] == [[(0.3, 0), (0.3, 1), (0.3, 2)]]
+
+
+def test_a_group_killed_mid_run_resumes_from_its_checkpoint(tmp_path):
+    """With checkpoint_every, a group's loop.run saves under checkpoints/<group>/<code>/run-0;
+    the re-run resumes it mid-run, records the same rows as an uninterrupted sweep, and the
+    group's checkpoints are removed once its cells are recorded."""
+    import numpy as np
+    import optax
+
+    from jaxstale import loop, train
+
+    x, y = np.eye(2, dtype=np.float32), np.array([0, 1], np.int32)
+    apply = lambda p, s, xb, train: (xb @ p, s)
+    killed, starts, arm = [], [], []
+
+    def fn(keys):
+        out = []
+        for k in keys:
+            ex = train.executor(apply, optax.sgd(k["lr"]), x, y, np.zeros((12, 2), np.int64))
+
+            def cb(rounds, records):
+                starts.append(rounds)
+                if arm and not killed and rounds == 8:
+                    killed.append(rounds)
+                    raise RuntimeError("killed")
+
+            (res,) = loop.run(ex, np.zeros((2, 2), np.float32), {}, eval_every=2, callback=cb)
+            out.append(({"loss": float(res.losses[-1])}, res.curve))
+        return out
+
+    keys = [{"lr": 0.5, "seed": 0}]
+    plain = RunFolder("demo", {"g": 1}, out=tmp_path / "plain").run_grouped(keys, fn)
+    arm.append(True)
+    run = RunFolder("demo", {"g": 1}, out=tmp_path / "ck", checkpoint_every=2)
+    try:
+        run.run_grouped(keys, fn)
+    except RuntimeError:
+        pass
+    (group,) = (tmp_path / "ck" / "checkpoints").iterdir()
+    assert (group / run.code_hash[:16] / "run-0").is_dir()
+    starts.clear()
+    again = RunFolder("demo", {"g": 1}, out=tmp_path / "ck", checkpoint_every=2)
+    assert again.run_grouped(keys, fn) == plain
+    assert starts[0] == 10  # resumed after the checkpoint at round 8
+    assert not group.exists()
