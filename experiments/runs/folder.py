@@ -54,7 +54,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -80,7 +79,7 @@ from .files import (
     to_json,
 )
 from .fingerprint import code_changes, code_fingerprint, code_hash
-from .groups import cell_groups, check_cell, group_checkpoints
+from .groups import cell_groups, check_cell, drop_checkpoints, group_checkpoints
 from .hosts import other_host_note
 from .plots import finish_figure
 
@@ -499,8 +498,7 @@ class RunFolder:
                     else:
                         self.record(key_list[i], row, metrics)
                         saved += 1
-                if where is not None:  # the group's cells are recorded: its checkpoints go
-                    shutil.rmtree(where, ignore_errors=True)
+                drop_checkpoints(where)  # the group's cells are recorded
         except KeyboardInterrupt:
             # the folder's count, not this call's: a sweep runs several calls (one per worker
             # count, model, ...) and said "0/6 cells saved" with 36 on disk

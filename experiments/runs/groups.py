@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import shutil
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -34,7 +35,14 @@ from typing import Any
 
 from .files import to_json
 
-__all__ = ["TIMING_FIELDS", "cell_groups", "check_cell", "first_difference", "group_checkpoints"]
+__all__ = [
+    "TIMING_FIELDS",
+    "cell_groups",
+    "check_cell",
+    "drop_checkpoints",
+    "first_difference",
+    "group_checkpoints",
+]
 
 #: row and metric fields that measure time, not results: left out of the agreement check
 TIMING_FIELDS: tuple[str, ...] = ("wall_s", "cpu_s")
@@ -125,3 +133,13 @@ def group_checkpoints(
     where = folder / "checkpoints" / digest
     with checkpoint.checkpointing(where / code_hash[:16], every):
         yield where
+
+
+def drop_checkpoints(where: Path | None) -> None:
+    """Removes a finished group's checkpoints (:func:`group_checkpoints`' folder), and the
+    run folder's ``checkpoints/`` once no group is left in it."""
+    if where is None:
+        return
+    shutil.rmtree(where, ignore_errors=True)
+    with contextlib.suppress(OSError):  # other groups' checkpoints are still there
+        where.parent.rmdir()
