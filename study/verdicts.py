@@ -223,20 +223,33 @@ def examples_variance(
     model's loss per test window (``test_losses``) — and ``D_i = mean_s (c_a,s,i − c_b,s,i)``,
     ``Var(D) / N`` over the ``N`` examples (the seeds' runs share one test set, so this part of
     the error does not shrink with more seeds). 0 when a run has neither (the test set then
-    counts as fixed)."""
+    counts as fixed). :func:`contrast_variance` of ``((1, a), (−1, b))``."""
+    return contrast_variance(((1.0, a_rows), (-1.0, b_rows)), seeds)
+
+
+def contrast_variance(
+    arms: Sequence[tuple[float, Sequence[Mapping[str, Any]]]], seeds: Sequence[Any]
+) -> float:
+    """:func:`examples_variance` of a linear contrast ``Σ_k w_k · m_k`` (:func:`contrast`):
+    ``D_i = mean_s Σ_k w_k c_k,s,i`` over the seeds, ``Var(D) / N`` (a margin added to the
+    contrast is a constant: it adds nothing). 0 when an arm's rows carry no predictions for
+    one of the seeds, or the arms' test sets differ in size."""
     if not seeds:
         return 0.0
-    got = []
-    for rows in (a_rows, b_rows):
+    total: np.ndarray | None = None
+    for w, rows in arms:
         field = "test_losses" if any(r.get("test_losses") for r in rows) else "test_correct"
         read = decode_losses if field == "test_losses" else decode_correct
         by = {r.get("seed"): r.get(field) for r in rows}
         if not all(by.get(s) for s in seeds):
             return 0.0
-        got.append(np.stack([read(by[s]) for s in seeds]).astype(np.float64))
-    if got[0].shape != got[1].shape or got[0].shape[1] < 2:
+        got = np.stack([read(by[s]) for s in seeds]).astype(np.float64)
+        if total is not None and got.shape != total.shape:
+            return 0.0
+        total = w * got if total is None else total + w * got
+    if total is None or total.shape[1] < 2:
         return 0.0
-    d = (got[0] - got[1]).mean(axis=0)
+    d = total.mean(axis=0)
     return float(d.var(ddof=1) / len(d))
 
 
@@ -306,16 +319,21 @@ def contrast(
     gaps (AdamW's staleness cost minus Muon's) is ``(+1, −1, −1, +1)`` over four arms; an
     ``offset`` turns ``b + δ − a`` into a non-inferiority test with margin ``δ``. Per protocol
     over the seeds where every arm trained; the intention-to-treat companion scores a diverged
-    arm at the task's chance level. ``b_error`` is NaN (no reference arm to rescale by)."""
+    arm at the task's chance level. ``b_error`` is NaN (no reference arm to rescale by). Its
+    interval counts the test set's resampling as :func:`paired`'s does
+    (:func:`contrast_variance`)."""
     field = tasks.or_default(task).final("test")
 
+    def common(per: list[dict[Any, float]]) -> list[Any]:
+        return [k for k in per[0] if all(k in p for p in per[1:])]
+
     def combine(per: list[dict[Any, float]]) -> tuple[float, ...]:
-        seeds = [k for k in per[0] if all(k in p for p in per[1:])]
         return tuple(
-            offset + sum(w * p[k] for (w, _), p in zip(arms, per, strict=True)) for k in seeds
+            offset + sum(w * p[k] for (w, _), p in zip(arms, per, strict=True)) for k in common(per)
         )
 
-    values = combine([by_seed(rows, None, field) for _, rows in arms])
+    trained = [by_seed(rows, None, field) for _, rows in arms]
+    values = combine(trained)
     if all(_trained(rows, field) for _, rows in arms):
         itt, chance = values, None
     else:
@@ -323,7 +341,9 @@ def contrast(
         itt = combine([by_seed(rows, chance, field) for _, rows in arms])
     names = [a, b, *(f"arm {k + 1}" for k in range(2, len(arms)))]
     edges = arm_edges([(n, rows) for n, (_, rows) in zip(names, arms, strict=False)])
-    return Diff(a, b, values, itt, chance, what=what, **_reading(task), edges=edges)
+    test_var = contrast_variance(arms, common(trained))
+    return Diff(a, b, values, itt, chance, what=what, test_var=test_var, **_reading(task),
+                edges=edges)  # fmt: skip
 
 
 def slope(points: Sequence[tuple[float, float]]) -> float | None:

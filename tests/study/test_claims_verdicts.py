@@ -70,6 +70,24 @@ def test_test_set_resampling_adds_the_examples_variance_to_the_interval():
     assert examples_variance(_predicted("a", a), bare, [0, 1]) == 0.0
 
 
+def test_a_contrast_counts_the_test_sets_resampling_as_a_paired_difference_does():
+    """Issue 53: a non-inferiority contrast (b + δ − a) and a difference of gaps had intervals
+    without the test-resampling term; now Var_i(D_i)/N of the contrast's per-example values."""
+    from study.verdicts import contrast, contrast_variance
+
+    rng = np.random.default_rng(5)
+    arms = [rng.random((4, 150)) < p for p in (0.8, 0.75, 0.7, 0.72)]
+    w = (1.0, -1.0, -1.0, 1.0)
+    d = sum(wk * a.astype(float) for wk, a in zip(w, arms, strict=True)).mean(axis=0)
+    rows = [_predicted(f"m{k}", a) for k, a in enumerate(arms)]
+    got = contrast_variance(list(zip(w, rows, strict=True)), [0, 1, 2, 3])
+    assert got == pytest.approx(d.var(ddof=1) / 150)
+    two = contrast([(1.0, rows[0]), (-1.0, rows[1])], "m0", "m1", lambda r: 0.1, offset=0.01)
+    pair = paired(rows[0], rows[1], "m0", "m1", lambda r: 0.1)
+    assert two.test_var == pair.test_var > 0 and two.half == pytest.approx(pair.half)
+    assert two.mean == pytest.approx(pair.mean + 0.01)
+
+
 def test_a_language_models_window_losses_enter_its_interval():
     """Per-window test losses (``test_losses``) resample the test windows as correctness does:
     Var_i(D_i)/N with D_i the mean over seeds of the two runs' loss difference on window i."""
