@@ -93,6 +93,7 @@ AREAS: list[tuple[str, list[str]]] = [
         [
             "jaxstale.data",
             "jaxstale.text",
+            "jaxstale.tokens",
             "jaxstale.ngram",
             "jaxstale.tasks",
             "jaxstale.models",

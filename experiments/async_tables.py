@@ -175,7 +175,9 @@ def make_figures(
 
 def _inputs(cfg: dict[str, Any], t: tasks.Task) -> str:
     """What the inputs are: standardised images, or a text's next-character windows."""
-    return f"standardize={cfg['standardize']}" if t.higher_is_better else "next character"
+    if t.higher_is_better:
+        return f"standardize={cfg['standardize']}"
+    return "next token" if cfg["dataset"] == "tokens" else "next character"
 
 
 def _footer(cfg: dict[str, Any], t: tasks.Task) -> str:

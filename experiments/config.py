@@ -288,8 +288,9 @@ class Base:
 
     @property
     def text(self) -> bool:
-        """Whether the dataset is a text (a language-modelling task, loss-based)."""
-        return self.dataset in TEXTS or self.dataset in TFDS_TEXTS
+        """Whether the dataset is a text or a token folder (a language-modelling task, judged
+        on its loss)."""
+        return self.dataset in (*TEXTS, *TFDS_TEXTS, "tokens")
 
     def task_optimizer(self, given: str | None) -> str:
         """``given``, or the task's default optimizer: AdamW for a language model (a GPT's

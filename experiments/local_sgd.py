@@ -318,7 +318,7 @@ class _Runner:
             idx[i] = data.batch_indices(
                 len(ds.x_train), batch_size=batch, num_steps=nb, seed=k["seed"]
             )
-        xs, ys = data.Indexed(ds.x_train, idx), data.Indexed(ds.y_train, idx)
+        xs, ys = data.indexed(ds.x_train, idx), data.indexed(ds.y_train, idx)
         # the inner schedule's horizon: a worker's inner steps
         inner = optimizers.per_stage(
             cfg["optimizer"], cfg["inner_lr"], cfg["momentum"], cfg["steps"]

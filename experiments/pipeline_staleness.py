@@ -317,7 +317,7 @@ class _Runner:
         idx = np.stack(
             [data.batch_indices(n, batch_size=b, num_steps=steps, seed=s) for s in seeds]
         )
-        return data.Indexed(ds.x_train, idx), data.Indexed(ds.y_train, idx)
+        return data.indexed(ds.x_train, idx), data.indexed(ds.y_train, idx)
 
     def group(self, keys: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict]]]:
         """All pending cells of one (model, N, policy): every rate and seed."""

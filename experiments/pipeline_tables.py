@@ -34,7 +34,8 @@ def make_table(
     picked = at_selected(rows, selected, by=("model", "method", "stages"))
     o, mu = cfg["optimizer"], cfg["momentum"]
     opt = f"SGD momentum {mu}" if o == "sgd" else f"{optimizers.LABELS[o]} (β1 {mu})"
-    data = "standardised" if task.metric == "accuracy" else "next character, loss in nats"
+    unit = "token" if cfg["dataset"] == "tokens" else "character"
+    data = "standardised" if task.metric == "accuracy" else f"next {unit}, loss in nats"
     head = (
         f"{cfg['dataset']} ({data}; validation split for selection), {opt}, "
         f"{cfg['steps']} mini-batches of {cfg['batch_size']}, asynchronous 1F1B with N stages "

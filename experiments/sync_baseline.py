@@ -245,7 +245,8 @@ def make_table(
     """The reference sentences, the table at the selected rates and the validation grid."""
     acc = task.metric == "accuracy"
     opt_text = _optimizer_text(cfg)
-    data_text = "standardised" if acc else "next character"
+    unit = "token" if cfg["dataset"] == "tokens" else "character"
+    data_text = "standardised" if acc else f"next {unit}"
     setting = (
         f"{opt_text}, {cfg['dataset']} ({data_text}; validation split for "
         f"selection), batch {cfg['batch_size']}, {cfg['steps']} steps, {cfg['seeds']} seeds"

@@ -8,7 +8,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["Indexed", "batch_indices", "batches", "check_streams", "materialised", "stream_shape"]
+__all__ = [
+    "Indexed",
+    "batch_indices",
+    "batches",
+    "check_streams",
+    "indexed",
+    "materialised",
+    "stream_shape",
+]
 
 
 class Indexed(NamedTuple):
@@ -39,6 +47,14 @@ class Indexed(NamedTuple):
     def shape(self) -> tuple[int, ...]:
         """The shape of the pre-batched copy, ``idx.shape + x.shape[1:]``."""
         return tuple(np.shape(self.idx)) + tuple(np.shape(self.x)[1:])
+
+    def compact(self) -> Indexed:
+        """The same mini-batches over a copy of only the rows ``idx`` uses (``x[unique(idx)]``,
+        ``idx`` renumbered): a lazily read ``x`` (:class:`jaxstale.tokens.Windows`) is read
+        for those rows alone, and the executors hold the run's rows, not the whole file."""
+        idx = np.asarray(self.idx)
+        rows, inverse = np.unique(idx, return_inverse=True)
+        return Indexed(np.asarray(self.x[rows]), inverse.reshape(idx.shape))
 
     def gathered(self) -> np.ndarray:
         """The pre-batched copy ``x[idx]`` (NumPy)."""
@@ -157,3 +173,10 @@ def batches(
         )
     idx = batch_indices(len(x), batch_size=batch_size, num_steps=num_steps, seed=seed)
     return x[idx], y[idx]
+
+
+def indexed(x: Any, idx: Any) -> Indexed:
+    """``Indexed(x, idx)``, compacted (:meth:`Indexed.compact`) where ``x`` is not an array in
+    memory (a token file's windows): the run's rows are read, not the file."""
+    got = Indexed(x, idx)
+    return got if isinstance(x, np.ndarray) else got.compact()

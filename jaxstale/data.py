@@ -23,6 +23,8 @@ labels, split into train / validation / test and standardised with training-set 
 - ``"tiny_shakespeare"``: the common 1 MB character benchmark (40,000 lines of the plays; 65
   characters, its training text's) from TFDS, the full-size text path: TFDS's own train /
   validation / test texts, windowed as above; prepared offline like the TFDS images.
+- ``"tokens"``: token ids on disk in nanoGPT's format (``train.bin``, ``val.bin``, ``meta.json``
+  in ``data_dir``), read through memory maps (:mod:`jaxstale.tokens`), windowed as above.
 - your own: :func:`register_dataset` adds a name whose loader returns raw arrays;
   :func:`dataset_names` lists every name :func:`load` accepts.
 
@@ -64,7 +66,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jaxstale._batching import Indexed, batch_indices, batches
+from jaxstale._batching import Indexed, batch_indices, batches, indexed
 from jaxstale._checks import check_name
 from jaxstale._mnist1d import load_mnist1d
 from jaxstale._tfds import load_tfds
@@ -82,6 +84,7 @@ __all__ = [
     "batches",
     "check_dataset",
     "dataset_names",
+    "indexed",
     "load",
     "register_dataset",
     "registered_loader",
@@ -95,6 +98,7 @@ DATASETS: tuple[str, ...] = (
     "cifar10",
     *TEXTS,
     *TFDS_TEXTS,
+    "tokens",
 )
 """The built-in dataset names (see :func:`dataset_names` for the registered ones too)."""
 
@@ -409,7 +413,7 @@ def load(
             f"standardize must be one of {', '.join(map(repr, STANDARDIZE_MODES))}, "
             f"got {standardize!r}."
         )
-    if name in TEXTS or name in TFDS_TEXTS:
+    if name in TEXTS or name in TFDS_TEXTS or name == "tokens":
         if validation != 0.1:
             raise ValueError(f"{name!r} has a fixed validation split; got validation={validation}")
         return _load_text(name, standardize, data_dir)
@@ -470,6 +474,12 @@ def _load_text(name: str, standardize: str, data_dir: str | None) -> Dataset:
     validation (what rates are chosen on, at every evaluation: a fixed, cheaper set)."""
     if standardize == "channel":
         raise ValueError(f"{name!r} holds token ids: standardize='channel' does not apply to it")
+    if name == "tokens":  # a token folder on disk (jaxstale.tokens), read lazily
+        from jaxstale import tokens
+
+        *arrays, vocab, pre = tokens.dataset_parts(data_dir)
+        xt, yt, xv, yv, xs, ys = arrays
+        return Dataset(name, xt, yt, xs, ys, vocab, xv, yv, pre, None, "language_model")
     t = load_text(name, data_dir)
     x_tr, y_tr = t.windows("train", CONTEXT)
     x_va, y_va = t.sampled_windows("val", CONTEXT, EVAL_WINDOWS)

@@ -32,6 +32,7 @@ def test_datasets_tuple():
     assert data.DATASETS == (
         "digits", "mnist1d", "mnist", "fashion_mnist", "cifar10", "shakespeare",
         "tiny_shakespeare",
+        "tokens",
     )  # fmt: skip
 
 
@@ -386,6 +387,7 @@ def test_registered_dataset_gets_split_and_standardisation(registry):
     assert data.DATASETS == (
         "digits", "mnist1d", "mnist", "fashion_mnist", "cifar10", "shakespeare",
         "tiny_shakespeare",
+        "tokens",
     )  # fmt: skip
     raw = data.load("blobs", data_dir="/somewhere", validation=0.0, standardize="none")
     assert calls == ["/somewhere"]
@@ -424,7 +426,7 @@ def test_register_dataset_errors(registry):
     with pytest.raises(
         ValueError,
         match=r"registered datasets: digits, mnist1d, mnist, fashion_mnist, cifar10, "
-        r"shakespeare, tiny_shakespeare, mine\.",
+        r"shakespeare, tiny_shakespeare, tokens, mine\.",
     ):
         data.load("yours")
 
