@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> str:
     args = ap.parse_args(argv)
 
     n, bs, hw = args.stages, args.batch, args.size
-    gpt = args.model.startswith("gpt-")
+    gpt = args.model.startswith("gpt")
     nb = 2 * n + 2 + args.rounds
     rng = np.random.default_rng(0)
     if gpt:  # token windows: [B, T] ids, next-token targets

@@ -492,7 +492,7 @@ def seed_mode(model: str, mode: str) -> bool:
     if mode == "auto":
         import jax
 
-        return model == "mlp" or model.startswith("gpt-") or jax.default_backend() != "cpu"
+        return model == "mlp" or model.startswith("gpt") or jax.default_backend() != "cpu"
     return mode == "vmap"
 
 

@@ -112,13 +112,19 @@ def latest(directory: str | os.PathLike[str]) -> int | None:
     return max(done, default=None)
 
 
-def _host(leaf: Any) -> np.ndarray:
-    if isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-        leaf = jax.random.key_data(leaf)
-    return np.asarray(jax.device_get(leaf))
+def _is_key(leaf: Any) -> bool:
+    return isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)
 
 
-def _spec(leaves: list[np.ndarray]) -> list[list[Any]]:
+def _plain(leaf: Any) -> Any:
+    """A leaf as orbax writes it: device arrays stay where they are (sharded arrays are
+    written shard by shard, no host copy of the state), random keys as their key data."""
+    if _is_key(leaf):
+        return jax.random.key_data(leaf)
+    return leaf if isinstance(leaf, jax.Array) else np.asarray(leaf)
+
+
+def _spec(leaves: list[Any]) -> list[list[Any]]:
     return [[str(a.dtype), list(a.shape)] for a in leaves]
 
 
@@ -128,8 +134,9 @@ def save(
     arrays: Any,
     records: Mapping[str, Any],
 ) -> Path:
-    """Writes checkpoint ``rounds``: the pytree ``arrays`` (device or host arrays; random keys
-    as their key data) and the JSON-able ``records``, then removes the older checkpoints.
+    """Writes checkpoint ``rounds``: the pytree ``arrays`` (device arrays as they are sharded,
+    host arrays, random keys as their key data) and the JSON-able ``records``, then removes the
+    older checkpoints.
 
     Returns:
         The checkpoint's JSON path.
@@ -138,7 +145,7 @@ def save(
 
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    leaves = [_host(a) for a in jax.tree.leaves(arrays)]
+    leaves = [_plain(a) for a in jax.tree.leaves(arrays)]
     where = d / str(rounds)
     if where.exists():  # an incomplete one of the same round (killed before its JSON)
         shutil.rmtree(where)
@@ -158,8 +165,8 @@ def restore(
     directory: str | os.PathLike[str], template: Any, identity: Mapping[str, Any]
 ) -> tuple[Any, dict[str, Any]] | None:
     """The newest complete checkpoint of ``directory`` as ``(arrays, records)``: ``arrays`` in
-    ``template``'s structure, each leaf placed as ``template``'s (its sharding; random keys
-    wrapped again), or None when there is none.
+    ``template``'s structure, each leaf restored onto ``template``'s sharding (random keys
+    wrapped again, host arrays as NumPy), or None when there is none.
 
     Raises:
         ValueError: the checkpoint's ``identity`` fields or array shapes differ from this
@@ -173,26 +180,26 @@ def restore(
     d = Path(directory)
     records = json.loads((d / f"{rounds}.json").read_text(encoding="utf-8"))
     leaves, tree = jax.tree.flatten(template)
-    host = [_host(a) for a in leaves]
-    for field, want in {**identity, "leaves": _spec(host)}.items():
+    plain = [_plain(a) for a in leaves]
+    for field, want in {**identity, "leaves": _spec(plain)}.items():
         if records.get(field) != json.loads(json.dumps(want)):
             raise ValueError(
                 f"checkpoint {d} was written by another run ({field} differs: "
                 f"{_short(records.get(field))} there, {_short(want)} here); remove it to start "
                 "afresh"
             )
-    with_target = {str(i): a for i, a in enumerate(host)}
-    got = ocp.PyTreeCheckpointer().restore((d / str(rounds)).absolute(), item=with_target)
+    target = {str(i): a for i, a in enumerate(plain)}
+    args = ocp.checkpoint_utils.construct_restore_args(target)  # each leaf's sharding
+    got = ocp.PyTreeCheckpointer().restore(
+        (d / str(rounds)).absolute(), item=target, restore_args=args
+    )
     out = []
     for i, t in enumerate(leaves):
-        a = np.asarray(got[str(i)])
-        if isinstance(t, jax.Array) and jax.dtypes.issubdtype(t.dtype, jax.dtypes.prng_key):
-            impl = jax.random.key_impl(t)
-            out.append(jax.random.wrap_key_data(jax.device_put(a, t.sharding), impl=impl))
-        elif isinstance(t, jax.Array):
-            out.append(jax.device_put(a, t.sharding))
+        a = got[str(i)]
+        if _is_key(t):
+            out.append(jax.random.wrap_key_data(a, impl=jax.random.key_impl(t)))
         else:
-            out.append(a)
+            out.append(a if isinstance(t, jax.Array) else np.asarray(a))
     return jax.tree.unflatten(tree, out), records
 
 

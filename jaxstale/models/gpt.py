@@ -37,18 +37,28 @@ from jaxstale._checks import check_range
 from jaxstale.models.layers import _host_normal
 from jaxstale.models.staged import StagedModel
 
-__all__ = ["PRESETS", "GPTBlock", "gpt", "gpt_param_count", "preset_builder"]
+__all__ = ["PRESETS", "GPTBlock", "gpt", "gpt_param_count", "preset_builder", "preset_name"]
 
 _init = _host_normal(1.0)  # N(0, 1 / fan_in)
 
 #: size presets, the zoo's ``gpt-<name>`` models (context and vocabulary come from the data:
 #: at :mod:`jaxstale.text`'s context 64 and 83 characters, the parameter counts are
-#: tiny 32,915; cpu 414,803; deep 814,675; gpu 85,232,723)
+#: tiny 32,915; cpu 414,803; deep 814,675; gpu 85,232,723). ``gpt2-small`` is GPT-2 small's
+#: shape whatever the data: a position table of 1,024 and nanoGPT's padded vocabulary of
+#: 50,304 (the data's windows must be at most 1,024 ids and its vocabulary at most 50,304;
+#: the head's extra logits learn to be improbable, as nanoGPT's do): 163,159,680 parameters —
+#: GPT-2's 124 M plus the separate output embedding (768 × 50,304 = 38.6 M; tied weights
+#: would span the first and the last stage). Its 12 blocks split over N stages by parameter
+#: count (:func:`jaxstale.models.split`): the embedding block and the head block (46 M each)
+#: are stages of their own at N ≥ 3, the ten 7.1 M blocks share the rest — over 8 stages
+#: 1, 1, 1, 2, 2, 2, 2, 1 blocks (the largest stage is the embedding's; ties go to the
+#: earliest cut). The zoo names it ``gpt2-small`` (the others ``gpt-<preset>``).
 PRESETS: dict[str, dict[str, int]] = {
     "tiny": {"layers": 2, "width": 32, "heads": 2},  # tests and smoke runs
     "cpu": {"layers": 8, "width": 64, "heads": 4},  # the CPU claims: up to 8 stages of 1 block
     "deep": {"layers": 16, "width": 64, "heads": 4},  # the CPU preset twice as deep: N = 16
     "gpu": {"layers": 12, "width": 768, "heads": 12},  # GPT-2 small's blocks: for a GPU
+    "gpt2-small": {"layers": 12, "width": 768, "heads": 12, "context": 1024, "vocab": 50304},
 }
 
 
@@ -185,6 +195,12 @@ def gpt_param_count(context: int, vocab: int, *, layers: int, width: int) -> int
     return layers * (12 * d * d + 13 * d) + (vocab + context) * d + d * vocab + vocab + 2 * d
 
 
+def preset_name(preset: str) -> str:
+    """The zoo's name of a :data:`PRESETS` key: ``gpt-<preset>``, or the key itself where it
+    names a model already (``gpt2-small``)."""
+    return preset if preset.startswith("gpt") else f"gpt-{preset}"
+
+
 def preset_builder(preset: str) -> Any:
     """The zoo builder of ``gpt-<preset>`` (:data:`PRESETS`): ``build(input_shape, vocab, *,
     seed, **overrides)`` with ``input_shape = (context,)``, the data's window length."""
@@ -196,10 +212,20 @@ def preset_builder(preset: str) -> Any:
     ) -> StagedModel:
         if len(tuple(input_shape)) != 1:
             raise ValueError(
-                f"gpt-{preset} takes [B, T] token ids (a text dataset), got examples of shape "
-                f"{tuple(input_shape)}"
+                f"{preset_name(preset)} takes [B, T] token ids (a text dataset), got examples "
+                f"of shape {tuple(input_shape)}"
             )
-        return gpt(int(input_shape[0]), int(num_classes), seed=seed, **{**PRESETS[preset], **kw})
+        shape = dict(PRESETS[preset])
+        context, vocab = int(input_shape[0]), int(num_classes)
+        if "context" in shape:  # a fixed shape: the data must fit it
+            context, vocab = shape.pop("context"), shape.pop("vocab")
+            if int(input_shape[0]) > context or int(num_classes) > vocab:
+                raise ValueError(
+                    f"{preset_name(preset)} reads windows of up to {context} ids over a "
+                    f"vocabulary of up to {vocab:,}; the data has {int(input_shape[0])} and "
+                    f"{int(num_classes):,}"
+                )
+        return gpt(context, vocab, seed=seed, **{**shape, **kw})
 
     build.__qualname__ = f"preset_builder.<{preset}>"
     return build

@@ -19,7 +19,7 @@ from flax import nnx
 
 from jaxstale._checks import check_name
 from jaxstale.models.gpt import PRESETS as GPT_PRESETS
-from jaxstale.models.gpt import preset_builder
+from jaxstale.models.gpt import preset_builder, preset_name
 from jaxstale.models.layers import (
     BasicBlock,
     Conv1D,
@@ -52,7 +52,13 @@ __all__ = [
     "resnet20",
 ]
 
-MODELS: tuple[str, ...] = ("mlp", "cnn", "resnet20", "cnn1d", *(f"gpt-{k}" for k in GPT_PRESETS))
+MODELS: tuple[str, ...] = (
+    "mlp",
+    "cnn",
+    "resnet20",
+    "cnn1d",
+    *(preset_name(k) for k in GPT_PRESETS),
+)
 """The built-in model names (see :func:`model_names` for the registered ones too)."""
 
 
@@ -302,7 +308,7 @@ _BUILDERS: dict[str, Callable[..., StagedModel]] = {
     "cnn": cnn,
     "resnet20": resnet20,
     "cnn1d": cnn1d,
-    **{f"gpt-{k}": preset_builder(k) for k in GPT_PRESETS},
+    **{preset_name(k): preset_builder(k) for k in GPT_PRESETS},
 }
 
 # Registered models (not the built-ins), in registration order.
@@ -474,7 +480,9 @@ def check_logits(
     ``ValueError`` line starting with ``where``. A model with the wrong number of outputs would
     otherwise train against out-of-range labels and show up as a "diverged" run. With
     ``task="language_model"`` the inputs are int32 token ids ``[2, T]`` and the logits must be
-    ``[2, T, num_classes]`` (one next-token prediction per position).
+    ``[2, T, num_classes]`` (one next-token prediction per position), or ``[2, T, V]`` with
+    ``V > num_classes``: a padded vocabulary (``gpt2-small``'s 50,304), whose extra logits no
+    target names.
 
     Example:
       >>> from flax import nnx
@@ -491,7 +499,8 @@ def check_logits(
         raise ValueError(f"{where}: cannot take inputs {tuple(input_shape)}: {e}") from None
     got = getattr(out, "shape", None)
     want = (2, *input_shape, num_classes) if lm else (2, num_classes)
-    if got != want:
+    padded = lm and isinstance(got, tuple) and got[:-1] == want[:-1] and got[-1] > num_classes
+    if got != want and not padded:
         what = f"a vocabulary of {num_classes}" if lm else f"{num_classes} classes"
         raise ValueError(
             f"{where}: maps a batch of 2 inputs {tuple(input_shape)} to logits of shape "

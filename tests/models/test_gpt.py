@@ -66,9 +66,10 @@ def test_gradients_flow_to_every_parameter_under_jit():
 def test_presets_are_zoo_models_sized_by_the_data():
     """gpt-<preset> takes its context from the data's windows and its vocabulary from the
     classes; a shape it cannot take, and logits of the wrong shape, are one line each."""
-    from jaxstale.models.gpt import PRESETS
+    from jaxstale.models.gpt import PRESETS, preset_name
 
-    assert {f"gpt-{k}" for k in PRESETS} <= set(models.model_names())
+    assert {preset_name(k) for k in PRESETS} <= set(models.model_names())
+    assert preset_name("cpu") == "gpt-cpu" and preset_name("gpt2-small") == "gpt2-small"
     model = models.create("gpt-tiny", input_shape=(16,), num_classes=40)
     assert len(model.blocks) == 2 and models.param_count(model) == gpt_param_count(
         16, 40, layers=2, width=32
@@ -124,3 +125,21 @@ def test_traced_ids_outside_the_vocabulary_fail_a_checkify_check():
         assert run(jnp.full((1, 4), 3))[0].get() is None
     finally:
         enable_traced_checks(before)
+
+
+def test_gpt2_small_has_gpt2s_shape_whatever_the_data_and_splits_unevenly():
+    """gpt2-small: 12 × 768, 12 heads, a 1,024 position table, nanoGPT's 50,304 ids: 163.2 M
+    parameters (124 M + the untied output embedding); windows up to 1,024 ids and vocabularies
+    up to 50,304 fit it, larger ones are one line; 12 blocks over 8 stages by parameter count:
+    the embedding and head blocks alone, two middle blocks per stage after the third."""
+    model = models.create("gpt2-small", input_shape=(64,), num_classes=83)
+    n = gpt_param_count(1024, 50304, layers=12, width=768)
+    assert models.param_count(model) == n == 163_159_680
+    assert n - 768 * 50304 == 124_526_208  # GPT-2 small with tied embeddings: 124 M
+    assert [len(s.blocks) for s in models.split(model, 8)] == [1, 1, 1, 2, 2, 2, 2, 1]
+    logits = model(jnp.zeros((1, 64), jnp.int32))
+    assert logits.shape == (1, 64, 50304)
+    with pytest.raises(ValueError, match="up to 1024 ids over a vocabulary of up to 50,304"):
+        models.create("gpt2-small", input_shape=(2048,), num_classes=83)
+    with pytest.raises(ValueError, match="the data has 64 and 60,000"):
+        models.create("gpt2-small", input_shape=(64,), num_classes=60_000)

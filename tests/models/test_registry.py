@@ -89,7 +89,7 @@ def test_register_model_errors(registry):
     with pytest.raises(
         ValueError,
         match=r"registered models: mlp, cnn, resnet20, cnn1d, gpt-tiny, gpt-cpu, gpt-deep, "
-        r"gpt-gpu, mine\.",
+        r"gpt-gpu, gpt2-small, mine\.",
     ):
         models.create("yours", input_shape=(1, 1, 1), num_classes=2)
     models.register_model("not_a_module", lambda **kw: "nope")

@@ -62,7 +62,7 @@ def test_initialisation_is_he_normal_and_jit_independent():
 
 
 def test_models_tuple_and_block_counts():
-    gpts = ("gpt-tiny", "gpt-cpu", "gpt-deep", "gpt-gpu")
+    gpts = ("gpt-tiny", "gpt-cpu", "gpt-deep", "gpt-gpu", "gpt2-small")
     assert models.MODELS == ("mlp", "cnn", "resnet20", "cnn1d", *gpts)
     counts = {
         name: len(models.create(name, input_shape=SHAPES[name][0], num_classes=10).blocks)
