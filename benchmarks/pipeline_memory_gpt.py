@@ -14,8 +14,8 @@ backward, the emulator's default) and ``"recompute"``.
 * optimizer ``8P_k + 8``: AdamW's two moments and its two step counts;
 * inputs (``k > 0``): ``(N − k + 1)·4·mb·T·D`` — the activations in flight, one slot more
   than PipeDream's ``N − k`` for the arriving one; cotangent (``k < N − 1``): ``4·mb·T·D``;
-* residuals (``k < N − 1``, ``saved`` and every stash — its backward reads the forward's
-  linearisation; the loss stage fuses its forward and backward):
+* residuals (``k < N − 1``, ``saved`` only: with ``recompute`` a stash's backward recomputes
+  its forward at the stashed version, exactly; the loss stage fuses its forward and backward):
   ``(N − k)·R_k`` with ``R_k = L_k·R + 4·mb·T·[k = 0]`` (stage 0 also keeps the token ids),
 
   ``R = mb·T·(144·D + 13·H·T + 8·H + 32) + 8·D + 12``
@@ -90,7 +90,7 @@ def formula(
         res = 0
         if k < n - 1:
             r = per[k] * block_residuals(mb, t, d, h) + (4 * mb * t if k == 0 else 0)
-            res = act + ((n - k) * r if saved or stash else 0)
+            res = act + ((n - k) * r if saved else 0)
         row = {"params": p, "versions": v, "weights": v * 4 * p + (8 if stash else 0)}
         row |= {"optimizer": 8 * p + 8, "inputs": inputs, "residuals": res}
         row["total"] = row["weights"] + row["optimizer"] + inputs + res
@@ -102,7 +102,9 @@ def _split_blocks(layers: int, n: int) -> list[int]:
     return [layers // n + (1 if k < layers % n else 0) for k in range(n)]
 
 
-def measure(preset: str, n: int, mb: int, t: int, policy: str, xla: bool = False) -> dict:
+def measure(
+    preset: str, n: int, mb: int, t: int, policy: str, xla: bool = False, backward: str = "saved"
+) -> dict:
     """The emulator's carried state per stage (abstract shapes) and, with ``xla``, XLA's
     memory analysis of its round."""
     model = models.create(preset, input_shape=(t,), num_classes=VOCAB, seed=0)
@@ -110,7 +112,7 @@ def measure(preset: str, n: int, mb: int, t: int, policy: str, xla: bool = False
     if [len(s.blocks) for s in models.split(model, n)] != _split_blocks(len(model.blocks), n):
         raise AssertionError("models.split cuts the blocks differently from the formula")
     nb = 2 * n + 2
-    prog = pipeline.compile(schedules.one_f_one_b(n, nb), policy)
+    prog = pipeline.compile(schedules.one_f_one_b(n, nb), policy, backward=backward)
     tx = optimizers.adamw(1e-3, 1000, warmup_steps=10)
     em = emulator.PipelineEmulator(stages, prog, tx)
     carry = jax.eval_shape(em.init, jax.ShapeDtypeStruct((mb, t), jnp.int32))
@@ -182,7 +184,7 @@ def tables(xla: bool = False) -> str:
         "| policy | backward | stage 0 | stage 1 | stage 6 | stage 10 | stage 11 |",
         "|---|---|---|---|---|---|---|",
     ]
-    for policy, saved in (("vanilla", True), ("vanilla", False), ("stash", True)):
+    for policy, saved in (("vanilla", True), ("vanilla", False), ("stash", True), ("stash", False)):
         rows = formula(preset, n, mb, t, stash=policy == "stash", saved=saved)
         cells = " | ".join(_mib(rows[k]["total"]) for k in (0, 1, 6, 10, 11))
         lines.append(f"| {policy} | {'saved' if saved else 'recompute'} | {cells} |")

@@ -467,6 +467,14 @@ def _prepare(config: Config) -> tuple[dict[str, Any], data.Dataset]:
             f"mesh needs one device per stage, N={max(cfg['stages'])} > {jax.device_count()} "
             "devices (on a CPU set XLA_FLAGS=--xla_force_host_platform_device_count=8)",
         )
+    if cfg["backward"] == "recompute":  # jaxstale.pipeline.compile refuses it mid-sweep
+        bad = [m for m in cfg["methods"] if pipeline.get_policy(m).schedule == "2bw"]
+        if bad:
+            raise ConfigError(
+                "backward",
+                f"recompute is not available for {', '.join(bad)} (on 2BW's double buffer a "
+                "recomputed backward does not read its forward's version); use saved",
+            )
     ds = load_checked(cfg, config, tasks.KINDS)
     built = {
         name: check_staged_model("model", name, ds, cfg["model_kw"].get(name, {}), cfg)

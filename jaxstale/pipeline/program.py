@@ -281,8 +281,11 @@ class Program(NamedTuple):
 
     @property
     def saves_residuals(self) -> bool:
-        """Whether forwards keep their residuals for the backward (``stash`` or ``saved``)."""
-        return self.policy.stash or self.backward == "saved"
+        """Whether forwards keep their residuals for the backward (``backward="saved"``; with
+        ``"recompute"`` a stashing policy's backward recomputes its forward at the stashed
+        version — the forward's own, so the same gradient, bit for bit on XLA:CPU in the tests —
+        and keeps no residuals)."""
+        return self.backward == "saved"
 
     @property
     def stashes(self) -> bool:
@@ -381,6 +384,12 @@ def compile(
         pol = pol._replace(target=target)
     if backward not in BACKWARD_MODES:
         raise ValueError(f"backward must be one of {BACKWARD_MODES}, got {backward!r}")
+    if backward == "recompute" and (pol.schedule or schedule.name) == "2bw":
+        raise ValueError(
+            f"backward='recompute' is not available for {pol.name!r}: on 2BW's double "
+            "buffer a recomputed backward does not read the version its forward read (measured: "
+            "it parts from the saved backward, and the executors from each other); use 'saved'"
+        )
     if pol.flush and (schedule.fwd_staleness.any() or schedule.bwd_staleness.any()):
         schedule = S.gpipe(schedule.num_stages, schedule.num_batches, schedule.num_micro)
     if pol.schedule is not None and pol.schedule != schedule.name:

@@ -159,7 +159,11 @@ _TX = optax.sgd(LR, momentum=MOM)  # one optimizer object: runs of one structure
 
 
 def run(stages, sched, xb, yb, policy, target="sequential", backward="recompute"):
-    """``(program, final per-stage weights, per-mini-batch losses)`` of one emulated run."""
+    """``(program, final per-stage weights, per-mini-batch losses)`` of one emulated run (a
+    stashing policy's backward ``saved``: what these references were written against, and
+    2BW refuses ``recompute``)."""
+    if pipeline.get_policy(policy).stash:
+        backward = "saved"
     prog = pipeline.compile(sched, policy, target=target, backward=backward)
     ex = emulator.executor(stages, prog, _TX, xb, yb, momentum=MOM)
     (res,) = loop.run(ex, [st.params for st in stages], [st.state for st in stages])

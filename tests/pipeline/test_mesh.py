@@ -243,6 +243,11 @@ def _id(v):
 @pytest.mark.parametrize("n", [4, 8])
 @pytest.mark.parametrize("sched, policy, target", _ALL, ids=_id)
 def test_parity_with_emulator_all(n, sched, policy, target, backward):
+    schedule = pipeline.get_policy(policy).schedule or sched
+    if backward == "recompute" and schedule == "2bw":  # refused (tests/pipeline/test_recompute.py)
+        with pytest.raises(ValueError, match="not available"):
+            _setup("mlp", n).parity(sched, policy, target, backward)
+        return
     diff = _setup("mlp", n).parity(sched, policy, target, backward)
     name = policy.name if isinstance(policy, pipeline.Policy) else policy
     print(f"mlp N={n} {sched} {name} {target} {backward}: max|diff| = {diff:.3g}")
