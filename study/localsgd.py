@@ -421,7 +421,7 @@ def judge_lookahead(ctx: Context) -> Evidence:
     ]
     rows = [*ref, *look]
     methods = [x for x in ("diloco", "async-nesterov", "async-lookahead") if x in _methods(rows)]
-    secondary = {"the other M": d[:-1], "it beats synchronous DiLoCo": sync}
+    secondary = {"the other M": d[:-1], "against synchronous DiLoCo": sync}
     tables = [_table(rows, methods, _settings(look))]
     if ctx.has(CHECK_LOW):  # added after the run: a set-up check, never the primary
         secondary.update(_low_nesterov(ctx, CHECK_LOW, "async-lookahead"))

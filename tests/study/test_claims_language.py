@@ -213,7 +213,13 @@ def test_the_lm_moonshot_needs_the_best_light_policy_within_002_nats(tmp_path):
     cells[("2bw", 16)] = _losses(1.95)
     _folder(tmp_path, "lm-deep", _prows(cells))
     v = language.judge_moonshot(_ctx(tmp_path))
-    assert v.verdict == "not reached" and "not reached, by 0.0300" in v.evidence
+    assert v.verdict == "not reached"
+    assert "not reached, the upper bound above it by 0.0300" in v.evidence
+    # a mean gap under the target whose 95 % interval reaches above it is not a target met
+    cells[("2bw", 16)] = [1.9 + d for d in (0.0, 0.05, -0.03, 0.04, -0.04)]
+    _folder(tmp_path, "lm-deep", _prows(cells))
+    v = language.judge_moonshot(_ctx(tmp_path))
+    assert "mean gap 0.0040 (95 % upper bound 0.0" in v.evidence and v.verdict == "not reached"
 
 
 def test_the_report_lists_the_lm_claims_and_says_how_losses_are_read(tmp_path):

@@ -128,7 +128,7 @@ def test_d7_reads_momentum_look_ahead_against_nesterov_on_diloco_asyncs_seeds(tm
     look = {("async-lookahead", 4, 10): _accs(0.72), ("async-lookahead", 16, 10): _accs(0.78)}
     _folder(tmp_path, "diloco-lookahead", _rows(look))
     v = _assess(tmp_path, "D7")
-    assert v.verdict == "mixed (reversed: it beats synchronous DiLoCo)", v.evidence
+    assert v.verdict == "mixed (reversed: against synchronous DiLoCo)", v.evidence
     assert "async-lookahead (M=16) − async-nesterov (M=16) = +8.0" in v.evidence
     assert "the other M" in v.evidence and "async-lookahead (M=4) − async-nesterov" in v.evidence
     assert "async-lookahead (M=4) − diloco (M=4) = -3.0" in v.evidence
