@@ -116,7 +116,8 @@ class Claim:
             return Verdict("not run", "\n".join(lines), ev.tables, ev.figures)
         p = ev.primary
         expected = self.expected_points(p, ev)
-        d = verdicts.decide(p, ev.secondary, expected)
+        secondary, repeats = verdicts.distinct(p, ev.secondary)
+        d = verdicts.decide(p, secondary, expected)
         over = " (mean over the trend's points)" if p.what else ""
         scale = (
             "from this task's runs"
@@ -136,15 +137,18 @@ class Claim:
             f"- **primary**: {p.text(itt=True)}",
             f"- minimum detectable effect (80 % power): {mde} {p.unit}; {want}",
         ]
-        for label, diffs in ev.secondary.items():
-            if not diffs:
-                continue
+        for label, diffs in secondary.items():
             tag = (
                 " — **against the claim**"
                 if label in d.against
                 else (" — for the claim" if label in d.for_claim else "")
             )
             lines.append(f"- secondary, {label}{tag}: " + "; ".join(x.text() for x in diffs))
+        for label, x, earlier in repeats:
+            lines.append(
+                f"- secondary, {label}: {x.text()} — repeats {earlier} (the same per-seed "
+                "results: this condition selected the same runs); not counted again"
+            )
         caveat = ""
         if p.edges:
             caveat = "a bound: " + ", ".join(p.edges)

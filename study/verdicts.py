@@ -414,6 +414,32 @@ class Decision:
     expected: float
 
 
+def distinct(
+    primary: Diff, secondary: Mapping[str, Sequence[Diff]]
+) -> tuple[dict[str, list[Diff]], list[tuple[str, Diff, str]]]:
+    """The secondaries without the comparisons that repeat an earlier one — the same arms and
+    per-seed values, companions and test-set variance: a condition whose selected rates are
+    the own-rate selections compares the same runs again (issue 53: P1's ``nesterov (N=8) −
+    vanilla`` was listed, and counted as a reversal, twice) — and the repeats as ``(label,
+    diff, the label it repeats)`` (``"primary"`` for the primary's)."""
+    seen: dict[tuple[Any, ...], str] = {_same(primary): "primary"}
+    kept: dict[str, list[Diff]] = {}
+    repeats: list[tuple[str, Diff, str]] = []
+    for label, diffs in secondary.items():
+        for d in diffs:
+            key = _same(d)
+            if key in seen:
+                repeats.append((label, d, seen[key]))
+                continue
+            seen[key] = label
+            kept.setdefault(label, []).append(d)
+    return kept, repeats
+
+
+def _same(d: Diff) -> tuple[Any, ...]:
+    return (d.a, d.b, d.values, d.itt, d.test_var, d.what)
+
+
 def decide(primary: Diff, secondary: Mapping[str, Sequence[Diff]], expected: float) -> Decision:
     """The verdict rule. ``primary``: the declared comparison (positive = the claim);
     ``secondary``: the other comparisons and conditions by label (same orientation);

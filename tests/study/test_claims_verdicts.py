@@ -2,6 +2,7 @@
 verdict kind, the n ≥ 3 rule, the MDE, intention to treat at the dataset's chance level, trends,
 a reversed condition in the headline, the one-rate conditions left out for rescaling methods."""
 
+import dataclasses
 import json
 import math
 
@@ -413,11 +414,12 @@ def test_p1_one_reversed_cell_makes_it_mixed_not_did_not_hold(tmp_path):
     accs[("nesterov", 8)] = _plus(BASE, 0.02)
     _folder(tmp_path, "pipeline", _pipe(accs), [])
     v = claims.claim("P1").assess(claims.Context(tmp_path, quick=False))
-    # the cell reverses NAG − vanilla, NAG − stash and NAG − vanilla at sync's rate alike
-    assert v.verdict == (
-        "mixed (reversed: NAG prediction − vanilla; prediction − stashing; one rate for every "
-        "policy (sync's, 0.01))"
-    ), v.evidence
+    # the cell reverses NAG − vanilla and NAG − stash; NAG − vanilla at sync's rate is the same
+    # runs (every selected rate is sync's here): listed as a repeat, not a second reversal
+    assert v.verdict == "mixed (reversed: NAG prediction − vanilla; prediction − stashing)", (
+        v.evidence
+    )
+    assert "— repeats NAG prediction − vanilla (the same per-seed results" in v.evidence
     assert v.evidence.startswith("- **primary**: spectrain-v1 (N=8) − vanilla (N=8) = +")
     assert "further differences (no claimed direction; not in the verdict)" in v.evidence
 
@@ -450,3 +452,16 @@ def test_every_seed_diverged_in_one_arm_is_untestable_with_the_itt_companion_sho
     )
     got = claims.decide(d, {}, math.nan)
     assert got.headline == "untestable here (fewer than 3 pairs; no expected effect)"
+
+
+def test_distinct_drops_a_comparison_of_the_same_runs_and_says_which_it_repeats():
+    from study.verdicts import distinct
+
+    a, b, c = _d([0.01, 0.02, 0.03]), _d([0.01, 0.02, 0.04]), _d([-0.05, -0.04, -0.06])
+    other = dataclasses.replace(b, a="another arm")  # the same numbers, other runs: kept
+    kept, repeats = distinct(
+        a, {"x": [b, _d([0.01, 0.02, 0.03])], "y": [c, _d([0.01, 0.02, 0.04]), other]}
+    )
+    assert kept == {"x": [b], "y": [c, other]}
+    assert [(lab, was) for lab, _, was in repeats] == [("x", "primary"), ("y", "x")]
+    assert claims.decide(a, kept, 0.01).against == ("y",)
