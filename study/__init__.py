@@ -263,14 +263,18 @@ def report(
         "prediction's loss. Their papers report gaps in nats, so their expected effects are "
         "stated as is. A claim that a method *matches* a reference is a non-inferiority test "
         f"with a declared margin δ = {MARGIN:g} nats: `reference + δ − method` beyond noise "
-        "above 0 (the method less than δ worse, one-sided 97.5 %).",
+        "above 0 (the method less than δ worse, one-sided 97.5 %). Its negative control — "
+        "the same test on vanilla, which mitigates nothing — must fail it: where the control "
+        "passes too, the test cannot tell the method from doing nothing and the claim is "
+        "**untestable here (no assay sensitivity)** even where its primary passes.",
         "",
         "Verdicts:",
         "",
         *(f"- **{k}**: {v};" for k, v in LABELS.items()),
         "- **held** / **did not hold** for a threshold check (A1, P2): every threshold met / "
         "one missed;",
-        "- **reached** / **not reached** for a moonshot (M1, M2, LM-M): the target met / missed;",
+        "- **reached** / **not reached** for a moonshot (M1, M2, LM-M): the target met (the "
+        "upper end of the gap's 95 % interval under it) / missed;",
         "- **not run**: the claim's run folder (or its primary comparison's cells) is missing, "
         "or the primary's arms are in two runs of different set-ups (the evidence says how they "
         "differ: a seed pairs across runs of one set-up only);",

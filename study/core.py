@@ -58,6 +58,10 @@ class Evidence:
     #: the expected effect in the primary's unit when the judge computes it from the runs (a
     #: paper's "closes 53 % of the gap" times this task's gap); None: the claim's ``expected``
     expected: float | None = None
+    #: a non-inferiority claim's negative control: the same test run on an arm that should
+    #: fail it (vanilla, no mitigation); if it passes too, the test cannot tell the method
+    #: from doing nothing (no assay sensitivity) and a passing primary is not a verdict
+    control: Diff | None = None
 
 
 @dataclass(frozen=True)
@@ -157,8 +161,18 @@ class Claim:
                 f"({'; '.join(p.edges)}; the grid after its extensions): it may do better at a "
                 "rate not run"
             )
+        headline = d.headline
+        if ev.control is not None:
+            c = ev.control
+            passes = c.sign > 0
+            lines.append(
+                f"- assay sensitivity, the negative control ({c.b}: should fail the same test): "
+                f"{c.text()}" + (" — **it passes too**" if passes else "")
+            )
+            if passes and d.label in ("held", "mixed"):
+                headline = f"untestable here (no assay sensitivity: {c.b} passes the same test)"
         lines += ev.notes
-        return Verdict(d.headline, "\n".join(lines), ev.tables, ev.figures, caveat)
+        return Verdict(headline, "\n".join(lines), ev.tables, ev.figures, caveat)
 
 
 @functools.cache

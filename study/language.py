@@ -178,12 +178,14 @@ def judge_asyncpp(ctx: Context) -> Evidence:
     notes = (
         [f"- plain difference: {diff(got, ref, 'asyncpp', 'sync').text()}"] if ref and got else []
     )
+    control = _not_worse(ref, van, f"sync (N={n})", f"vanilla (N={n})") if ref and van else None
     return Evidence(
         primary,
         sec if van and got else {},
         notes,
         [_table(rows, _methods_of(ctx, "lm-asyncpp", rows), [n])],
         [("lm-asyncpp", "plot")],
+        control=control,
     )
 
 
@@ -200,12 +202,17 @@ def _policy_vs(ctx: Context, method: str, ref_method: str, other: str) -> Eviden
     if ref and got:
         notes.append(f"- plain difference: {diff(got, ref, method, ref_method).text()}")
     methods = list(dict.fromkeys(["sync", "vanilla", *_methods_of(ctx, "lm-policies", rows)]))
+    van = _pipe(rows, "vanilla", n)
+    control = (
+        _not_worse(ref, van, f"{ref_method} (N={n})", f"vanilla (N={n})") if ref and van else None
+    )
     return Evidence(
         primary,
         sec if alt and got else {},
         notes,
         [_table(rows, methods, [n])],
         [("lm-policies", "plot")],
+        control=control,
     )
 
 

@@ -142,6 +142,25 @@ def test_lm3_and_lm6_read_the_policies_paired_with_the_depth_runs_seeds(tmp_path
     assert "pipemare − vanilla — **against the claim**" in v6.evidence
 
 
+def test_a_non_inferiority_test_the_negative_control_passes_is_untestable(tmp_path):
+    """Issue 52: LM6's test had no assay sensitivity — vanilla passed it against stashing
+    better than PipeMare did. The control (vanilla) must fail the test the method passes."""
+    _folder(tmp_path, "lm-depth", _prows({("sync", 8): _losses(1.9), ("vanilla", 8): _losses(2.3)}))
+    pol = {("stash", 8): _losses(2.28), ("pipemare", 8): _losses(2.29)}  # vanilla 0.02 above stash
+    _folder(tmp_path, "lm-policies", _prows(pol))
+    v6 = claims.claim("LM6").assess(_ctx(tmp_path))
+    assert (
+        v6.verdict == "untestable here (no assay sensitivity: vanilla (N=8) passes the same test)"
+    )
+    assert "negative control (vanilla (N=8): should fail the same test)" in v6.evidence
+    assert "**it passes too**" in v6.evidence
+    pol[("stash", 8)] = _losses(2.2)  # vanilla 0.1 above stash: the control fails the test
+    pol[("pipemare", 8)] = _losses(2.21)
+    _folder(tmp_path, "lm-policies", _prows(pol))
+    v6 = claims.claim("LM6").assess(_ctx(tmp_path))
+    assert v6.verdict == "held" and "**it passes too**" not in v6.evidence, v6.evidence
+
+
 def test_lm3_does_not_pair_the_policies_with_depth_rows_of_another_budget(tmp_path):
     _folder(tmp_path, "lm-depth", _prows({("sync", 8): _losses(1.9), ("vanilla", 8): _losses(2.3)}),
             steps=3000)  # fmt: skip
