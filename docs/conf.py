@@ -82,6 +82,7 @@ AREAS: list[tuple[str, list[str]]] = [
             "jaxstale.loop",
             "jaxstale.evaluation",
             "jaxstale.checkpoint",
+            "jaxstale.flops",
             "jaxstale.mesh",
             "jaxstale.launch",
             "jaxstale.distributed",

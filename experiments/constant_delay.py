@@ -77,6 +77,7 @@ from .config import (
     eval_every,
     opt,
 )
+from .throughput import lm_throughput, log_throughput
 
 EXPERIMENT = "constant_delay"
 OPTIMIZERS = optimizers.PER_STAGE
@@ -256,6 +257,8 @@ class _Runner:
         )  # fmt: skip
         wall, cpu = clock(len(keys))
         self.computed += len(keys)
+        speed = lm_throughput(name, ds, cfg["steps"], cfg["batch_size"], wall)
+        log_throughput(EXPERIMENT, f"{name} {method} τ={delay}", len(keys), speed)
         out = []
         for res in results:
             row = {
@@ -266,6 +269,7 @@ class _Runner:
                 "batch_size": cfg["batch_size"],
                 "wall_s": round(wall, 3),
                 "cpu_s": round(cpu, 3),
+                **speed,
             }
             out.append((row, res.curve))
         return out

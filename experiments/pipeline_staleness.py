@@ -98,6 +98,7 @@ from .config import (
 )
 from .pipeline_tables import EDGE_BY, make_table
 from .reports import at_selected, metric_vs_figure
+from .throughput import lm_throughput, log_throughput
 
 EXPERIMENT = "pipeline_staleness"
 DEFAULT_METHODS = ("sync", "vanilla", "stash", "spectrain-v1", "spectrain-v2", "nesterov")
@@ -352,6 +353,8 @@ class _Runner:
         wall, cpu = clock(len(keys))
         self.computed += len(keys)
         policy = pipeline.get_policy(method)
+        speed = lm_throughput(name, self.ds, cfg["steps"], cfg["batch_size"], wall)
+        log_throughput(EXPERIMENT, f"{name} N={n} {method}", len(keys), speed)
         out = []
         for res in results:
             row = {
@@ -365,6 +368,7 @@ class _Runner:
                 "batch_size": cfg["batch_size"],
                 "wall_s": round(wall, 3),
                 "cpu_s": round(cpu, 3),
+                **speed,
             }
             out.append((row, res.curve))
         return out

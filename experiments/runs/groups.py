@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 #: row and metric fields that measure time, not results: left out of the agreement check
-TIMING_FIELDS: tuple[str, ...] = ("wall_s", "cpu_s")
+TIMING_FIELDS: tuple[str, ...] = ("wall_s", "cpu_s", "tokens_per_s", "mfu")
 
 
 def cell_groups(keys: Sequence[Mapping[str, Any]], vary: Sequence[str]) -> list[list[int]]:
