@@ -1,9 +1,7 @@
 """Claims report: every published claim jaxstale tests, its verdict, and the evidence.
 
-One row per claim (the papers' headlines): DC-ASGD vs ASGD vs SSGD, Gap-Aware
-vs staleness-aware as M grows, DANA with momentum, LC-ASGD < DC-ASGD < ASGD, Async-BN vs
-ordinary BN, SpecTrain / NAG vs vanilla vs stashing, the delay cliff, and the independent
-simulations' acceptance check. Each comparative claim declares, before any number is read,
+One row per claim (the papers' headlines: :mod:`~study.registry`). Each comparative claim
+declares, before any number is read,
 one **primary** comparison and the paper's effect rescaled to this task (``Claim.primary``,
 ``Claim.expected``); every other comparison, trend ("as M grows") and condition (one rate,
 raw inputs) is **secondary**. The verdict (:func:`~study.verdicts.decide`) is
@@ -81,7 +79,7 @@ from .core import (
     trend,
 )
 from .figures import copy_figure, forest_figure, save_png
-from .language import MARGIN
+from .language import MARGIN, regime
 from .pipeline import judge_cliff, judge_moonshot_pipeline, judge_pipeline, judge_pipeline_adam
 from .provenance import Snapshot
 from .registry import CLAIMS, claim, expected_line
@@ -372,6 +370,8 @@ def assess_all(ctx: Context) -> dict[str, Verdict]:
         old = [n for n in c.runs if _drifted(ctx, n)]
         if old and v.verdict != "not run":
             notes.append(f"on rows of an earlier configuration of {', '.join(old)}")
+        lm = regime(ctx.rows(c.runs[0])) if ctx.has(c.runs[0]) else ""  # a GPT's
+        notes += [lm] if lm and v.verdict != "not run" else []
         if notes:
             v = dataclasses.replace(v, caveat="; ".join(x for x in (v.caveat, *notes) if x))
         out[c.id] = v

@@ -11,6 +11,7 @@ above 0 means the method is less than ``δ`` worse than the reference (a one-sid
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -382,6 +383,42 @@ def judge_moonshot(ctx: Context) -> Verdict:
 
 
 _SRC = "source: issue 23"
+
+#: tokens per parameter below which a GPT run is "early training" (issue 52: 1,000 updates of
+#: gpt-cpu, 2.5 tokens per parameter, end at the count n-gram levels)
+EARLY = 5.0
+
+
+def regime(rows: Sequence[dict[str, Any]]) -> str:
+    """The regime a language model's verdict speaks for, from its rows: the model and its
+    parameter count, the tokens a run trains on (``steps · batch · T``) and per parameter —
+    "early training" below :data:`EARLY` tokens per parameter (empty for other rows)."""
+    from jaxstale.models.gpt import PRESETS, gpt_param_count, preset_name
+    from jaxstale.text import CONTEXT
+
+    shapes = {preset_name(k): v for k, v in PRESETS.items() if "context" not in v}
+    lm = [r for r in rows if r.get("model") in shapes and r.get("steps")]
+    if not lm:
+        return ""
+    r = max(lm, key=lambda x: int(x["steps"]) * int(x.get("batch_size") or 1))
+    shape = shapes[r["model"]]
+    params = gpt_param_count(CONTEXT, len(text_vocabulary()), layers=shape["layers"],
+                             width=shape["width"])  # fmt: skip
+    tokens = int(r["steps"]) * int(r["batch_size"]) * CONTEXT
+    per = tokens / params
+    label = ", early training" if per < EARLY else ""
+    return (
+        f"regime: {r['model']} ({params / 1e3:,.0f} k parameters), {tokens / 1e6:.3g} M tokens, "
+        f"{per:.2g} tokens per parameter{label}"
+    )
+
+
+@functools.cache
+def text_vocabulary() -> str:
+    from jaxstale.text import load_text
+
+    return load_text().vocabulary
+
 
 #: the claims, in the report's order after the image claims
 LM_CLAIMS: list[Claim] = [

@@ -247,3 +247,16 @@ def test_the_report_lists_the_lm_claims_and_says_how_losses_are_read(tmp_path):
         assert f'<a href="#{cid.lower()}">{cid}</a>' in text
     assert "test loss in nats per character" in text
     assert "non-inferiority test with a declared margin δ = 0.05 nats" in text
+
+
+def test_every_lm_verdict_says_which_regime_it_speaks_for():
+    """Issue 52: the headline names the model, its size, the tokens and tokens per parameter,
+    and "early training" below 5 tokens per parameter (the n-gram regime of the 1k rows)."""
+    early = [{"model": "gpt-cpu", "steps": 1000, "batch_size": 16}]
+    assert language.regime(early) == (
+        "regime: gpt-cpu (415 k parameters), 1.02 M tokens, 2.5 tokens per parameter, "
+        "early training"
+    )
+    rung = [*early, {"model": "gpt-cpu", "steps": 4000, "batch_size": 16}]
+    assert language.regime(rung).endswith("4.1 M tokens, 9.9 tokens per parameter")
+    assert language.regime([{"model": "mlp", "steps": 10, "batch_size": 4}]) == ""
