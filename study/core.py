@@ -64,6 +64,11 @@ class Evidence:
     control: Diff | None = None
 
 
+#: the edge mark of an arm that no rate of its grid lifts off chance (:func:`rate_edge`): a
+#: primary against it is untestable here, not a measurement
+CHANCE_EDGE = "at chance at every rate of its grid"
+
+
 @dataclass(frozen=True)
 class Claim:
     """A published claim and how to judge it from the run folders.
@@ -162,6 +167,9 @@ class Claim:
                 "rate not run"
             )
         headline = d.headline
+        dead = [e for e in p.edges if e.endswith(CHANCE_EDGE)]
+        if dead and d.label != "not run":  # issue 53: a difference to an untrained arm is no test
+            headline = "untestable here (an arm of the primary at chance at every rate)"
         if ev.control is not None:
             c = ev.control
             passes = c.sign > 0
@@ -365,7 +373,7 @@ def rate_edge(group: Sequence[dict[str, Any]], picked: Sequence[dict[str, Any]])
     if len(rates) < 2 or lr not in rates:
         return None
     if _never_trains(group):
-        return "at chance at every rate of its grid"
+        return CHANCE_EDGE
     side = "smallest" if lr == rates[0] else "largest" if lr == rates[-1] else None
     return f"at its grid's {side} rate" if side else None
 
