@@ -64,8 +64,7 @@ class Evidence:
     control: Diff | None = None
 
 
-#: the edge mark of an arm that no rate of its grid lifts off chance (:func:`rate_edge`): a
-#: primary against it is untestable here, not a measurement
+#: the edge mark of an arm no rate lifts off chance (:func:`rate_edge`): no test of a primary
 CHANCE_EDGE = "at chance at every rate of its grid"
 
 
@@ -170,13 +169,10 @@ class Claim:
         dead = [e for e in p.edges if e.endswith(CHANCE_EDGE)]
         if dead and d.label != "not run":  # issue 53: a difference to an untrained arm is no test
             headline = "untestable here (an arm of the primary at chance at every rate)"
-        if ev.control is not None:
-            c = ev.control
+        if (c := ev.control) is not None:
             passes = c.sign > 0
-            lines.append(
-                f"- assay sensitivity, the negative control ({c.b}: should fail the same test): "
-                f"{c.text()}" + (" — **it passes too**" if passes else "")
-            )
+            lines.append(f"- assay sensitivity, the negative control ({c.b}: should fail the "
+                         f"same test): {c.text()}" + (" — **it passes too**" * passes))  # fmt: skip
             if passes and d.label in ("held", "mixed"):
                 headline = f"untestable here (no assay sensitivity: {c.b} passes the same test)"
         lines += ev.notes
@@ -535,12 +531,9 @@ def _gap(best: list[dict], ref: list[dict], a: str, b: str, target: float) -> tu
     task = _metric_task([*best, *ref])
     loss = task is not None and not task.higher_is_better
     d = diff(best, ref, a, b) if loss else diff(ref, best, b, a)
-    unit, digits = d.unit, d.digits + 1
-    gap = d.scale * d.mean
+    unit, digits, gap = d.unit, d.digits + 1, d.scale * d.mean
     upper = gap + d.scale * d.half if d.n > 1 else math.inf
-    ok = upper <= target
-    miss = upper - target
-    tiny = 10.0**-digits
+    ok, miss, tiny = upper <= target, upper - target, 10.0**-digits
     verdict = (
         "reached"
         if ok
