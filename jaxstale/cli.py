@@ -43,6 +43,7 @@ _NOT_EXPERIMENTS = frozenset(
         "presets",
         "reports",
         "runs",
+        "throughput",
     }
 )
 

@@ -31,6 +31,7 @@ HELPERS = (
     "presets",
     "reports",
     "runs",
+    "throughput",
 )
 for helper in HELPERS:  # tables, figures and shared code, not experiments
     EXPERIMENTS.remove(helper)
