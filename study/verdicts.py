@@ -244,7 +244,7 @@ def contrast_variance(
         if not all(by.get(s) for s in seeds):
             return 0.0
         got = np.stack([read(by[s]) for s in seeds]).astype(np.float64)
-        if total is not None and got.shape != total.shape:
+        if (total is not None and got.shape != total.shape) or not np.isfinite(got).all():
             return 0.0
         total = w * got if total is None else total + w * got
     if total is None or total.shape[1] < 2:

@@ -269,9 +269,8 @@ def test_encoded_losses_round_trip_and_refuse_bad_text():
 
     v = np.array([0.0, 1.25, 3.5, 1024.0])  # exact in float16
     assert (evaluation.decode_losses(evaluation.encode_losses(v)) == v).all()
-    with pytest.raises(ValueError, match="not finite"):
-        evaluation.encode_losses([np.nan])
-    with pytest.raises(ValueError, match="not finite"):
-        evaluation.encode_losses([1e6])
+    # a window scored not finite, or beyond float16, is recorded as such (never a crash)
+    got = evaluation.decode_losses(evaluation.encode_losses([np.nan, 1e6, 2.0]))
+    assert np.isnan(got[0]) and got[1] == np.inf and got[2] == 2.0
     with pytest.raises(ValueError, match="not encoded"):
         evaluation.decode_losses("3:AD4=")
