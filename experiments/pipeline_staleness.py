@@ -82,6 +82,7 @@ import jax
 import numpy as np
 
 from jaxstale import data, loop, models, optimizers, pipeline, schedules, tasks
+from jaxstale.pipeline.program import recompute_refusal
 
 from . import common, grids, memory, reports, runs
 from .common import chance, load_checked, opened, outcome, seed_mode, splits, task_of
@@ -472,13 +473,8 @@ def _prepare(config: Config) -> tuple[dict[str, Any], data.Dataset]:
             "devices (on a CPU set XLA_FLAGS=--xla_force_host_platform_device_count=8)",
         )
     if cfg["backward"] == "recompute":  # jaxstale.pipeline.compile refuses it mid-sweep
-        bad = [m for m in cfg["methods"] if pipeline.get_policy(m).schedule == "2bw"]
-        if bad:
-            raise ConfigError(
-                "backward",
-                f"recompute is not available for {', '.join(bad)} (on 2BW's double buffer a "
-                "recomputed backward does not read its forward's version); use saved",
-            )
+        for why in filter(None, map(recompute_refusal, cfg["methods"])):
+            raise ConfigError("backward", why)
     ds = load_checked(cfg, config, tasks.KINDS)
     built = {
         name: check_staged_model("model", name, ds, cfg["model_kw"].get(name, {}), cfg)

@@ -17,16 +17,9 @@ import sys
 import jax
 
 from jaxstale import data, flops
-from jaxstale.models.gpt import PRESETS, preset_name
+from jaxstale.models.gpt import preset_of
 
 __all__ = ["lm_throughput", "log_throughput"]
-
-
-def _shape(model: str, context: int, vocab: int) -> dict[str, int] | None:
-    for key, shape in PRESETS.items():
-        if preset_name(key) == model:
-            return {"context": context, "vocab": vocab, **shape} | {"context": context}
-    return None
 
 
 def lm_throughput(model: str, ds: data.Dataset, steps: int, batch: int, wall: float) -> dict:
@@ -35,8 +28,9 @@ def lm_throughput(model: str, ds: data.Dataset, steps: int, batch: int, wall: fl
         return {}
     t = int(ds.x_train.shape[1])
     tps = steps * batch * t / wall
-    shape = _shape(model, t, int(ds.num_classes))
-    fpt = flops.gpt_flops_per_token(**shape) if shape else None
+    shape = preset_of(model)  # the attention spans the data's windows, the head the model's ids
+    fpt = flops.gpt_flops_per_token(**{"vocab": int(ds.num_classes), **shape, "context": t}) \
+        if shape else None  # fmt: skip
     dev = jax.devices()[0]
     precision = "tf32" if dev.platform == "gpu" else "float32"
     got = flops.mfu(tps, fpt, dev.device_kind, precision) if fpt else None

@@ -72,9 +72,10 @@ def gpt_flops_per_token(*, layers: int, width: int, heads: int, context: int, vo
     """``6N + 12·L·H·Q·T`` (module docstring) for :func:`jaxstale.models.gpt.gpt`'s shape:
     ``N = L·(12D² + 13D) + D·V + V + 2D`` (the blocks, the output head and the final norm; not
     the token and position tables, which are lookups), ``Q = D / H``, ``T`` the window length."""
-    d = width
-    n = layers * (12 * d * d + 13 * d) + d * vocab + vocab + 2 * d
-    return 6 * n + 12 * layers * heads * (d // heads) * context
+    from jaxstale.models.gpt import gpt_param_count
+
+    n = gpt_param_count(context, vocab, layers=layers, width=width) - (vocab + context) * width
+    return 6 * n + 12 * layers * heads * (width // heads) * context
 
 
 def mfu(

@@ -34,6 +34,7 @@ __all__ = [
     "load_text",
     "ngram_levels",
     "perplexity",
+    "spaced",
     "uniform_loss",
     "unigram_entropy",
 ]
@@ -105,10 +106,17 @@ class TextData:
         x, y = self.windows(split, context)
         if count < 1:
             raise ValueError(f"sampled_windows: count must be >= 1, got {count}")
-        if count >= len(x):
-            return x, y
-        pick = np.linspace(0, len(x) - 1, count).round().astype(np.int64)
-        return x[pick], y[pick]
+        pick = spaced(len(x), count)
+        return (x, y) if len(pick) == len(x) else (x[pick], y[pick])
+
+
+def spaced(n: int, count: int) -> np.ndarray:
+    """``count`` evenly spaced indices of ``range(n)``, ends included (all of them when
+    ``count ≥ n``): the evaluation windows of :meth:`TextData.sampled_windows` and of a token
+    folder (:mod:`jaxstale.tokens`)."""
+    if count >= n:
+        return np.arange(n)
+    return np.linspace(0, n - 1, count).round().astype(np.int64)
 
 
 def load_text(name: str = "shakespeare", data_dir: str | None = None) -> TextData:

@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxstale.text import CONTEXT, EVAL_WINDOWS
+from jaxstale.text import CONTEXT, EVAL_WINDOWS, spaced
 
 __all__ = ["TEST_WINDOWS", "TokenFiles", "Windows", "open_tokens", "write", "write_text"]
 
@@ -155,7 +155,7 @@ def _check_int(meta: dict[str, Any], field: str, default: int | None, d: Path) -
     return v
 
 
-def _scan(path: Path, ids: np.ndarray) -> tuple[str, int]:
+def _scan(ids: np.ndarray) -> tuple[str, int]:
     """One pass: the file's sha256 and its largest id."""
     h, top = hashlib.sha256(), -1
     for a in range(0, len(ids), _CHUNK):
@@ -177,7 +177,7 @@ def _scanned(d: Path, name: str, ids: np.ndarray) -> tuple[str, int]:
     got = cache.get(name) if isinstance(cache, dict) else None
     if isinstance(got, dict) and got.get("stamp") == stamp:
         return str(got["sha256"]), int(got["max"])
-    digest, top = _scan(d / name, ids)
+    digest, top = _scan(ids)
     cache = cache if isinstance(cache, dict) else {}
     cache[name] = {"stamp": stamp, "sha256": digest, "max": top}
     try:  # a read-only folder: scanned again next time
@@ -238,11 +238,6 @@ def open_tokens(data_dir: str | os.PathLike[str] | None) -> TokenFiles:
                       splits.get("test"), h.hexdigest())  # fmt: skip
 
 
-def _evenly(w: Windows, count: int) -> np.ndarray:
-    pick = np.linspace(0, len(w) - 1, min(count, len(w))).round().astype(np.int64)
-    return pick if count < len(w) else np.arange(len(w))
-
-
 def dataset_parts(data_dir: str | os.PathLike[str] | None) -> tuple[Any, ...]:
     """``(x_train, y_train, x_val, y_val, x_test, y_test, vocab_size, preprocessing)`` of a
     token folder, for :func:`jaxstale.data.load` (lazy training windows; the evaluation
@@ -257,7 +252,7 @@ def dataset_parts(data_dir: str | os.PathLike[str] | None) -> tuple[Any, ...]:
         val, test, test_from = val[:half], val[half:], "val.bin, second half"
     x_va, y_va = Windows(val, t), Windows(val, t, 1)
     x_te, y_te = Windows(test, t), Windows(test, t, 1)
-    pv, pt = _evenly(x_va, EVAL_WINDOWS), _evenly(x_te, TEST_WINDOWS)
+    pv, pt = spaced(len(x_va), EVAL_WINDOWS), spaced(len(x_te), TEST_WINDOWS)
     pre: dict[str, Any] = {"context": t, "eval_windows": EVAL_WINDOWS, "standardize": "none"}
     pre["test_windows"] = "all" if len(pt) == len(x_te) else len(pt)
     pre |= {"test_from": test_from, "vocab_size": f.vocab_size, "dtype": str(f.dtype.name)}

@@ -167,7 +167,7 @@ class Claim:
             )
         headline = d.headline
         dead = [e for e in p.edges if e.endswith(CHANCE_EDGE)]
-        if dead and d.label != "not run":  # issue 53: a difference to an untrained arm is no test
+        if dead:  # issue 53: a difference to an untrained arm is no test
             headline = "untestable here (an arm of the primary at chance at every rate)"
         if (c := ev.control) is not None:
             passes = c.sign > 0

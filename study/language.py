@@ -393,17 +393,16 @@ def regime(rows: Sequence[dict[str, Any]]) -> str:
     """The regime a language model's verdict speaks for, from its rows: the model and its
     parameter count, the tokens a run trains on (``steps · batch · T``) and per parameter —
     "early training" below :data:`EARLY` tokens per parameter (empty for other rows)."""
-    from jaxstale.models.gpt import PRESETS, gpt_param_count, preset_name
+    from jaxstale.models.gpt import gpt_param_count, preset_of
     from jaxstale.text import CONTEXT
 
-    shapes = {preset_name(k): v for k, v in PRESETS.items() if "context" not in v}
-    lm = [r for r in rows if r.get("model") in shapes and r.get("steps")]
+    lm = [r for r in rows if preset_of(str(r.get("model"))) and r.get("steps")]
     if not lm:
         return ""
     r = max(lm, key=lambda x: int(x["steps"]) * int(x.get("batch_size") or 1))
-    shape = shapes[r["model"]]
-    params = gpt_param_count(CONTEXT, len(text_vocabulary()), layers=shape["layers"],
-                             width=shape["width"])  # fmt: skip
+    shape = preset_of(r["model"]) or {}
+    params = gpt_param_count(shape.get("context", CONTEXT), shape.get("vocab", text_vocab_size()),
+                             layers=shape["layers"], width=shape["width"])  # fmt: skip
     tokens = int(r["steps"]) * int(r["batch_size"]) * CONTEXT
     per = tokens / params
     label = ", early training" if per < EARLY else ""
@@ -414,10 +413,10 @@ def regime(rows: Sequence[dict[str, Any]]) -> str:
 
 
 @functools.cache
-def text_vocabulary() -> str:
+def text_vocab_size() -> int:
     from jaxstale.text import load_text
 
-    return load_text().vocabulary
+    return load_text().vocab_size
 
 
 #: the claims, in the report's order after the image claims

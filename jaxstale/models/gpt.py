@@ -37,7 +37,15 @@ from jaxstale._checks import check_range
 from jaxstale.models.layers import _host_normal
 from jaxstale.models.staged import StagedModel
 
-__all__ = ["PRESETS", "GPTBlock", "gpt", "gpt_param_count", "preset_builder", "preset_name"]
+__all__ = [
+    "PRESETS",
+    "GPTBlock",
+    "gpt",
+    "gpt_param_count",
+    "preset_builder",
+    "preset_name",
+    "preset_of",
+]
 
 _init = _host_normal(1.0)  # N(0, 1 / fan_in)
 
@@ -199,6 +207,12 @@ def preset_name(preset: str) -> str:
     """The zoo's name of a :data:`PRESETS` key: ``gpt-<preset>``, or the key itself where it
     names a model already (``gpt2-small``)."""
     return preset if preset.startswith("gpt") else f"gpt-{preset}"
+
+
+def preset_of(model: str) -> dict[str, int] | None:
+    """The :data:`PRESETS` shape of the zoo model named ``model`` (``gpt-cpu``, ``gpt2-small``,
+    …; a fixed shape has its ``context`` and ``vocab``), or None for any other model."""
+    return next((dict(v) for k, v in PRESETS.items() if preset_name(k) == model), None)
 
 
 def preset_builder(preset: str) -> Any:

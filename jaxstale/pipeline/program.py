@@ -364,6 +364,20 @@ class Program(NamedTuple):
         return out
 
 
+def recompute_refusal(policy: str | Policy, schedule: str | None = None) -> str | None:
+    """Why ``backward="recompute"`` is refused for ``policy`` (on ``schedule``, a schedule
+    kind: the policy's own if it has one), or None where it is allowed. On 2BW's double buffer a
+    recomputed backward does not read the version its forward read (measured: it parts from the
+    saved backward, and the executors from each other)."""
+    pol = get_policy(policy)
+    if (pol.schedule or schedule) != "2bw":
+        return None
+    return (
+        f"backward='recompute' is not available for {pol.name!r}: on 2BW's double buffer a "
+        "recomputed backward does not read the version its forward read; use 'saved'"
+    )
+
+
 def compile(
     schedule: S.Schedule,
     policy: str | Policy,
@@ -384,12 +398,8 @@ def compile(
         pol = pol._replace(target=target)
     if backward not in BACKWARD_MODES:
         raise ValueError(f"backward must be one of {BACKWARD_MODES}, got {backward!r}")
-    if backward == "recompute" and (pol.schedule or schedule.name) == "2bw":
-        raise ValueError(
-            f"backward='recompute' is not available for {pol.name!r}: on 2BW's double "
-            "buffer a recomputed backward does not read the version its forward read (measured: "
-            "it parts from the saved backward, and the executors from each other); use 'saved'"
-        )
+    if backward == "recompute" and (why := recompute_refusal(pol, schedule.name)):
+        raise ValueError(why)
     if pol.flush and (schedule.fwd_staleness.any() or schedule.bwd_staleness.any()):
         schedule = S.gpipe(schedule.num_stages, schedule.num_batches, schedule.num_micro)
     if pol.schedule is not None and pol.schedule != schedule.name:
