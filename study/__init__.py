@@ -4,11 +4,13 @@ One row per claim (the papers' headlines: :mod:`~study.registry`). Each comparat
 declares, before any number is read,
 one **primary** comparison and the paper's effect rescaled to this task (``Claim.primary``,
 ``Claim.expected``); every other comparison, trend ("as M grows") and condition (one rate,
-raw inputs) is **secondary**. The verdict (:func:`~study.verdicts.decide`) is
-**held**, **mixed** (a secondary or condition reversed beyond noise, named in the verdict; or
-only secondaries beyond noise), **within noise** (nothing beyond noise though the effect was
-detectable), **untestable here** (the primary's minimum detectable effect at 80 % power exceeds
-the expected effect) or **did not hold** (the primary reversed beyond noise); threshold checks
+raw inputs) is **secondary**: a short declared list (``Claim.secondaries``, corrected
+together by Holm) qualifies the verdict, the rest is exploratory, set-up checks are printed
+beside it. The verdict (:func:`~study.verdicts.decide`) is **held**, **held with reversals**
+(a declared secondary reversed, named), **suggestive** / **doubtful** (the primary within noise,
+a declared secondary for / against the claim), **within noise** (nothing beyond noise though the
+effect was detectable), **untestable here** (the primary's minimum detectable effect at 80 %
+power exceeds the expected effect) or **did not hold** (the primary reversed); threshold checks
 and moonshots read held / did not hold and reached / not reached.
 
 Every number comes from the experiments' run folders, under the common protocol: standardised
@@ -51,7 +53,6 @@ from typing import Any
 
 from experiments import runs
 from experiments.config import prog_of
-from experiments.reports import MIN_PAIRS
 
 from . import budget, cells, edges, provenance, sweeps
 from . import readme as readme_mod
@@ -79,8 +80,9 @@ from .core import (
     trend,
 )
 from .figures import copy_figure, forest_figure, save_png
-from .language import MARGIN, regime
+from .language import regime
 from .pipeline import judge_cliff, judge_moonshot_pipeline, judge_pipeline, judge_pipeline_adam
+from .protocol import declared_line, headline_lines, protocol_lines
 from .provenance import Snapshot
 from .registry import CLAIMS, claim, expected_line
 from .verdicts import LABELS, Decision, decide
@@ -218,97 +220,12 @@ def report(
             "numbers.**",
             "",
         ]
+    verdicts = assess_all(ctx)
+    lines += headline_lines(ctx, verdicts, "")
     names = sorted({d for n in RUNS if ctx.has(n) and (d := ctx.dataset(n)) is not None})
-    on = " and ".join(f"`{d}`" for d in names) or "no"
-    lines += [
-        f"Each published claim jaxstale tests, with its verdict on the {on} data "
-        "under one protocol: inputs standardised with training statistics, a validation split "
-        "carved from the training set, every method at its own learning rate **selected on "
-        "validation accuracy** (a selection still at its grid's edge is listed under [Grid "
-        "edges](#grid-edges)), at least 5 seeds, budgets at which the synchronous reference "
-        "has converged ([Budget](#budget)). Cells are test accuracy %, mean ± 95 % CI over the "
-        "seeds that trained, "
-        "`[k/n div.]` the seeds that diverged, `@` the selected rate, `(edge)` when it is still "
-        "the smallest or largest rate of its grid after the extensions, or no rate of the grid "
-        "beats chance by 2 points (a comparison with that arm is then a bound, and a verdict "
-        "whose primary reads one says **a bound**). A "
-        "difference is "
-        "**beyond noise** when the 95 % t interval of the per-seed paired difference (a seed "
-        "fixes initial weights and data order for every method) excludes 0; where the rows "
-        "carry each run's final test predictions, its standard error also counts the variance "
-        "of resampling the test examples (every seed is scored on the same test set, so that "
-        "part does not shrink with more seeds): se = √(sd²/n + Var_i(D_i)/N), D_i the mean "
-        "over seeds of the two runs' difference on test example i.",
-        "",
-        "Each comparative claim names **one primary comparison** (printed before its numbers, "
-        "declared in the code before any run was read) and the paper's effect rescaled to this "
-        "task: the paper's relative test-error reduction applied to the reference arm's error "
-        "here. Every other comparison (other worker counts or depths, other pairs the claim "
-        'names, trends for "as M grows" claims: the per-seed slope of the paired difference '
-        "against log2 M) and every condition (one rate for every method, raw inputs) is "
-        "**secondary**; a one-rate condition is not used for a method that divides its step by "
-        "the staleness or the gap (SA-ASGD, Gap-Aware). Differences are oriented so that "
-        "positive is the claimed direction. A difference needs at least "
-        f"{MIN_PAIRS} seeds trained in both runs to be beyond noise; the primary's "
-        "**minimum detectable effect** (MDE: paired t, two-sided 5 %, 80 % power, "
-        "(t₀.₉₇₅ + t₀.₈₀)·se) is printed beside the expected effect, and so is its "
-        "**intention-to-treat** companion (a diverged seed scored at the task's chance level, "
-        "1 / classes of the dataset, instead of being left out).",
-        "",
-        "The language-model claims (LM1–LM6, LM-M: a GPT on the embedded Shakespeare) read "
-        "**test loss in nats per character** instead, lower is better, each arm at its peak "
-        "rate selected on validation loss; a diverged seed scores log V, the uniform "
-        "prediction's loss. Their papers report gaps in nats, so their expected effects are "
-        "stated as is. A claim that a method *matches* a reference is a non-inferiority test "
-        f"with a declared margin δ = {MARGIN:g} nats: `reference + δ − method` beyond noise "
-        "above 0 (the method less than δ worse, one-sided 97.5 %). Its negative control — "
-        "the same test on vanilla, which mitigates nothing — must fail it: where the control "
-        "passes too, the test cannot tell the method from doing nothing and the claim is "
-        "**untestable here (no assay sensitivity)** even where its primary passes.",
-        "",
-        "Verdicts:",
-        "",
-        *(f"- **{k}**: {v};" for k, v in LABELS.items()),
-        "- **held** / **did not hold** for a threshold check (A1, P2): every threshold met / "
-        "one missed;",
-        "- **reached** / **not reached** for a moonshot (M1, M2, LM-M): the target met (the "
-        "upper end of the gap's 95 % interval under it) / missed;",
-        "- **not run**: the claim's run folder (or its primary comparison's cells) is missing, "
-        "or the primary's arms are in two runs of different set-ups (the evidence says how they "
-        "differ: a seed pairs across runs of one set-up only);",
-        "- a verdict followed by **reference not converged at the budget of** a run rests on "
-        "a configuration whose synchronous reference was still improving at its budget "
-        "([Budget](#budget)): a gap to it may close with more updates;",
-        "- a verdict followed by **on rows of an earlier configuration of** a run rests on rows "
-        "that configuration produced before its settings changed in the code (listed below): "
-        "it stands until the re-run replaces them.",
-        "",
-        "Under a claim, **speed** lines pair each arm's learning curve by seed as the verdict "
-        "pairs its end point: the mean of the test metric over the run's evaluations (a "
-        "normalised area under the curve) and its value at the last evaluation within a third "
-        "of the budget (`study/speed.py`). Staleness can cost speed without "
-        "costing the end point; these lines are not in the verdict.",
-        "",
-        *_source_lines(ctx, out, snap),
-        "",
-    ]
+    lines += ["", "## Protocol", "", *protocol_lines(names), *_source_lines(ctx, out, snap), ""]
     for name, spec in RUNS.items():
         lines.append(f"- `{name}`: `{spec.command}` — {spec.what}" + _drift_note(ctx, name))
-    lines += ["", "## Summary", ""]
-    verdicts = assess_all(ctx)
-    lines.append(
-        runs.markdown_table(
-            ["claim", "paper", "verdict"],
-            [
-                [
-                    f'<a href="#{c.id.lower()}">{c.id}</a> {c.title}',
-                    c.source,
-                    f"**{verdicts[c.id].summary}**",
-                ]
-                for c in CLAIMS
-            ],
-        )
-    )
     for c in CLAIMS:
         v = verdicts[c.id]
         lines += [
@@ -321,6 +238,7 @@ def report(
             "",
             f"**Primary comparison** (declared before the numbers): {c.primary}."
             + expected_line(c),
+            *declared_line(c),
             "",
             f"**Verdict: {v.summary}.**",
             "",
@@ -582,7 +500,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     new_readme = None
     if readme is not None:  # before the report is written: a block it cannot fill is an error
         link = Path(os.path.relpath(out.resolve(), readme.resolve().parent)).as_posix()
-        filled = readme_mod.blocks(CLAIMS, assess_all(ctx), link)
+        filled = readme_mod.blocks(ctx, CLAIMS, assess_all(ctx), link)
         try:
             new_readme = readme_mod.rewrite(readme.read_text(), filled)
         except ValueError as e:

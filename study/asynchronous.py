@@ -21,14 +21,12 @@ from .core import (
     Verdict,
     _async_table,
     _at_sync_rate,
-    _best,
     _compare,
     _conditional,
     _methods_of,
     _ordering,
     _pick,
     _secondary,
-    _target,
     _trend_in_m,
     _workers,
     cell,
@@ -37,6 +35,7 @@ from .core import (
     selected,
     trend,
 )
+from .targets import best_on_validation, within_target
 
 #: the moonshot's run: its M = 64 and 128 cells are secondaries of C1–C3
 BIG = "async-m128"
@@ -440,10 +439,10 @@ def judge_moonshot_async(ctx: Context) -> Verdict:
     oks, ev = [], []
     for m in ms:
         target = 0.5 if m <= 64 else 1.0
-        best = _best(rows, methods, workers=m)
+        best = best_on_validation(rows, methods, workers=m)
         if not best or not ref:
             continue
-        ok, lines, names = _target(best, ref, f"M={m}", "1-worker SGD", target)
+        ok, lines, names = within_target(best, ref, f"M={m}", "1-worker SGD", target)
         oks.append(ok)
         ev += [f"- M = {m}: {line}" for line in lines]
         for meth in methods:

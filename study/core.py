@@ -31,16 +31,36 @@ class Verdict:
     #: what qualifies the verdict without changing it (a primary arm whose selected rate is
     #: still at its grid's edge: the primary is a bound); "" when nothing does
     caveat: str = ""
+    #: the set-up checks, whichever way they point (:func:`~study.verdicts.setup_summary`)
+    setup: str = ""
+    #: a comparative claim's primary, its minimum detectable effect and the expected effect
+    #: (the headline table's numbers); None for a threshold check or a moonshot
+    primary: Diff | None = None
+    mde: float = math.nan
+    expected: float = math.nan
 
     @property
     def summary(self) -> str:
-        """The verdict with its caveat, as the report's Summary and the README print it."""
-        return f"{self.verdict}; {self.caveat}" if self.caveat else self.verdict
+        """The verdict with its set-up checks and caveat, as the report's sections print it."""
+        return "; ".join(x for x in (self.verdict, self.setup, self.caveat) if x)
 
     @property
     def label(self) -> str:
-        """The verdict's label alone (``mixed`` for ``mixed (reversed: …)``)."""
-        return self.verdict.split(" (")[0]
+        """The verdict's label alone (``held with reversals`` for ``held with reversals
+        (reversed: …)``, ``not reached`` for ``not reached, the upper bound …``)."""
+        return self.verdict.split(" (")[0].split(", ")[0]
+
+    @property
+    def short(self) -> str:
+        """The verdict in at most 40 characters, for the headline table: its label, and why
+        an untestable one is (chance, assay sensitivity, size)."""
+        why = self.verdict.partition(" (")[2]
+        if self.label == "untestable here":
+            for key, text in (("chance", "arm at chance"), ("assay", "no assay sensitivity"),
+                              ("MDE", "MDE > expected"), ("pairs", "too few pairs")):  # fmt: skip
+                if key in why:
+                    return f"untestable ({text})"
+        return self.label
 
 
 @dataclass
@@ -96,6 +116,10 @@ class Claim:
     #: accuracy fraction in points (``expected_scale`` 100)
     expected_unit: str = "nats"
     expected_scale: float = 1.0
+    #: the short pre-declared list of secondaries (label prefixes): the only ones corrected
+    #: together (Holm) and allowed to qualify the verdict; other labels are exploratory, labels
+    #: starting "set-up check" are reported beside the verdict (:func:`verdicts.partition`)
+    secondaries: tuple[str, ...] = ()
 
     def expected_points(self, primary: Diff, ev: Evidence | None = None) -> float:
         """The expected effect on this task, in the primary's unit (a fraction of accuracy, or
@@ -125,7 +149,8 @@ class Claim:
         p = ev.primary
         expected = self.expected_points(p, ev)
         secondary, repeats = verdicts.distinct(p, ev.secondary)
-        d = verdicts.decide(p, secondary, expected)
+        declared, exploratory, checks = verdicts.partition(secondary, self.secondaries)
+        d = verdicts.decide(p, declared, expected)
         over = " (mean over the trend's points)" if p.what else ""
         scale = (
             "from this task's runs"
@@ -145,16 +170,20 @@ class Claim:
             f"- **primary**: {p.text(itt=True)}",
             f"- minimum detectable effect (80 % power): {mde} {p.unit}; {want}",
         ]
-        for label, diffs in secondary.items():
-            tag = (
-                " — **against the claim**"
-                if label in d.against
-                else (" — for the claim" if label in d.for_claim else "")
-            )
+        for label, diffs in declared.items():
+            signs = d.signs[label]
+            tag = (" — **against the claim**" if any(x < 0 for x in signs)
+                   else " — for the claim" if any(x > 0 for x in signs) else "")  # fmt: skip
+            lost = sum(bool(x.sign) and not y for x, y in zip(diffs, signs, strict=True))
+            tag += f" ({lost} beyond noise alone, not after Holm's correction)" * bool(lost)
             lines.append(f"- secondary, {label}{tag}: " + "; ".join(x.text() for x in diffs))
+        for label, diffs in {**checks, **exploratory}.items():
+            kind = "" if label in checks else "exploratory (not in the verdict), "
+            lines.append(f"- {kind}{label}: " + "; ".join(x.text() for x in diffs))
         for label, x, earlier in repeats:
+            kind = "secondary" if label.startswith(self.secondaries or ("\0",)) else "exploratory"
             lines.append(
-                f"- secondary, {label}: {x.text()} — repeats {earlier} (the same per-seed "
+                f"- {kind}, {label}: {x.text()} — repeats {earlier} (the same per-seed "
                 "results: this condition selected the same runs); not counted again"
             )
         caveat = ""
@@ -173,10 +202,12 @@ class Claim:
             passes = c.sign > 0
             lines.append(f"- assay sensitivity, the negative control ({c.b}: should fail the "
                          f"same test): {c.text()}" + (" — **it passes too**" * passes))  # fmt: skip
-            if passes and d.label in ("held", "mixed"):
+            if passes and d.label.startswith("held"):
                 headline = f"untestable here (no assay sensitivity: {c.b} passes the same test)"
         lines += ev.notes
-        return Verdict(headline, "\n".join(lines), ev.tables, ev.figures, caveat)
+        setup = verdicts.setup_summary(checks)
+        return Verdict(headline, "\n".join(lines), ev.tables, ev.figures, caveat, setup, p,
+                       d.mde, expected)  # fmt: skip
 
 
 @functools.cache
@@ -518,75 +549,6 @@ def _conditional(ctx: Context, name: str, fn: Callable[[], list[Diff]]) -> list[
 def _secondary(items: Mapping[str, list[Diff] | None]) -> dict[str, list[Diff]]:
     """The secondary comparisons that were run (labels with no difference left out)."""
     return {k: v for k, v in items.items() if k and v}
-
-
-# ------------------------------------------------------------------------------- the targets
-
-
-def _gap(best: list[dict], ref: list[dict], a: str, b: str, target: float) -> tuple[bool, str]:
-    """Whether ``best`` is within ``target`` of ``ref`` — the upper end of the paired gap's
-    95 % interval (in points, or in nats for a loss) at most ``target``: a mean gap below the
-    target whose interval reaches above it is not a target met (issue 53: M2 read "reached"
-    at −0.0 ± 0.9 against 0.5) — and the text."""
-    task = _metric_task([*best, *ref])
-    loss = task is not None and not task.higher_is_better
-    d = diff(best, ref, a, b) if loss else diff(ref, best, b, a)
-    unit, digits, gap = d.unit, d.digits + 1, d.scale * d.mean
-    upper = gap + d.scale * d.half if d.n > 1 else math.inf
-    ok, miss, tiny = upper <= target, upper - target, 10.0**-digits
-    verdict = (
-        "reached"
-        if ok
-        else "not reached (fewer than 2 pairs)"
-        if not math.isfinite(upper)
-        else f"not reached, the upper bound above it by {miss:.{digits}f}"
-        if miss >= tiny / 2
-        else f"not reached, the upper bound above it by < {tiny:g}"
-    )
-    bound = f" (95 % upper bound {upper:.{digits}f})" if math.isfinite(upper) else ""
-    return ok, (
-        f"{d.text()}; mean gap {gap:.{digits}f}{bound}, target ≤ {target:g} {unit}: {verdict}"
-    )
-
-
-def _best(
-    rows: Sequence[dict], candidates: Sequence[str], **fields: Any
-) -> list[tuple[str, list[dict[str, Any]]]]:
-    """The candidates with the best mean validation metric at their selected rates: one, or
-    several tied (the validation split is small, so exact ties happen)."""
-    scored = []
-    for m in candidates:
-        pick = selected(rows, method=m, **fields)
-        if pick:
-            value = tasks.or_default(_metric_task(pick)).final("val")
-            score = runs.stats.score(pick, value, chance_if_needed(pick, value))
-            sign = 1.0 if tasks.higher_is_better(value) else -1.0  # best = the highest
-            scored.append((sign * score, m, pick))
-    if not scored:
-        return []
-    top = max(t[0] for t in scored)
-    return [(m, pick) for v, m, pick in scored if v >= top - 1e-12]
-
-
-def _target(
-    best: list[tuple[str, list[dict[str, Any]]]],
-    ref: list[dict[str, Any]],
-    what: str,
-    ref_name: str,
-    target: float,
-) -> tuple[bool, list[str], set[str]]:
-    """Whether the validation-best candidate is within ``target`` points of ``ref`` — every one
-    of them when several tie on validation (the conservative reading) — with the text lines."""
-    lines, oks = [], []
-    tie = " (tied on validation with " if len(best) > 1 else ""
-    for name, pick in best:
-        ok, text = _gap(pick, ref, f"{name} ({what})", ref_name, target)
-        oks.append(ok)
-        others = [n for n, _ in best if n != name]
-        lines.append(
-            f"best on validation {name}{tie}{', '.join(others)}{')' if tie else ''}: {text}"
-        )
-    return all(oks), lines, {n for n, _ in best}
 
 
 def _methods_of(ctx: Context, name: str, rows: Sequence[dict]) -> list[str]:

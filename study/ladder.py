@@ -157,6 +157,7 @@ LADDER_CLAIMS: list[Claim] = [
         f"own rate selected on validation; regime: {_REGIME}",
         expected_why="from the runs: the paper's lower end, 50 %, × this task's AdamW stale gap "
         "at τ = 1",
+        secondaries=("Muon",),
     ),
     Claim(
         "LM8",

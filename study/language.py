@@ -27,9 +27,7 @@ from .core import (
     Diff,
     Evidence,
     Verdict,
-    _best,
     _methods_of,
-    _target,
     cell,
     contrast,
     diff,
@@ -37,6 +35,7 @@ from .core import (
     trend,
 )
 from .pipeline import POLICY_VARIES, pipe_cell, pipe_table
+from .targets import best_on_validation, within_target
 from .verdicts import by_seed, slope
 
 #: the non-inferiority margin of the "matches" claims (LM2, LM3, LM6), nats per character: a
@@ -365,10 +364,10 @@ def judge_moonshot(ctx: Context) -> Verdict:
     n = max(_stages(rows))
     methods = _methods_of(ctx, "lm-deep", rows)
     ref = _pipe(rows, "sync", n)
-    best = _best(rows, [m for m in methods if m in LIGHT], stages=n)
+    best = best_on_validation(rows, [m for m in methods if m in LIGHT], stages=n)
     if not ref or not best:
         return Verdict("not run", f"no sync or memory-light rows at N = {n}")
-    ok, lines, names = _target(best, ref, f"N={n}", f"sync (N={n})", MOONSHOT)
+    ok, lines, names = within_target(best, ref, f"N={n}", f"sync (N={n})", MOONSHOT)
     ev = [f"- {line}" for line in lines]
     for m in methods:
         pick = _pipe(rows, m, n)
@@ -389,25 +388,34 @@ _SRC = "source: issue 23"
 EARLY = 5.0
 
 
-def regime(rows: Sequence[dict[str, Any]]) -> str:
-    """The regime a language model's verdict speaks for, from its rows: the model and its
-    parameter count, the tokens a run trains on (``steps · batch · T``) and per parameter —
-    "early training" below :data:`EARLY` tokens per parameter (empty for other rows)."""
+def lm_scale(rows: Sequence[dict[str, Any]]) -> tuple[str, int, int] | None:
+    """``(model, parameters, tokens)`` of the rows' longest GPT run (``steps · batch · T``
+    tokens), None when no row is a zoo GPT's."""
     from jaxstale.models.gpt import gpt_param_count, preset_of
     from jaxstale.text import CONTEXT
 
     lm = [r for r in rows if preset_of(str(r.get("model"))) and r.get("steps")]
     if not lm:
-        return ""
+        return None
     r = max(lm, key=lambda x: int(x["steps"]) * int(x.get("batch_size") or 1))
     shape = preset_of(r["model"]) or {}
     params = gpt_param_count(shape.get("context", CONTEXT), shape.get("vocab", text_vocab_size()),
                              layers=shape["layers"], width=shape["width"])  # fmt: skip
-    tokens = int(r["steps"]) * int(r["batch_size"]) * CONTEXT
+    return str(r["model"]), params, int(r["steps"]) * int(r["batch_size"]) * CONTEXT
+
+
+def regime(rows: Sequence[dict[str, Any]]) -> str:
+    """The regime a language model's verdict speaks for, from its rows (:func:`lm_scale`):
+    the model and its parameter count, the tokens a run trains on and per parameter — "early
+    training" below :data:`EARLY` tokens per parameter (empty for other rows)."""
+    got = lm_scale(rows)
+    if got is None:
+        return ""
+    model, params, tokens = got
     per = tokens / params
     label = ", early training" if per < EARLY else ""
     return (
-        f"regime: {r['model']} ({params / 1e3:,.0f} k parameters), {tokens / 1e6:.3g} M tokens, "
+        f"regime: {model} ({params / 1e3:,.0f} k parameters), {tokens / 1e6:.3g} M tokens, "
         f"{per:.2g} tokens per parameter{label}"
     )
 
@@ -432,6 +440,7 @@ LM_CLAIMS: list[Claim] = [
         primary="the per-seed slope of vanilla − sync test loss against log2 N (N = 4, 8; "
         "gpt-cpu, AdamW per stage), each policy at its own rate selected on validation loss",
         expected_why="none in nats (the paper reports a convergence-speed ratio, not a loss gap)",
+        secondaries=("the gap at each depth",),
     ),
     Claim(
         "LM2",
@@ -447,6 +456,7 @@ LM_CLAIMS: list[Claim] = [
         expected_abs=True,
         expected_why="the paper: asyncpp matches sync, so the contrast's expected value is the "
         "margin",
+        secondaries=("AsyncPP − vanilla",),
     ),
     Claim(
         "LM3",
@@ -461,6 +471,7 @@ LM_CLAIMS: list[Claim] = [
         expected=MARGIN - math.log(19.56 / 19.28),
         expected_abs=True,
         expected_why="the paper's gap, ln(19.56 / 19.28) = 0.014 nats, under the margin",
+        secondaries=("2bw − vanilla",),
     ),
     Claim(
         "LM4",
@@ -475,6 +486,7 @@ LM_CLAIMS: list[Claim] = [
         expected=0.2 - 0.012,
         expected_abs=True,
         expected_why="the paper: > 0.2 vs 0.012 nats",
+        secondaries=("each optimizer's gap",),
     ),
     Claim(
         "LM5",
@@ -488,6 +500,11 @@ LM_CLAIMS: list[Claim] = [
         "on validation",
         expected_why="from the runs: marin's fraction at τ = 4 (49 %, between its 53 % at 2 "
         "and 45 % at 8) × this task's stale gap at τ = 4",
+        secondaries=(
+            "Muon at the other delays",
+            "AdamW",
+            "the fraction closed shrinks",
+        ),
     ),
     Claim(
         "LM6",
@@ -502,6 +519,7 @@ LM_CLAIMS: list[Claim] = [
         expected=MARGIN,
         expected_abs=True,
         expected_why="the paper: PipeMare matches, so the contrast's expected value is the margin",
+        secondaries=("pipemare − vanilla",),
     ),
     Claim(
         "LM-M",

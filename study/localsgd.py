@@ -448,6 +448,7 @@ D_CLAIMS: list[Claim] = [
         expected_unit="point",
         expected_scale=100.0,
         expected_why="the paper: DiLoCo matches, so the contrast's expected value is the margin",
+        secondaries=("at the other H",),
     ),
     Claim(
         "D2",
@@ -460,6 +461,10 @@ D_CLAIMS: list[Claim] = [
         primary="diloco − async-nesterov test accuracy at M = 4, H = 10, equal inner steps per "
         "worker, each at its own outer rate selected on validation",
         expected_why="none comparable offline (the paper reports perplexity curves)",
+        secondaries=(
+            "at the other H",
+            "more workers",
+        ),
     ),
     Claim(
         "D3",
@@ -474,6 +479,10 @@ D_CLAIMS: list[Claim] = [
         "δ = 2 % of diloco's test error here), each at its own outer rate selected on validation",
         expected_abs=True,
         expected_why="the paper: within 2 %, so the contrast's expected value is the margin",
+        secondaries=(
+            "faster in emulated wall clock",
+            "at the other H",
+        ),
     ),
     Claim(
         "D4",
@@ -491,6 +500,7 @@ D_CLAIMS: list[Claim] = [
         expected_unit="point",
         expected_scale=100.0,
         expected_why="the paper: similar quality, so the contrast's expected value is the margin",
+        secondaries=("the other overlaps and precisions",),
     ),
     Claim(
         "D5",
@@ -504,6 +514,10 @@ D_CLAIMS: list[Claim] = [
         "H = 10, intention to treat (a diverged seed at chance), each at its own rate "
         "selected on validation",
         expected_why="none comparable (the paper reports losses of language models)",
+        secondaries=(
+            "the other M",
+            "the gain grows with M",
+        ),
     ),
     Claim(
         "D6",
@@ -522,6 +536,10 @@ D_CLAIMS: list[Claim] = [
         expected_unit="point",
         expected_scale=100.0,
         expected_why="the paper: competitive, so the contrast's expected value is the margin",
+        secondaries=(
+            "at the other H",
+            "eager beats the naive delayed overlap",
+        ),
     ),
     Claim(
         "D7",
@@ -535,6 +553,10 @@ D_CLAIMS: list[Claim] = [
         "staleness), H = 10, intention to treat, each at its own outer rate selected on "
         "validation, on the same seeds",
         expected_why="none comparable (the paper reports losses of language models)",
+        secondaries=(
+            "the other M",
+            "against synchronous DiLoCo",
+        ),
     ),
 ]
 

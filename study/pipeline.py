@@ -15,16 +15,15 @@ from .core import (
     Diff,
     Evidence,
     Verdict,
-    _best,
     _methods_of,
     _secondary,
-    _target,
     cell,
     chance_of,
     diff,
     selected,
     trend,
 )
+from .targets import best_on_validation, within_target
 
 
 def pipe_cell(
@@ -219,10 +218,10 @@ def judge_moonshot_pipeline(ctx: Context) -> Verdict:
     methods = _methods_of(ctx, "pipeline-n8", rows)
     light = [m for m in methods if m in MEMORY_LIGHT]
     ref = pipe_cell(rows, "sync", 8)
-    best = _best(rows, light, stages=8, model="mlp")
+    best = best_on_validation(rows, light, stages=8, model="mlp")
     if not best or not ref:
         return Verdict("not run", "no N = 8 rows")
-    ok, lines, names = _target(best, ref, "N=8", "sync (N=8)", 0.5)
+    ok, lines, names = within_target(best, ref, "N=8", "sync (N=8)", 0.5)
     ev = [f"- memory-light policies: {line}" for line in lines]
     for m in methods:
         pick = pipe_cell(rows, m, 8)

@@ -3,8 +3,8 @@
 A block is the lines between ``<!-- claims:start NAME -->`` and ``<!-- claims:end NAME -->``
 (each marker on its own line; ``NAME`` left out for the verdict list):
 
-* the verdict list (no name): one line per claim, its title and a link to its section with
-  the verdict (:func:`verdict_lines`);
+* the headline (no name): the report's headline table, one row a claim linking to its
+  section, and its answers to the practitioner's questions (:mod:`~study.headline`);
 * ``C1.1``, ``P1.2``, …: the claim's first, second, … table, as the report prints it.
 
 Every block found is rewritten from the report's verdicts; text outside the blocks is left as
@@ -16,28 +16,21 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from .core import Claim, Verdict
+from . import headline
+from .core import Claim, Context, Verdict
 
-__all__ = ["blocks", "check", "rewrite", "verdict_lines"]
+__all__ = ["blocks", "check", "rewrite"]
 
 _MARK = re.compile(r"^<!-- claims:(start|end)(?: (\S+))? -->$", re.M)
 
 
-def verdict_lines(
-    claims: Sequence[Claim], verdicts: Mapping[str, Verdict], report_link: str
-) -> list[str]:
-    """One Markdown line per claim: its title and a link to its section with the verdict."""
-    return [
-        f"- {c.title}: [{c.id}: {verdicts[c.id].summary}]({report_link}#{c.id.lower()})."
-        for c in claims
-    ]
-
-
 def blocks(
-    claims: Sequence[Claim], verdicts: Mapping[str, Verdict], report_link: str
+    ctx: Context, claims: Sequence[Claim], verdicts: Mapping[str, Verdict], report_link: str
 ) -> dict[str, list[str]]:
-    """Every block this report can fill, by name."""
-    out = {"": verdict_lines(claims, verdicts, report_link)}
+    """Every block this report can fill, by name (``report_link``: the report's path from the
+    README)."""
+    table = headline.table(ctx, claims, verdicts, report_link).splitlines()
+    out = {"": [*table, "", *headline.questions(ctx)]}
     for c in claims:
         for i, table in enumerate(verdicts[c.id].tables, 1):
             out[f"{c.id}.{i}"] = table.splitlines()

@@ -40,6 +40,11 @@ CLAIMS: list[Claim] = [
         expected_why="DC-ASGD-a's error is 12 % below ASGD's at M = 4 (CIFAR-10, ResNet-20: "
         "9.27 → 8.19 %, the paper's Table 1 as quoted by two independent notes); M = 8 not "
         "verified here",
+        secondaries=(
+            "DC-ASGD-a − ASGD at the other worker counts",
+            "DC-ASGD-a − SSGD",
+            "DC-ASGD-c − ASGD",
+        ),
     ),
     Claim(
         "C2",
@@ -55,6 +60,7 @@ CLAIMS: list[Claim] = [
         expected_why="an estimate, not verified against the paper's tables (not reachable "
         "offline): the advantage over SA grows with M (the abstract) from ≈ 0 to ≈ 20 % of "
         "SA's error at 64 workers, ≈ 5 % per doubling of M",
+        secondaries=("Gap-Aware − SA-ASGD at each worker count",),
     ),
     Claim(
         "C3",
@@ -70,6 +76,10 @@ CLAIMS: list[Claim] = [
         expected_why="an unverified copy of the DANA table (CIFAR-10, ResNet-20): 1–2 % below "
         "NAG-ASGD's error at 4–12 workers where both train; at 16–32 NAG-ASGD diverged there, "
         "which a tuned rate avoids here",
+        secondaries=(
+            "DANA − ASGD at the other worker counts",
+            "momentum helps DANA",
+        ),
     ),
     Claim(
         "C4",
@@ -84,6 +94,10 @@ CLAIMS: list[Claim] = [
         expected=0.05,
         expected_why="the authors' slides (ResNet-18, CIFAR-10, M = 16): DC-ASGD 6.05 %, "
         "LC-ASGD 5.76 % test error, 4.8 % of DC-ASGD's",
+        secondaries=(
+            "LC-ASGD − DC-ASGD-a at the other worker counts",
+            "DC-ASGD-a − ASGD",
+        ),
     ),
     Claim(
         "A1",
@@ -110,6 +124,10 @@ CLAIMS: list[Claim] = [
         expected=0.05,
         expected_why="the authors' slides (ResNet-18, CIFAR-10, M = 16): LC-ASGD 5.76 % "
         "with ordinary BN, 5.52 % with Async-BN, 4.2 % of the former",
+        secondaries=(
+            "the other worker counts",
+            "trend in M",
+        ),
     ),
     Claim(
         "P1",
@@ -125,6 +143,12 @@ CLAIMS: list[Claim] = [
         expected=0.05,
         expected_why="SpecTrain's own PyTorch port (CIFAR-10, depth 4, four CNNs, one run "
         "each): v2 ≈ 6 % and v1 ≈ 0 % of vanilla's error (median), 11–14 % on two text models",
+        secondaries=(
+            "NAG prediction − vanilla",
+            "SpecTrain − vanilla at the other depths",
+            "prediction − stashing",
+            "trend in N",
+        ),
     ),
     Claim(
         "P2",
@@ -150,6 +174,12 @@ CLAIMS: list[Claim] = [
         expected=0.10,
         expected_why="an estimate, not verified against the papers (not reachable offline): "
         "≈ 10 % of vanilla's error, XPipe reporting prediction near synchronous training",
+        secondaries=(
+            "NAG prediction − vanilla",
+            "SpecTrain − vanilla at the other depths",
+            "prediction − stashing",
+            "trend in N",
+        ),
     ),
     Claim(
         "M1",

@@ -108,7 +108,7 @@ def test_report_marks_missing_runs_and_links_every_claim(tmp_path):
     text = out.read_text()
     assert res["text"] == text
     for c in claims.CLAIMS:
-        assert f'<a id="{c.id.lower()}"></a>' in text and f'<a href="#{c.id.lower()}">' in text
+        assert f'<a id="{c.id.lower()}"></a>' in text and f"[{c.id}](#{c.id.lower()})" in text
     assert "**not run**" in text
 
 

@@ -15,19 +15,33 @@ def _verdicts():
             claims.CLAIMS}  # fmt: skip
 
 
-def test_every_block_is_rewritten_and_the_rest_kept():
+def _ctx(tmp_path):
+    return claims.Context(tmp_path, quick=False)
+
+
+def test_every_block_is_rewritten_and_the_rest_kept(tmp_path):
     text = (
         "intro\n<!-- claims:start -->\n- old\n<!-- claims:end -->\nmiddle\n"
         "<!-- claims:start C1.1 -->\n| old |\n<!-- claims:end C1.1 -->\nend\n"
     )
     readme.check(text, IDS)
-    got = readme.rewrite(text, readme.blocks(claims.CLAIMS, _verdicts(), "docs/claims.md"))
+    got = readme.rewrite(
+        text, readme.blocks(_ctx(tmp_path), claims.CLAIMS, _verdicts(), "docs/claims.md")
+    )
     head, table = got.split("middle\n")
-    assert head.startswith("intro\n<!-- claims:start -->\n- DC-ASGD beats ASGD and SSGD: [C1: ")
-    assert "[C1: held](docs/claims.md#c1)." in head and "- old" not in got
+    # the headline table: a row a claim linking to its section, its verdict in bold
+    assert head.startswith("intro\n<!-- claims:start -->\n| claim | regime | primary ± 95 % CI |")
+    assert "| [C1](docs/claims.md#c1) DC-ASGD beats ASGD and SSGD | – |" in head
+    assert "**held**" in head and "- old" not in got
+    assert "- **Which policy for an 8-stage asynchronous GPT pipeline with AdamW?**" in head
     rows = "| a | b |\n|---|---|\n| 1 | 2 |\n"
     assert table == f"<!-- claims:start C1.1 -->\n{rows}<!-- claims:end C1.1 -->\nend\n"
-    assert readme.rewrite(got, readme.blocks(claims.CLAIMS, _verdicts(), "docs/claims.md")) == got
+    assert (
+        readme.rewrite(
+            got, readme.blocks(_ctx(tmp_path), claims.CLAIMS, _verdicts(), "docs/claims.md")
+        )
+        == got
+    )
 
 
 @pytest.mark.parametrize(
@@ -46,8 +60,8 @@ def test_bad_blocks_are_one_error(text, message):
         readme.check(text, IDS)
 
 
-def test_a_table_the_report_does_not_have_is_an_error():
+def test_a_table_the_report_does_not_have_is_an_error(tmp_path):
     text = "<!-- claims:start C1.2 -->\n<!-- claims:end C1.2 -->\n"
     readme.check(text, IDS)  # the name is well formed ...
     with pytest.raises(ValueError, match="no such table"):  # ... but C1 has one table here
-        readme.rewrite(text, readme.blocks(claims.CLAIMS, _verdicts(), "r.md"))
+        readme.rewrite(text, readme.blocks(_ctx(tmp_path), claims.CLAIMS, _verdicts(), "r.md"))

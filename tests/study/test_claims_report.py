@@ -93,13 +93,14 @@ def test_report_rebuilds_from_the_committed_rows_byte_for_byte(tmp_path, monkeyp
     readme.write_text("intro\n<!-- claims:start -->\n- old line\n<!-- claims:end -->\nrest\n")
     got = claims.main(["--results", str(res), "--out", str(out), "--readme", str(readme)])
     text, rows = out.read_bytes(), tmp_path / "docs" / "claims" / "rows"
-    # README's verdict lines: rewritten between the markers, one per claim, linking the report
+    # README's headline: rewritten between the markers, a row a claim linking the report
     new = readme.read_text()
     lines = new.split("<!-- claims:start -->\n")[1].split("<!-- claims:end -->")[0].splitlines()
     assert new.startswith("intro\n") and new.endswith("<!-- claims:end -->\nrest\n")
-    assert [line.split(": [")[0] for line in lines] == [f"- {c.title}" for c in claims.CLAIMS]
-    assert lines[0].endswith("(docs/claims.md#c1).") and "- old line" not in new
-    assert f"**{lines[0].split(': [C1: ')[1].split('](')[0]}**" in got["text"]
+    rows_ = [x for x in lines if x.startswith("| [")]
+    assert [x.split(") ")[1].split(" | ")[0] for x in rows_] == [c.title for c in claims.CLAIMS]
+    assert rows_[0].startswith("| [C1](docs/claims.md#c1) ") and "- old line" not in new
+    assert rows_[0].replace("(docs/claims.md#", "(#") in got["text"]
     assert got["rows"] == rows and got["text"].encode() == text
     figs = {p.name: p.read_bytes() for p in (tmp_path / "docs" / "claims").glob("*.png")}
     assert {"claim-c1-forest.png", "async-accuracy_vs_workers.png", "async-plot.png",
@@ -449,7 +450,7 @@ def test_a_configuration_whose_rows_another_configuration_produced_is_flagged(tm
     text = claims.main(
         ["--results", str(res), "--out", str(tmp_path / "c.md"), "--readme", str(readme)]
     )["text"]
-    # every verdict resting on the async rows carries it (Summary, README), no other one does
+    # every verdict resting on the async rows carries it (headline, README), no other one does
     stale = claims.assess_all(claims.Context(res, quick=False))
     tag = "on rows of an earlier configuration of "
 
@@ -462,8 +463,9 @@ def test_a_configuration_whose_rows_another_configuration_produced_is_flagged(tm
         assert "async" not in olds(was)  # (the fixture's other runs may be drifted)
         if "async" in c.runs and v.verdict != "not run":
             assert olds(v) == olds(was) | {"async"}, c.id
-            assert f"[{c.id}: {v.summary}](c.md#{c.id.lower()})" in readme.read_text()
-            assert f"**{v.summary}**" in text
+            (row,) = [x for x in readme.read_text().splitlines() if f"[{c.id}](c.md#" in x]
+            assert "rows of an earlier configuration" in row, row  # the headline says so
+            assert f"**Verdict: {v.summary}.**" in text
         else:
             assert v.caveat == was.caveat, c.id
     assert "C1" in {c for c in stale if "async" in olds(stale[c])}

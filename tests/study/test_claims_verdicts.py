@@ -135,15 +135,18 @@ def test_the_rows_copy_takes_each_rows_test_predictions_from_its_cell(tmp_path):
     ("primary", "secondary", "label", "headline"),
     [
         (UP, {"x": [UP, FLAT]}, "held", "held"),
-        (UP, {"raw inputs": [DOWN]}, "mixed", "mixed (reversed: raw inputs)"),
-        (FLAT, {"other M": [UP]}, "mixed", "mixed (primary within noise; for the claim: other M)"),
-        (FLAT, {"raw": [DOWN]}, "mixed", "mixed (primary within noise; reversed: raw)"),
+        (UP, {"raw inputs": [DOWN]}, "held with reversals",
+         "held with reversals (reversed: raw inputs)"),
+        (FLAT, {"other M": [UP]}, "suggestive", "suggestive (for the claim: other M)"),
+        (FLAT, {"raw": [DOWN]}, "doubtful", "doubtful (reversed: raw)"),
+        (FLAT, {"raw": [DOWN], "M": [UP]}, "doubtful",
+         "doubtful (reversed: raw; for the claim: M)"),
         (DOWN, {"x": [UP]}, "did not hold", "did not hold"),
         (FLAT, {"x": [FLAT]}, "within noise", "within noise (MDE 0.1 vs expected 1.0 points)"),
         (WILD, {"x": [FLAT]}, "untestable here", "untestable here (MDE 8.6 vs expected 1.0 "),
         (_d([0.05, 0.06]), {}, "untestable here", "untestable here (fewer than 3 pairs"),
     ],
-    ids=["held", "mixed-reversed", "mixed-secondary-for", "mixed-secondary-against",
+    ids=["held", "held-with-reversals", "suggestive", "doubtful", "doubtful-both-ways",
          "did-not-hold", "within-noise", "untestable", "two-pairs"],
 )  # fmt: skip
 def test_decide_every_outcome(primary, secondary, label, headline):
@@ -188,7 +191,7 @@ def _async(gains, ms=(4, 8, 16, 32)):
     return accs
 
 
-def test_c1_held_then_a_reversed_condition_reaches_the_headline(tmp_path):
+def test_c1_an_exploratory_condition_never_reaches_the_headline_a_declared_one_does(tmp_path):
     gains = {"dc-asgd-a": _plus(NOISE, 0.02), "ssgd": NOISE, "dc-asgd-c": NOISE}
     _folder(tmp_path, "async", _rows(_async(gains)), [4, 8, 16, 32])
     c1 = claims.claim("C1")
@@ -199,11 +202,20 @@ def test_c1_held_then_a_reversed_condition_reaches_the_headline(tmp_path):
     raw = _rows({("asgd", 16): BASE, ("dc-asgd-a", 16): _plus(BASE, -0.03)})
     _folder(tmp_path, "async-raw", raw, [16, 32])
     v = c1.assess(claims.Context(tmp_path, quick=False))
-    assert v.verdict == "mixed (reversed: raw inputs, M = 16, 32)"
-    assert "raw inputs, M = 16, 32 — **against the claim**" in v.evidence
+    # raw inputs is exploratory (not on C1's declared list): shown, beyond noise, not counted
+    assert v.verdict == "held", v.evidence
+    assert "- exploratory (not in the verdict), raw inputs, M = 16, 32: dc-asgd-a (M=16) − " \
+        "asgd (M=16) = -3.0" in v.evidence  # fmt: skip
+    # a declared secondary reversed beyond noise after Holm's correction reaches the headline
+    gains["ssgd"] = _plus(NOISE, 0.05)
+    _folder(tmp_path, "async", _rows(_async(gains)), [4, 8, 16, 32])
+    v = c1.assess(claims.Context(tmp_path, quick=False))
+    assert v.verdict == "held with reversals (reversed: DC-ASGD-a − SSGD)", v.verdict
+    assert "secondary, DC-ASGD-a − SSGD — **against the claim**: " in v.evidence
     report = claims.report(claims.Context(tmp_path, quick=False), tmp_path / "docs" / "c.md")
-    # (the hand-built folders' configurations are not the code's: the Summary says so)
-    assert "**mixed (reversed: raw inputs, M = 16, 32); on rows of an earlier " in report
+    # (the hand-built folders' configurations are not the code's: the caveat says so)
+    assert "**Verdict: held with reversals (reversed: DC-ASGD-a − SSGD); on rows of an " in report
+    assert "| **held with reversals** |" in report  # the headline table's short form
     for label in claims.LABELS:  # the header defines every label the report uses
         assert f"- **{label}**: " in report
 
@@ -214,7 +226,8 @@ def test_c1_uses_the_moonshots_64_and_128_workers(tmp_path):
     big = _async({"dc-asgd-a": _plus(NOISE, -0.05)}, ms=(64, 128))
     _folder(tmp_path, "async-m128", _rows(big), [64, 128])
     v = claims.claim("C1").assess(claims.Context(tmp_path, quick=False))
-    assert v.verdict.startswith("mixed (reversed: round-robin workers, M = 64, 128")
+    assert v.verdict == "held", v.verdict  # the moonshot's workers: an exploratory condition
+    assert "exploratory (not in the verdict), round-robin workers, M = 64, 128" in v.evidence
     assert "dc-asgd-a (M=128) − asgd (M=128) = -5.0" in v.evidence
 
 
@@ -244,8 +257,9 @@ def test_c1_and_c4_read_the_lambda_set_up_check_beside_the_default_run(tmp_path)
     _folder(tmp_path, "async-lambda", check, [8, 16])
     ctx = claims.Context(tmp_path, quick=False)
     v = claims.claim("C1").assess(ctx)
-    label = "set-up check added after the run: λ beyond the grid (async-lambda) — for the claim"
-    assert f"- secondary, {label}: dc-asgd-a (M=8) − asgd (M=8) = +2.0" in v.evidence
+    label = "set-up check added after the run: λ beyond the grid (async-lambda)"
+    assert f"- {label}: dc-asgd-a (M=8) − asgd (M=8) = +2.0" in v.evidence
+    assert v.setup == "set-up check, λ beyond the grid (async-lambda): 2 of 2 for the claim"
     assert "dc-asgd-a (M=16) − asgd (M=16) = +2.0" in v.evidence
     assert "the set-up check (async-lambda) runs λ beyond it at M = 8, 16" in v.evidence
     assert (
@@ -257,8 +271,9 @@ def test_c1_and_c4_read_the_lambda_set_up_check_beside_the_default_run(tmp_path)
     # C4: LC-ASGD (+0.2 over ASGD) against DC-ASGD-a over both grids (+2.0): reversed
     v = claims.claim("C4").assess(ctx)
     assert "lc-asgd (M=16) − dc-asgd-a (M=16) = -1.8" in v.evidence
-    assert f"- secondary, {label.split(' — ')[0]} — **against the claim**" in v.evidence
-    assert "reversed: " + label.split(" — ")[0] in v.verdict
+    # a set-up check is beside the verdict, never in it (issue 53), whichever way it points
+    assert v.setup.endswith(": 2 of 4 for the claim, 2 of 4 against it"), v.summary
+    assert v.verdict == "held"
     # a check run at another budget than async's rows is not read with them
     _folder(tmp_path, "async-lambda", check, [8, 16], updates=27000)
     v = claims.claim("C1").assess(claims.Context(tmp_path, quick=False))
@@ -343,8 +358,7 @@ def test_c2_is_a_trend_in_m_and_leaves_the_one_rate_conditions_out(tmp_path):
     _folder(tmp_path, "async", _rows(_async(flat)), [4, 8, 16, 32])
     v = c2.assess(claims.Context(tmp_path, quick=False))
     assert v.verdict == (
-        "mixed (primary within noise; for the claim: Gap-Aware − SA-ASGD at each worker count, "
-        "own rates)"
+        "suggestive (for the claim: Gap-Aware − SA-ASGD at each worker count, own rates)"
     ), v.verdict
 
 
@@ -403,7 +417,7 @@ def _pipe(accs, lr=0.01):
     ]  # fmt: skip
 
 
-def test_p1_one_reversed_cell_makes_it_mixed_not_did_not_hold(tmp_path):
+def test_p1_one_reversed_cell_makes_it_held_with_reversals_not_did_not_hold(tmp_path):
     # the issue's case: prediction wins at N = 8, NAG loses at N = 4 (one cell)
     accs = {("sync", n): _plus(BASE, 0.05) for n in (2, 4, 8)}
     for n in (2, 4, 8):
@@ -416,9 +430,9 @@ def test_p1_one_reversed_cell_makes_it_mixed_not_did_not_hold(tmp_path):
     v = claims.claim("P1").assess(claims.Context(tmp_path, quick=False))
     # the cell reverses NAG − vanilla and NAG − stash; NAG − vanilla at sync's rate is the same
     # runs (every selected rate is sync's here): listed as a repeat, not a second reversal
-    assert v.verdict == "mixed (reversed: NAG prediction − vanilla; prediction − stashing)", (
-        v.evidence
-    )
+    assert v.verdict == (
+        "held with reversals (reversed: NAG prediction − vanilla; prediction − stashing)"
+    ), v.evidence
     assert "— repeats NAG prediction − vanilla (the same per-seed results" in v.evidence
     assert v.evidence.startswith("- **primary**: spectrain-v1 (N=8) − vanilla (N=8) = +")
     assert "further differences (no claimed direction; not in the verdict)" in v.evidence
@@ -435,7 +449,9 @@ def test_p1_trend_in_n_reversed_reaches_the_headline(tmp_path):
         ]
     _folder(tmp_path, "pipeline", _pipe(accs), [])
     v = claims.claim("P1").assess(claims.Context(tmp_path, quick=False))
-    assert v.verdict == "mixed (reversed: trend in N (staleness grows with depth))", v.evidence
+    assert v.verdict == "held with reversals (reversed: trend in N (staleness grows with depth))", (
+        v.evidence
+    )
     assert "slope of spectrain-v1 − vanilla against log2 N (N = 2, 4, 8) = -1.5" in v.evidence
 
 
