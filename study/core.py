@@ -57,6 +57,7 @@ class Verdict:
         why = self.verdict.partition(" (")[2]
         if self.label == "untestable here":
             for key, text in (("chance", "arm at chance"), ("assay", "no assay sensitivity"),
+                              ("grid's edge", "arm at its grid's edge"),
                               ("MDE", "MDE > expected"), ("pairs", "too few pairs")):  # fmt: skip
                 if key in why:
                     return f"untestable ({text})"
@@ -198,6 +199,12 @@ class Claim:
         dead = [e for e in p.edges if e.endswith(CHANCE_EDGE)]
         if dead:  # issue 53: a difference to an untrained arm is no test
             headline = "untestable here (an arm of the primary at chance at every rate)"
+        elif turn := verdicts.reversible_edges(p):  # issue 53: a bound that may turn it round
+            why = f"at its grid's edge, a rate not run may reverse it: {', '.join(turn)}"
+            headline = f"untestable here ({why})"
+            lines.append("- **not testable as run**: the primary is read as "
+                         f"{'for' if p.sign > 0 else 'against'} the claim, and an arm at its "
+                         "grid's edge could move it the other way at a rate not run")  # fmt: skip
         if (c := ev.control) is not None:
             passes = c.sign > 0
             lines.append(f"- assay sensitivity, the negative control ({c.b}: should fail the "

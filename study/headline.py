@@ -74,6 +74,14 @@ _TARGETS = {"held": "every threshold met", "did not hold": "a threshold missed",
             "reached": "target met", "not reached": "target missed"}  # fmt: skip
 
 
+#: why an untestable verdict makes no call, by its short form
+_UNTESTABLE = {
+    "untestable (arm at chance)": "no call: an arm trains at no rate of its grid",
+    "untestable (arm at its grid's edge)": "no call: an arm's best rate lies beyond its grid",
+    "untestable (no assay sensitivity)": "no call: the test passes doing nothing too",
+}
+
+
 def answer(v: Verdict) -> str:
     """What the primary says a practitioner should do, in the claim's arms (oriented by the
     metric: a loss difference ``a − b`` > 0 favours ``b``)."""
@@ -81,7 +89,7 @@ def answer(v: Verdict) -> str:
     if p is None:
         return _TARGETS.get(v.label, "–")
     if v.label == "untestable here":
-        return "no call: the runs cannot resolve the expected effect"
+        return _UNTESTABLE.get(v.short, "no call: the runs cannot resolve the expected effect")
     if m := (_REF_FIRST.match(p.what) or _METHOD_FIRST.match(p.what)):
         method, ref = m["method"], m["ref"]
         return (

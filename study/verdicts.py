@@ -330,6 +330,27 @@ def arm_edges(arms: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> tuple[
     return tuple(out)
 
 
+def reversible_edges(d: Diff) -> tuple[str, ...]:
+    """The edges of ``d`` (:func:`arm_edges`) that could reverse its reading: an arm whose
+    selected rate is its grid's smallest or largest may do better at a rate not run, which
+    moves ``a − b`` up for a better ``a`` in accuracy (down in a loss) and down for a better
+    ``b`` (up in a loss); an edge moving it against the sign it is read with makes the reading
+    no evidence (issue 53, rule 5). Empty for a difference within noise, a trend (its arms'
+    edges move each point differently) or edges of arms other than ``a`` and ``b``."""
+    if not d.sign or d.unit.endswith(("per doubling of M", "per doubling of N")):
+        return ()
+    loss = d.unit.startswith("nats")
+    out = []
+    for e in d.edges:
+        arm = d.a if e.startswith(f"{d.a} ") else d.b if e.startswith(f"{d.b} ") else None
+        if arm is None:
+            continue
+        move = (1 if arm == d.a else -1) * (-1 if loss else 1)
+        if move == -d.sign:
+            out.append(e)
+    return tuple(out)
+
+
 def contrast(
     arms: Sequence[tuple[float, Sequence[Mapping[str, Any]]]],
     a: str,

@@ -50,7 +50,7 @@ def _assess(root, cid):
 def test_d1_diloco_matches_dp_within_a_point_at_the_largest_h(tmp_path):
     cells = {("dp", 4, 10): _accs(0.85), ("diloco", 4, 10): _accs(0.86),
              ("diloco", 4, 50): _accs(0.845)}  # fmt: skip
-    _folder(tmp_path, "diloco", _rows(cells, lrs=(0.7, 0.3)))
+    _folder(tmp_path, "diloco", _rows(cells, lrs=(0.5, 0.7, 0.3)))  # 0.5: interior
     v = _assess(tmp_path, "D1")
     assert v.verdict == "held", v.evidence
     assert "diloco (H=50) − dp + 1 point (non-inferiority, margin 1 point) = +0.5" in v.evidence
@@ -205,12 +205,15 @@ def test_the_configurations_resolve_and_their_smoke_versions_too(name):
 
 
 def test_a_primary_arm_still_at_its_grid_edge_makes_the_verdict_a_bound(tmp_path):
-    """The verdict stands, its caveat says the primary is a bound; an interior selection has
-    none (validation prefers the first rate listed)."""
+    """The caveat says the primary is a bound; where the edge arm could close the gap (the
+    reference, async-nesterov, may do better at a rate not run) the primary is no evidence
+    (issue 53, rule 5); an interior selection has none (validation prefers the first rate)."""
     cells = {("diloco", 4, 10): _accs(0.86), ("async-nesterov", 4, 10): _accs(0.40)}
     _folder(tmp_path, "diloco", _rows(cells, lrs=(0.1, 0.3, 0.5)))
     v = _assess(tmp_path, "D2")
-    assert v.verdict == "held" and v.caveat.startswith("a bound: diloco (M=4, H=10) at its")
+    assert v.short == "untestable (arm at its grid's edge)", v.verdict
+    assert v.verdict.endswith("reverse it: async-nesterov at its grid's smallest rate)")
+    assert v.caveat.startswith("a bound: diloco (M=4, H=10) at its")
     assert "async-nesterov at its grid's smallest rate" in v.summary
     assert "**a bound**" in v.evidence and "@ 0.1 (edge)" in v.tables[0]
     _folder(tmp_path, "diloco", _rows(cells, lrs=(0.3, 0.1, 0.5)))

@@ -140,3 +140,33 @@ def test_every_declared_secondary_names_a_label_its_judge_writes():
         labels = list(ev.secondary)
         missed += [(c.id, x) for x in c.secondaries if not any(k.startswith(x) for k in labels)]
     assert not missed, missed
+
+
+@pytest.mark.parametrize(
+    ("values", "unit", "edge", "reversible"),
+    [
+        ([0.02, 0.021, 0.019, 0.02, 0.022], "points", "b", True),  # a better b may close it
+        ([0.02, 0.021, 0.019, 0.02, 0.022], "points", "a", False),  # a better a widens it
+        ([-0.02, -0.021, -0.019, -0.02, -0.022], "points", "a", True),  # may turn it round
+        ([0.2, 0.21, 0.19, 0.2, 0.22], "nats", "a", True),  # a loss: a better a lowers a − b
+        ([0.2, 0.21, 0.19, 0.2, 0.22], "nats", "b", False),
+        ([0.001, -0.001, 0.0005, -0.0005, 0.0], "points", "b", False),  # no reading to reverse
+    ],
+)
+def test_an_arm_at_its_grids_edge_that_could_reverse_the_primary_makes_it_untestable(
+    values, unit, edge, reversible
+):
+    arm = {"a": "method", "b": "reference"}[edge]
+    scale = 1.0 if unit == "nats" else 100.0
+    p = Diff("method", "reference", tuple(values), tuple(values), b_error=0.1, unit=unit,
+             scale=scale, edges=(f"{arm} at its grid's smallest rate",))  # fmt: skip
+    from study.verdicts import reversible_edges
+
+    assert bool(reversible_edges(p)) == reversible
+    v = _claim().render(Evidence(p))
+    if reversible:
+        assert v.short == "untestable (arm at its grid's edge)", v.verdict
+        assert "- **not testable as run**" in v.evidence
+    else:
+        assert not v.label.startswith("untestable") or v.short.endswith("expected)"), v.verdict
+        assert v.caveat == f"a bound: {arm} at its grid's smallest rate"
