@@ -1,7 +1,8 @@
 """The claims report's own figures: one forest plot per comparative claim.
 
-A forest plot shows every paired difference a claim's judge computed (:class:`Evidence`): the
-declared primary (highlighted, on top) and each secondary comparison or condition, as the mean
+A forest plot shows the paired differences a claim's verdict reads (:class:`Evidence`): the
+declared primary (highlighted, on top), the declared secondaries and the set-up checks (every
+secondary when the claim declares none), as the mean
 over seeds with its 95 % t interval, every seed's own difference as a dot, the zero line and
 the paper's effect rescaled to this task. Differences are oriented so that positive is the
 claimed direction; a trend (points per doubling) gets its own panel, since its unit differs.
@@ -23,7 +24,7 @@ import numpy as np
 from experiments import runs
 
 from .core import Claim, Evidence
-from .verdicts import Diff
+from .verdicts import Diff, partition
 
 __all__ = ["COLORS", "copy_figure", "forest_figure", "forest_items", "save_png", "x_range"]
 
@@ -33,11 +34,17 @@ _EXPECTED = "#ff7f0e"
 _PRIMARY_BAND = "#fff2cc"
 
 
-def forest_items(ev: Evidence) -> list[tuple[str, Diff]]:
+def forest_items(ev: Evidence, declared: tuple[str, ...] | None = None) -> list[tuple[str, Diff]]:
     """The differences a forest plot shows, ``(label, diff)``: the primary first (label
-    ``"primary"``), then every secondary in the judge's order."""
+    ``"primary"``), then every secondary in the judge's order — or, given the claim's
+    ``declared`` list, only the declared secondaries and the set-up checks (what the verdict
+    and its line read; exploratory comparisons are in the evidence text)."""
     out: list[tuple[str, Diff]] = [] if ev.primary is None else [("primary", ev.primary)]
-    out += [(label, d) for label, diffs in ev.secondary.items() for d in diffs]
+    secondary = ev.secondary
+    if declared:
+        kept, _, checks = partition(secondary, declared)
+        secondary = {k: v for k, v in secondary.items() if k in kept or k in checks}
+    out += [(label, d) for label, diffs in secondary.items() for d in diffs]
     return out
 
 
@@ -55,19 +62,23 @@ def _tick(label: str, d: Diff, first: bool) -> str:
 
 
 def x_range(items: list[tuple[str, Diff]], expected: float | None) -> tuple[float, float]:
-    """A panel's x-limits: every row's mean, the primary's whole interval, zero and the expected
-    effect, padded by a fifth of that span; another row's interval or seeds reaching beyond are
-    cut at the edge with an arrow there (a secondary measured on 3 seeds can span ten times the
-    other rows and flatten them, the primary included)."""
-    xs = [0.0]
+    """A panel's x-limits, scaled to the primary's region (issue 53): zero, the primary's whole
+    interval and the expected effect, widened to the other rows' means that lie within twice
+    that span of it, padded by a fifth; a row's mean, interval or seeds beyond are cut at the
+    edge with an arrow and the cut mean written there (a 3-seed secondary can lie ten times
+    further out and flatten every other row, the primary included)."""
+    core = [0.0]
     for label, d in items:
-        if d.n == 0:
-            continue
-        xs.append(d.scale * d.mean)
-        if label == "primary" and math.isfinite(d.half):
-            xs += [d.scale * (d.mean - d.half), d.scale * (d.mean + d.half)]
+        if label == "primary" and d.n and math.isfinite(d.half):
+            core += [d.scale * (d.mean - d.half), d.scale * (d.mean + d.half)]
+        elif label == "primary" and d.n:
+            core.append(d.scale * d.mean)
     if expected is not None and math.isfinite(expected) and items:
-        xs.append(items[0][1].scale * expected)
+        core.append(items[0][1].scale * expected)
+    lo, hi = min(core), max(core)
+    span = max(hi - lo, 1e-3 * max(1.0, abs(lo), abs(hi)))
+    means = [d.scale * d.mean for _, d in items if d.n]
+    xs = [*core, *(m for m in means if lo - 2 * span <= m <= hi + 2 * span)]
     lo, hi = min(xs), max(xs)
     pad = max(0.2 * (hi - lo), 1e-3 * max(1.0, abs(lo), abs(hi)))
     return lo - pad, hi + pad
@@ -113,6 +124,12 @@ def _draw(ax: Any, items: list[tuple[str, Diff]], expected: float | None) -> Non
             if beyond:  # the interval or a seed reaches past the axis: cut there
                 ax.plot(edge, y, marker=marker, color=color, markersize=7, clip_on=False,
                         linestyle="none", zorder=5)  # fmt: skip
+        m = d.scale * d.mean
+        if not left <= m <= right:  # the mean itself is off the axis: say where it is
+            out = m > right
+            ax.annotate(f"{m:+.{d.digits}f}", (right if out else left, y), color=color,
+                        xytext=(-9 if out else 9, 7), textcoords="offset points",
+                        ha="right" if out else "left", fontsize="x-small")  # fmt: skip
     ax.set_xlim(left, right)
     ax.axvline(0.0, color="black", linewidth=1.0, zorder=1)
     if expected is not None and math.isfinite(expected):
@@ -144,13 +161,13 @@ def _legend(fig: Any, expected: float | None, primary: Diff, itt: bool) -> None:
     ]
     texts = [
         "primary (declared before the numbers;\ncoloured as the others)",
-        "beyond noise, for the claim",
-        "beyond noise, against the claim",
+        "beyond noise alone, for the claim",
+        "beyond noise alone, against the claim",
         "within noise (95 % interval covers 0)",
         "one seed's paired difference",
     ]
     handles.append(mark("0.3", ">", markersize=7))
-    texts.append("interval or seeds beyond the axis (cut)")
+    texts.append("interval, seeds or mean beyond the axis\n(cut; an off-axis mean written there)")
     if itt:
         handles.append(mark("0.3", markerfacecolor="none", markersize=8))
         texts.append("intention to treat (diverged seeds at chance)")
@@ -169,7 +186,7 @@ def forest_figure(claim: Claim, ev: Evidence, *, smoke: bool = False) -> Any:
 
     if ev.primary is None:
         return None
-    items = forest_items(ev)
+    items = forest_items(ev, claim.secondaries)
     expected = claim.expected_points(ev.primary, ev)
     units = list(dict.fromkeys(d.unit for _, d in items))
     groups = [[(label, d) for label, d in items if d.unit == u] for u in units]
@@ -184,9 +201,9 @@ def forest_figure(claim: Claim, ev: Evidence, *, smoke: bool = False) -> Any:
         ax.set_xlabel(f"paired difference of test {metric}, {unit} (positive = as claimed)")
     _legend(fig, expected, ev.primary, itt)
     title = (
-        f"{claim.id}: {claim.title} — every paired difference the verdict reads (primary "
-        "highlighted): mean over seeds with its 95 % t interval, one dot per seed, zero line, "
-        "the paper's effect rescaled to this task"
+        f"{claim.id}: {claim.title} — the paired differences the verdict reads (primary "
+        "highlighted, declared secondaries, set-up checks): mean over seeds with its 95 % t "
+        "interval, one dot per seed, zero line, the paper's effect rescaled to this task"
     )
     fig.suptitle("\n".join(textwrap.wrap(title, 110)), fontsize="medium")
     return runs.finish_figure(fig, smoke=smoke)

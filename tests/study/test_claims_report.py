@@ -2,6 +2,7 @@
 the run folders), its Provenance section, and the forest plot per claim, on hand-built run
 folders."""
 
+import dataclasses
 import json
 import pathlib
 import shutil
@@ -312,9 +313,15 @@ def test_forest_plot_shows_every_difference_with_the_primary_first_and_the_expec
     up = _d("dc-asgd-a (M=8)", [0.02, 0.021, 0.019, 0.02, 0.022])
     down = _d("dc-asgd-a (raw)", [-0.02, -0.021, -0.019, -0.02, -0.022])
     slope = _d("gap-aware", [0.01, 0.011, 0.012], unit="points per doubling of M", what="slope")
-    ev = claims.Evidence(up, {"raw inputs": [down], "trend": [slope], "empty": []})
+    sec = {"DC-ASGD-a − SSGD": [down], "DC-ASGD-c − ASGD": [slope], "empty": [],
+           "raw inputs": [dataclasses.replace(down, a="raw")]}  # fmt: skip
+    ev = claims.Evidence(up, sec)
     c1 = claims.claim("C1")
-    assert [lab for lab, _ in figures.forest_items(ev)] == ["primary", "raw inputs", "trend"]
+    labels = [lab for lab, _ in figures.forest_items(ev)]
+    assert labels == ["primary", "DC-ASGD-a − SSGD", "DC-ASGD-c − ASGD", "raw inputs"]
+    # the figure shows what the verdict reads: the declared list (raw inputs is exploratory)
+    labels = [lab for lab, _ in figures.forest_items(ev, c1.secondaries)]
+    assert labels == ["primary", "DC-ASGD-a − SSGD", "DC-ASGD-c − ASGD"]
     fig = figures.forest_figure(c1, ev, smoke=True)
     assert len(fig.axes) == 2  # one panel per unit: points, points per doubling
     ax = fig.axes[0]
@@ -340,7 +347,7 @@ def test_forest_plot_shows_every_difference_with_the_primary_first_and_the_expec
 def test_a_wide_secondary_is_cut_at_the_axis_instead_of_flattening_the_primary():
     up = _d("dc-asgd-a (M=8)", [0.02, 0.021, 0.019, 0.02, 0.022])
     wide = _d("dc-asgd-a (M=32)", [0.9, -0.8, 0.05])  # 3 seeds: an interval of ±2 (points ×100)
-    ev = claims.Evidence(up, {"one rate": [wide]})
+    ev = claims.Evidence(up, {"DC-ASGD-a − SSGD": [wide]})
     fig = figures.forest_figure(claims.claim("C1"), ev, smoke=True)
     ax = fig.axes[0]
     lo, hi = ax.get_xlim()
@@ -353,6 +360,14 @@ def test_a_wide_secondary_is_cut_at_the_axis_instead_of_flattening_the_primary()
     (legend,) = fig.legends
     assert any("beyond the axis" in t.get_text() for t in legend.texts)
     assert figures.x_range([("primary", up)], None)[0] < 0  # zero always shown
+    # issue 53: an outlying mean (C1's 3-seed one-rate rows ran to +70) is cut, not the axis
+    far = _d("one rate", [0.6, 0.8, 0.7])
+    lo, hi = figures.x_range([("primary", up), ("one rate", far)], None)
+    assert hi < 10 < 70 and lo < 0
+    fig = figures.forest_figure(
+        claims.claim("C1"), claims.Evidence(up, {"DC-ASGD-a − SSGD": [far]})
+    )
+    assert "+70.0" in [t.get_text() for t in fig.axes[0].texts]
 
 
 def test_forest_plot_of_a_primary_without_pairs_is_still_drawn(tmp_path):
