@@ -85,6 +85,9 @@ class Evidence:
     control: Diff | None = None
 
 
+#: the caveat of a verdict an estimated expected effect decides (Claim.expected_estimate)
+ESTIMATE = "rests on an estimated expected effect (not checked against the paper's tables)"
+
 #: the edge mark of an arm no rate lifts off chance (:func:`rate_edge`): no test of a primary
 CHANCE_EDGE = "at chance at every rate of its grid"
 
@@ -117,6 +120,9 @@ class Claim:
     #: accuracy fraction in points (``expected_scale`` 100)
     expected_unit: str = "nats"
     expected_scale: float = 1.0
+    #: the expected effect is an estimate, not checked against the paper's tables (issue 53):
+    #: a verdict it decides ("within noise" against "untestable here") says so
+    expected_estimate: bool = False
     #: the short pre-declared list of secondaries (label prefixes): the only ones corrected
     #: together (Holm) and allowed to qualify the verdict; other labels are exploratory, labels
     #: starting "set-up check" are reported beside the verdict (:func:`verdicts.partition`)
@@ -188,8 +194,10 @@ class Claim:
                 "results: this condition selected the same runs); not counted again"
             )
         caveat = ""
+        if self.expected_estimate and d.label in ("within noise", "untestable here"):
+            caveat = ESTIMATE
         if p.edges:
-            caveat = "a bound: " + ", ".join(p.edges)
+            caveat = "; ".join(x for x in (caveat, "a bound: " + ", ".join(p.edges)) if x)
             lines.append(
                 f"- **a bound**: an arm of the primary was not measured at its best rate "
                 f"({'; '.join(p.edges)}; the grid after its extensions): it may do better at a "

@@ -115,6 +115,7 @@ _CAVEATS = (
     ("reference not converged", "reference not converged"),
     ("on rows of an earlier configuration", "rows of an earlier configuration"),
     ("a bound", "a bound"),
+    ("rests on an estimated expected effect", "expected effect an estimate"),
 )
 
 

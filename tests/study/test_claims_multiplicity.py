@@ -170,3 +170,14 @@ def test_an_arm_at_its_grids_edge_that_could_reverse_the_primary_makes_it_untest
     else:
         assert not v.label.startswith("untestable") or v.short.endswith("expected)"), v.verdict
         assert v.caveat == f"a bound: {arm} at its grid's smallest rate"
+
+
+def test_a_verdict_an_estimated_expected_effect_decides_says_so():
+    """Issue 53 rule 7: "within noise" against "untestable here" turns on the expected effect;
+    where that is an estimate (not checked against the paper's tables) the caveat says so."""
+    flat = _like(FLAT, "x")
+    v = _claim(expected_estimate=True).render(Evidence(flat))
+    assert v.label == "within noise" and v.caveat == claims.core.ESTIMATE
+    assert "expected effect an estimate" in claims.headline.qualifiers(v)
+    assert not _claim().render(Evidence(flat)).caveat  # a checked one: no caveat
+    assert not _claim(expected_estimate=True).render(Evidence(UP)).caveat  # not decided by it
