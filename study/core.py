@@ -176,6 +176,7 @@ class Claim:
         lines = [
             f"- **primary**: {p.text(itt=True)}",
             f"- minimum detectable effect (80 % power): {mde} {p.unit}; {want}",
+            *filter(None, [verdicts.margin_text(p)]),
         ]
         for label, diffs in declared.items():
             signs = d.signs[label]
@@ -387,8 +388,15 @@ def selected(
     chance = chance_if_needed(group, value)
     (pick,) = runs.select(group, by=(), knob=knob, value=value, chance=chance).values()
     out = [r for r in group if runs.stats.knob_value(r, knob) == pick]
-    side = rate_edge(group, out)
-    return [{**r, "rate_edge": side} for r in out] if side else out
+    per: dict[Any, list[dict[str, Any]]] = {}
+    for r in group:
+        per.setdefault(runs.stats.knob_value(r, knob), []).append(r)
+    extra: dict[str, Any] = {}
+    if side := rate_edge(group, out):
+        extra["rate_edge"] = side
+    if (second := runs.stats.runner_up(per, value, chance)) is not None:
+        extra["rate_margin"] = (pick, second[0], second[1])  # issue 53: the selection's doubt
+    return [{**r, **extra} for r in out] if extra else out
 
 
 def _never_trains(group: Sequence[dict[str, Any]]) -> bool:

@@ -100,6 +100,9 @@ class Diff:
     #: the arms whose rate selected on validation is still the smallest or largest of its grid
     #: (``"<arm> at its grid's smallest rate"``): the difference is then a bound, not a measurement
     edges: tuple[str, ...] = ()
+    #: each arm's selection margin (:func:`arm_margins`): its selected rate, the runner-up and
+    #: how far behind that was on validation — the selection's own uncertainty (issue 53)
+    margins: tuple[tuple[str, Any, Any, float], ...] = ()
 
     def fmt(self, x: float, sign: bool = False) -> str:
         """A value of this difference's metric as printed (points or nats)."""
@@ -316,7 +319,39 @@ def paired(
         test_var=examples_variance(a_rows, b_rows, list(pp)),
         **_reading(task),
         edges=arm_edges([(a, a_rows), (b, b_rows)]),
+        margins=arm_margins([(a, a_rows), (b, b_rows)]),
     )
+
+
+def arm_margins(
+    arms: Sequence[tuple[str, Sequence[Mapping[str, Any]]]],
+) -> tuple[tuple[str, Any, Any, float], ...]:
+    """``(arm, selected, runner-up, gap)`` for every arm whose rows carry a ``rate_margin``
+    (:func:`study.core.selected`: the runner-up's validation score behind the selection's,
+    over the seeds every rate ran)."""
+    out = []
+    for name, rows in arms:
+        got = next((r["rate_margin"] for r in rows if r.get("rate_margin")), None)
+        if got:
+            out.append((name, got[0], got[1], float(got[2])))
+    return tuple(out)
+
+
+def margin_text(d: Diff) -> str:
+    """The evidence line of a difference's selection margins ("" without any): each arm's rate
+    and the runner-up's, the gap on validation in the difference's unit."""
+
+    def knob(k: Any) -> str:  # a rate, or (rate, λ) with λ None for a method without one
+        ks = [x for x in (k if isinstance(k, tuple) else (k,)) if x is not None]
+        return ", λ ".join(f"{x:g}" for x in ks)
+
+    parts = [f"{arm} {knob(sel)} over {knob(run)} by {d.fmt(gap)}"
+             for arm, sel, run, gap in d.margins]  # fmt: skip
+    if not parts:
+        return ""
+    unit = d.unit.split(" per ")[0]
+    return (f"- the selection's own uncertainty (validation, the seeds every rate ran; {unit}): "
+            + "; ".join(parts))  # fmt: skip
 
 
 def arm_edges(arms: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> tuple[str, ...]:
@@ -386,10 +421,10 @@ def contrast(
         chance = chance_of([r for _, rows in arms for r in rows])
         itt = combine([by_seed(rows, chance, field) for _, rows in arms])
     names = [a, b, *(f"arm {k + 1}" for k in range(2, len(arms)))]
-    edges = arm_edges([(n, rows) for n, (_, rows) in zip(names, arms, strict=False)])
+    named = [(n, rows) for n, (_, rows) in zip(names, arms, strict=False)]
     test_var = contrast_variance(arms, common(trained))
     return Diff(a, b, values, itt, chance, what=what, test_var=test_var, **_reading(task),
-                edges=edges)  # fmt: skip
+                edges=arm_edges(named), margins=arm_margins(named))  # fmt: skip
 
 
 def slope(points: Sequence[tuple[float, float]]) -> float | None:

@@ -40,6 +40,7 @@ __all__ = [
     "knob_value",
     "mean_ci",
     "paired_difference",
+    "runner_up",
     "score",
     "select",
     "shared_seeds",
@@ -242,6 +243,30 @@ def best(
     top = max(scores.values())
     tied = [k for k in common if scores[k] == top]
     return max(tied, key=lambda k: len(per[k]))  # max keeps the first of equal counts
+
+
+def runner_up(
+    per: Mapping[Any, Sequence[Mapping[str, Any]]],
+    value: str = "final_val_accuracy",
+    chance: float = 0.0,
+) -> tuple[Any, float] | None:
+    """The selection's own uncertainty: the second-best key of ``per`` (:func:`best`'s order)
+    and how far its :func:`score` is behind the best's (≥ 0, in ``value``'s unit), over the
+    seeds every key shares; None with fewer than two keys.
+
+    Raises:
+        ValueError: ``value`` names a test metric.
+    """
+    if "test" in value:
+        raise ValueError(f"selection must not use test data, got value={value!r}")
+    if len(per) < 2:
+        return None
+    top = best(per, value, chance)
+    common = shared_seeds(per)
+    sign = 1.0 if higher_is_better(value) else -1.0
+    scores = {k: sign * score(rows, value, chance) for k, rows in common.items() if k != top}
+    second = max(scores, key=lambda k: scores[k])
+    return second, sign * score(common[top], value, chance) - scores[second]
 
 
 def select(

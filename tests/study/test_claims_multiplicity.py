@@ -181,3 +181,27 @@ def test_a_verdict_an_estimated_expected_effect_decides_says_so():
     assert "expected effect an estimate" in claims.headline.qualifiers(v)
     assert not _claim().render(Evidence(flat)).caveat  # a checked one: no caveat
     assert not _claim(expected_estimate=True).render(Evidence(UP)).caveat  # not decided by it
+
+
+def test_the_primarys_selection_margin_is_printed_from_the_rows(tmp_path):
+    """Issue 53: the selection's own uncertainty — each primary arm's selected rate, the
+    runner-up and the validation gap between them, over the seeds every rate ran."""
+    import json
+
+    rows = []
+    for method, accs in (
+        ("asgd", {0.01: 0.80, 0.03: 0.84}),
+        ("dc-asgd-a", {0.01: 0.86, 0.03: 0.85}),
+    ):
+        for lr, acc in accs.items():
+            rows += [{"method": method, "workers": 8, "momentum": 0.9, "lr": lr, "lam": None,
+                      "seed": s, "diverged": False, "final_val_accuracy": acc + 0.001 * s,
+                      "final_test_accuracy": acc + 0.001 * s} for s in range(3)]  # fmt: skip
+    d = tmp_path / "async"
+    d.mkdir()
+    (d / "summary.json").write_text(json.dumps({"rows": rows}))
+    (d / "config.json").write_text(json.dumps({"config": {"dataset": "digits", "workers": [8]}}))
+    v = claims.claim("C1").assess(claims.Context(tmp_path, quick=False))
+    line = next(x for x in v.evidence.splitlines() if "selection's own uncertainty" in x)
+    assert line.endswith("points): dc-asgd-a (M=8) 0.01 over 0.03 by 1.0; asgd (M=8) 0.03 over "
+                         "0.01 by 4.0"), line  # fmt: skip

@@ -139,3 +139,21 @@ def test_a_loss_is_selected_and_timed_lowest_first():
     curve = [{"step": 10, "val_loss": 2.5}, {"step": 20, "val_loss": 1.9}]
     assert stats.time_to_accuracy(curve, 2.0, key="val_loss") == 20
     assert stats.time_to_accuracy(curve, 1.0, key="val_loss") is None
+
+
+def test_runner_up_is_the_second_best_and_how_far_behind_it_is():
+    from experiments.runs.stats import runner_up
+
+    def rows(vals, key="final_val_accuracy"):
+        return [{"seed": s, key: v, "diverged": v is None} for s, v in enumerate(vals)]
+
+    per = {0.01: rows([0.80, 0.82]), 0.03: rows([0.90, 0.88]), 0.1: rows([0.85, None])}
+    second, gap = runner_up(per, chance=0.1)
+    assert second == 0.01 and gap == pytest.approx(0.08)  # 0.1 scores (0.85 + 0.1) / 2
+    # a loss: lower is best, the gap still ≥ 0; only the seeds every rate ran count
+    per = {0.01: rows([2.0, 2.1, 9.9], "final_val_loss"), 0.03: rows([1.9, 2.0], "final_val_loss")}
+    second, gap = runner_up(per, "final_val_loss")
+    assert second == 0.01 and gap == pytest.approx(0.1)
+    assert runner_up({0.01: rows([0.5])}) is None
+    with pytest.raises(ValueError, match="must not use test"):
+        runner_up(per, "final_test_loss")
