@@ -76,6 +76,7 @@ AREAS: list[tuple[str, list[str]]] = [
     ("versions", ["jaxstale.versions", "jaxstale.delays", "jaxstale.delayed"]),
     ("pipeline", ["jaxstale.schedules", "jaxstale.pipeline"]),
     ("asyncdp", ["jaxstale.asyncdp", "jaxstale.localsgd"]),
+    ("rl", ["jaxstale.rl"]),
     (
         "execution",
         [

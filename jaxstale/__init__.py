@@ -6,7 +6,8 @@ weight-version buffer, and three distributed families — asynchronous data para
 (:mod:`jaxstale.asyncdp`), pipelined model parallelism (:mod:`jaxstale.pipeline`) and local SGD
 / DiLoCo (:mod:`jaxstale.localsgd`) — each one core run by two executors that its ``make``
 builds: a single-device emulator and a ``jax.shard_map`` executor on a device mesh, both driven
-by one loop (:mod:`jaxstale.loop`).
+by one loop (:mod:`jaxstale.loop`); and asynchronous reinforcement learning's stale policies
+with their off-policy corrections (:mod:`jaxstale.rl`).
 """
 
 __version__ = "0.1.0"
@@ -67,6 +68,9 @@ from jaxstale.schedules import Schedule as Schedule
 from jaxstale.pipeline import POLICIES as POLICIES
 from jaxstale.pipeline import Policy as Policy
 from jaxstale.pipeline import register_policy as register_policy
+
+# --- asynchronous reinforcement learning: stale policies and their corrections (issue 55) ---
+from jaxstale import rl as rl
 
 # --- asynchronous data parallelism: methods, server, executors (issues 4, 6, 12) ---
 from jaxstale import asyncdp as asyncdp

@@ -1,0 +1,357 @@
+r"""Off-policy corrections for stale rollouts, as pure policy-gradient losses.
+
+Every loss takes, per response id (``[n, L]``): ``logp`` the log-probability under the policy
+being trained (the only input with a gradient), ``behav`` the behaviour policy's (the version
+that generated the id, :class:`~jaxstale.rl.sampler.Rollout`'s ``logp``), the advantages ``adv``
+(``[n]``, one per response, or ``[n, L]``) and a ``mask`` of the ids that count (default all).
+It returns ``(loss, Stats)``; ``jax.grad`` of the loss is the correction's policy gradient.
+With :math:`r_t = \pi_\theta / \pi_\mathrm{behav} = e^{\log p_t - \log b_t}` (log-ratios
+clamped to ±20 before ``exp``, as verl does), :math:`\mathrm{sg}` the stop-gradient and
+:math:`\mathrm{agg}` the token mean over the mask (the default of verl and AReaL):
+
+* :func:`reinforce` — no correction: :math:`-\mathrm{agg}(A_t \cdot e^{\log p_t -
+  \mathrm{sg}\log p_t})`, the on-policy gradient :math:`A \nabla \log p` whatever the
+  behaviour was;
+* :func:`ppo_clip` — PPO-clip against the behaviour policy (verl's bypass mode):
+  :math:`\max(-A r, -A\,\mathrm{clip}(r, 1-\epsilon_l, 1+\epsilon_h))`, and where
+  :math:`A < 0` at most :math:`-A c` (dual clip, ``c = 3``);
+* :func:`tis` — truncated importance sampling, REINFORCE weighted by
+  :math:`\mathrm{sg}(\min(w, C))`, ``w`` the token's ratio or its sequence's product
+  :math:`e^{\sum_t (\log p_t - \log b_t)}` (``level="sequence"``), ``C = 2``;
+* :func:`icepop` — masking instead of truncation: the weight is ``w`` inside ``[0.5, 5]`` and
+  0 outside (the masked ids still count in the token mean);
+* :func:`mis` — masked importance sampling by sequence (verl's Seq-MIS): sequence TIS with
+  ``C = 2``, and a sequence whose ratio leaves ``[0.5, 2]`` removed from the loss and its mean;
+* :func:`decoupled_ppo` — AReaL's decoupled PPO: a proximal policy ``prox`` carries the trust
+  region, :math:`\max(-A u, -A\,\mathrm{clip}(u, 1 \pm \epsilon))` with :math:`u = \pi_\theta
+  / \pi_\mathrm{prox}`, times the behaviour weight :math:`\pi_\mathrm{prox} / \pi_\mathrm{behav}`
+  (0 above 5: masked, the paper's code);
+* :func:`m2po` — M2PO's second-moment trust region: the ids with the largest
+  :math:`(\log r)^2` masked, fewest first, until the rest's mean :math:`M_2 < 0.04`; then
+  :math:`-r A` on the rest, averaged over every id (the paper's :math:`1 / \sum_i |o_i|`);
+* :func:`vcpo` — VCPO's loss (sequence TIS, ``C = 8``, averaged per sequence then over
+  sequences) and :func:`ess_ratio`, the effective sample size of the sequences' weights over
+  their number, which :func:`scale_by_ess` turns into the step's rate
+  :math:`\eta \sqrt{\min(1, \rho)}`.
+
+At ``behav = logp`` (on-policy: the behaviour version is the trained one) every ratio and
+weight is 1 and every loss's gradient is :func:`reinforce`'s (tested bit for bit).
+
+References:
+    Schulman et al., "Proximal Policy Optimization Algorithms", arXiv 1707.06347 (2017).
+    Yao, Liu et al., "Your efficient RL framework secretly brings you off-policy RL
+    training" (2025); verl-project/verl ``verl/trainer/ppo/rollout_corr_helper.py``
+    (``compute_rollout_correction_weights``) and ``core_algos.py``
+    (``compute_policy_loss_vanilla``) at 1dda039b9c6311889a9c9a26040677e1254814f9.
+    Ling Team, "Ring-1T" (IcePop), arXiv 2510.18855 (2025); verl's port, preset
+    ``decoupled_token_icepop(threshold=5.0, threshold_lower=0.5)``.
+    Fu et al., "AReaL: a large-scale asynchronous reinforcement learning system", arXiv
+    2505.24298 (2025); inclusionAI/AReaL ``areal/utils/functional/functional.py``
+    (``ppo_actor_loss_fn``) at 61d1bbb3d5c8891a76f5c461a5e1fde1dbf0270a.
+    Zheng, Zhao, Chen, "Prosperity before Collapse: how far can off-policy RL reach with
+    stale data" (M2PO), ICLR 2026, arXiv 2510.01161; the masking rule as AReaL ports it
+    (``areal/trainer/ppo/actor.py``, ``_get_m2po_loss_mask``, 4aef98d8d818af55b43621aaadba047
+    ae10f4e77); Infini-AI-Lab/M2PO (af54a3e8) ships an adaptive-clip variant instead.
+    Huang et al., VCPO, ICML 2026, arXiv 2602.17616; mit-han-lab/vcpo
+    ``recipe/fully_async_policy/staleness_utils.py`` (``compute_ess_info``) at
+    c7f030f0b77237cfb0e75e720669e2917a1bb56e.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+__all__ = [
+    "CORRECTIONS",
+    "ScaleByESSState",
+    "Stats",
+    "decoupled_ppo",
+    "ess_ratio",
+    "icepop",
+    "m2po",
+    "m2po_mask",
+    "mis",
+    "ppo_clip",
+    "reinforce",
+    "scale_by_ess",
+    "tis",
+    "vcpo",
+]
+
+#: the log-ratio clamp before ``exp`` (verl's ``SAFETY_BOUND``)
+BOUND = 20.0
+
+sg = jax.lax.stop_gradient
+
+
+class Stats(NamedTuple):
+    """What a correction did to the batch: the fraction of counted ids it kept (masking),
+    the fraction it clipped or truncated, and the mean weight it put on the counted ids."""
+
+    kept: jax.Array
+    clipped: jax.Array
+    weight: jax.Array
+
+
+def _inputs(logp: Any, behav: Any, adv: Any, mask: Any) -> tuple[jax.Array, ...]:
+    logp = jnp.asarray(logp, jnp.float32)
+    behav = sg(jnp.asarray(behav, jnp.float32))
+    if behav.shape != logp.shape:
+        raise ValueError(
+            f"behaviour log-probabilities {tuple(behav.shape)} for log-probabilities "
+            f"{tuple(logp.shape)}: one per response id"
+        )
+    adv = sg(jnp.asarray(adv, jnp.float32))
+    if adv.ndim == 1:
+        adv = adv[:, None]
+    adv = jnp.broadcast_to(adv, logp.shape)
+    mask = jnp.ones(logp.shape, jnp.float32) if mask is None else jnp.asarray(mask, jnp.float32)
+    return logp, behav, adv, mask
+
+
+def _mean(x: jax.Array, mask: jax.Array, count: jax.Array | None = None) -> jax.Array:
+    """The token mean over ``mask`` (over ``count`` ids when given)."""
+    n = jnp.sum(mask) if count is None else count
+    return jnp.sum(x * mask) / jnp.maximum(n, 1.0)
+
+
+def _log_ratio(logp: jax.Array, behav: jax.Array) -> jax.Array:
+    return jnp.clip(sg(logp) - behav, -BOUND, BOUND)
+
+
+def _seq_log_ratio(logp: jax.Array, behav: jax.Array, mask: jax.Array) -> jax.Array:
+    """Each sequence's summed log-ratio, clamped (the sum, not each id), ``[n, 1]``."""
+    s = jnp.sum((sg(logp) - behav) * mask, axis=1, keepdims=True)
+    return jnp.clip(s, -BOUND, BOUND)
+
+
+def _score(logp: jax.Array) -> jax.Array:
+    """``exp(logp − sg(logp))``: 1 in value, ``∇ log p`` in gradient."""
+    return jnp.exp(logp - sg(logp))
+
+
+def _stats(kept: jax.Array, clipped: jax.Array, weight: jax.Array, mask: jax.Array) -> Stats:
+    return Stats(_mean(kept, mask), _mean(clipped, mask), _mean(weight, mask))
+
+
+def reinforce(logp: Any, behav: Any, adv: Any, mask: Any = None) -> tuple[jax.Array, Stats]:
+    """No correction: the on-policy surrogate, whatever generated the ids (``behav`` only
+    checked for shape)."""
+    logp, behav, adv, mask = _inputs(logp, behav, adv, mask)
+    one = jnp.ones_like(logp)
+    return _mean(-adv * _score(logp), mask), _stats(one, 0 * one, one, mask)
+
+
+def ppo_clip(
+    logp: Any,
+    behav: Any,
+    adv: Any,
+    mask: Any = None,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    dual_clip: float | None = 3.0,
+) -> tuple[jax.Array, Stats]:
+    """PPO-clip with the behaviour policy as the old policy (``dual_clip`` None: off; it must
+    exceed 1)."""
+    if dual_clip is not None and not dual_clip > 1.0:
+        raise ValueError(f"ppo_clip: dual_clip must be > 1 (or None), got {dual_clip}")
+    logp, behav, adv, mask = _inputs(logp, behav, adv, mask)
+    r = jnp.exp(jnp.clip(logp - behav, -BOUND, BOUND))
+    l1, l2 = -adv * r, -adv * jnp.clip(r, 1.0 - eps_low, 1.0 + eps_high)
+    loss = jnp.maximum(l1, l2)
+    if dual_clip is not None:
+        loss = jnp.where(adv < 0, jnp.minimum(loss, -adv * dual_clip), loss)
+    clipped = (l2 > l1).astype(jnp.float32)
+    return _mean(loss, mask), _stats(jnp.ones_like(r), clipped, sg(r), mask)
+
+
+def tis(
+    logp: Any,
+    behav: Any,
+    adv: Any,
+    mask: Any = None,
+    *,
+    cap: float = 2.0,
+    level: Literal["token", "sequence"] = "token",
+) -> tuple[jax.Array, Stats]:
+    """Truncated importance sampling: REINFORCE weighted by ``sg(min(w, cap))``."""
+    logp, behav, adv, mask = _inputs(logp, behav, adv, mask)
+    w = _weights(logp, behav, mask, level)
+    wt = jnp.minimum(w, cap)
+    clipped = (w > cap).astype(jnp.float32)
+    return _mean(-adv * wt * _score(logp), mask), _stats(jnp.ones_like(w), clipped, wt, mask)
+
+
+def _weights(logp: jax.Array, behav: jax.Array, mask: jax.Array, level: str) -> jax.Array:
+    if level == "token":
+        return jnp.exp(_log_ratio(logp, behav))
+    if level == "sequence":
+        return jnp.broadcast_to(jnp.exp(_seq_log_ratio(logp, behav, mask)), logp.shape)
+    raise ValueError(f"level must be 'token' or 'sequence', got {level!r}")
+
+
+def icepop(
+    logp: Any, behav: Any, adv: Any, mask: Any = None, *, low: float = 0.5, high: float = 5.0
+) -> tuple[jax.Array, Stats]:
+    """IcePop: the token's weight ``w`` where ``low ≤ w ≤ high``, else 0 (still counted)."""
+    logp, behav, adv, mask = _inputs(logp, behav, adv, mask)
+    w = jnp.exp(_log_ratio(logp, behav))
+    keep = ((w >= low) & (w <= high)).astype(jnp.float32)
+    return _mean(-adv * w * keep * _score(logp), mask), _stats(keep, 1 - keep, w * keep, mask)
+
+
+def mis(
+    logp: Any,
+    behav: Any,
+    adv: Any,
+    mask: Any = None,
+    *,
+    cap: float = 2.0,
+    low: float = 0.5,
+    high: float = 2.0,
+) -> tuple[jax.Array, Stats]:
+    """Sequence MIS: sequence TIS, a sequence with ratio outside ``[low, high]`` dropped
+    (from the loss and from the mean's count)."""
+    logp, behav, adv, mask = _inputs(logp, behav, adv, mask)
+    w = _weights(logp, behav, mask, "sequence")
+    keep = ((w >= low) & (w <= high)).astype(jnp.float32)
+    wt = jnp.minimum(w, cap)
+    loss = _mean(-adv * wt * _score(logp), mask * keep)
+    return loss, _stats(keep, (w > cap).astype(jnp.float32), wt * keep, mask)
+
+
+def decoupled_ppo(
+    logp: Any,
+    prox: Any,
+    behav: Any,
+    adv: Any,
+    mask: Any = None,
+    *,
+    eps: float = 0.2,
+    cap: float | None = 5.0,
+) -> tuple[jax.Array, Stats]:
+    """Decoupled PPO: the trust region on ``prox`` (the weights at the start of the update,
+    no gradient), the behaviour weight ``prox / behav`` set to 0 above ``cap`` (None: kept)."""
+    logp, behav, adv, mask = _inputs(logp, behav, adv, mask)
+    prox = sg(jnp.asarray(prox, jnp.float32))
+    u = jnp.exp(jnp.clip(logp - prox, -BOUND, BOUND))
+    l1, l2 = -adv * u, -adv * jnp.clip(u, 1.0 - eps, 1.0 + eps)
+    w = jnp.exp(jnp.clip(prox - behav, -BOUND, BOUND))
+    keep = jnp.ones_like(w) if cap is None else (w <= cap).astype(jnp.float32)
+    loss = _mean(jnp.maximum(l1, l2) * w * keep, mask)
+    return loss, _stats(keep, (l2 > l1).astype(jnp.float32), w * keep, mask)
+
+
+def m2po_mask(logp: Any, behav: Any, mask: Any = None, *, threshold: float = 0.04) -> jax.Array:
+    """M2PO's mask ``[n, L]``: among the counted ids, the ``k`` with the largest squared
+    log-ratio dropped, ``k`` the smallest for which the rest's mean is below ``threshold``
+    (every id but one when none is)."""
+    lp = sg(jnp.asarray(logp, jnp.float32))
+    m = jnp.ones(lp.shape, jnp.float32) if mask is None else jnp.asarray(mask, jnp.float32)
+    d2 = (jnp.clip(lp - sg(jnp.asarray(behav, jnp.float32)), -BOUND, BOUND) ** 2).reshape(-1)
+    valid = m.reshape(-1) > 0
+    n = jnp.sum(valid)
+    key = jnp.where(valid, d2, -1.0)  # the uncounted sort last
+    order = jnp.argsort(-key, stable=True)
+    s = jnp.where(valid[order], d2[order], 0.0)
+    suffix = jnp.cumsum(s[::-1])[::-1]  # sum of ranks j.. (uncounted add 0)
+    j = jnp.arange(s.shape[0])
+    rest = jnp.maximum(n - j, 1)
+    below = (suffix / rest < threshold) & (j < n)
+    k = jnp.where(jnp.any(below), jnp.argmax(below), jnp.maximum(n - 1, 0))
+    rank = jnp.empty_like(j).at[order].set(j)
+    return ((rank >= k) & valid).astype(jnp.float32).reshape(m.shape)
+
+
+def m2po(
+    logp: Any, behav: Any, adv: Any, mask: Any = None, *, threshold: float = 0.04
+) -> tuple[jax.Array, Stats]:
+    """M2PO: :func:`m2po_mask`, then ``−r·A`` on the kept ids, averaged over every counted id
+    (the paper's ``1 / Σ|o_i|``; the importance ratio unclipped)."""
+    logp, behav, adv, mask = _inputs(logp, behav, adv, mask)
+    keep = m2po_mask(logp, behav, mask, threshold=threshold)
+    r = jnp.exp(jnp.clip(logp - behav, -BOUND, BOUND))
+    loss = _mean(-adv * r * keep, mask)
+    return loss, _stats(keep, jnp.zeros_like(r), sg(r) * keep, mask)
+
+
+def ess_ratio(logp: Any, behav: Any, mask: Any = None) -> jax.Array:
+    """VCPO's ``ρ = ESS / n``: the effective sample size ``(Σ w)² / (Σ w² + 1e-8)`` of the
+    sequences' importance weights ``w_i = exp(Σ_t log r_t)`` (unclipped), over their number.
+    1 on-policy; ``1 / n`` when one sequence carries all the weight."""
+    lp = jnp.asarray(logp, jnp.float32)
+    m = jnp.ones(lp.shape, jnp.float32) if mask is None else jnp.asarray(mask, jnp.float32)
+    w = jnp.exp(_seq_log_ratio(lp, sg(jnp.asarray(behav, jnp.float32)), m))[:, 0]
+    return sg(jnp.sum(w) ** 2 / (jnp.sum(w**2) + 1e-8) / w.shape[0])
+
+
+def vcpo(
+    logp: Any, behav: Any, adv: Any, mask: Any = None, *, cap: float = 8.0
+) -> tuple[jax.Array, Stats]:
+    """VCPO's loss: sequence TIS (``cap`` 8), averaged over each sequence's ids then over the
+    sequences; the step's rate comes from :func:`ess_ratio` through :func:`scale_by_ess`."""
+    logp, behav, adv, mask = _inputs(logp, behav, adv, mask)
+    w = _weights(logp, behav, mask, "sequence")
+    wt = jnp.minimum(w, cap)
+    per = jnp.sum(-adv * wt * _score(logp) * mask, axis=1) / jnp.maximum(jnp.sum(mask, 1), 1e-8)
+    has = (jnp.sum(mask, axis=1) > 0).astype(jnp.float32)
+    loss = jnp.sum(per * has) / jnp.maximum(jnp.sum(has), 1.0)
+    return loss, _stats(jnp.ones_like(w), (w > cap).astype(jnp.float32), wt, mask)
+
+
+class ScaleByESSState(NamedTuple):
+    """Stateless: the scale is the step's extra argument."""
+
+
+def scale_by_ess(rule: Literal["sqrt", "linear"] = "sqrt", base: float = 1.0) -> Any:
+    """VCPO's step-size rule as an Optax transform placed after the optimizer (so that it
+    scales the step, as scaling the learning rate does for Adam too): updates times
+    ``sqrt(min(1, ρ / base))`` (``"linear"``: ``min(1, ρ / base)``), ``ρ`` passed to
+    ``update`` as ``ess_ratio=`` (:func:`ess_ratio`; none given: 1, no scaling).
+
+    Example:
+        >>> import jax.numpy as jnp, optax
+        >>> tx = optax.chain(optax.sgd(1.0), scale_by_ess())
+        >>> u, _ = tx.update({"w": jnp.array(2.0)}, tx.init({"w": 0.0}), ess_ratio=0.25)
+        >>> float(u["w"])  # -2 · sqrt(0.25)
+        -1.0
+    """
+    if rule not in ("sqrt", "linear"):
+        raise ValueError(f"scale_by_ess: rule must be 'sqrt' or 'linear', got {rule!r}")
+    if not base > 0:
+        raise ValueError(f"scale_by_ess: base must be > 0, got {base}")
+
+    def init(params: Any) -> ScaleByESSState:
+        del params
+        return ScaleByESSState()
+
+    def update(
+        updates: Any, state: ScaleByESSState, params: Any = None, *, ess_ratio: Any = None,
+        **extra: Any,
+    ) -> tuple[Any, ScaleByESSState]:  # fmt: skip
+        del params, extra
+        if ess_ratio is None:
+            return updates, state
+        s = jnp.minimum(1.0, jnp.asarray(ess_ratio, jnp.float32) / base)
+        s = jnp.sqrt(s) if rule == "sqrt" else s
+        return jax.tree.map(lambda u: (u * s).astype(u.dtype), updates), state
+
+    return optax.GradientTransformationExtraArgs(init, update)
+
+
+#: the corrections by name (``decoupled_ppo`` takes a proximal policy too)
+CORRECTIONS = {
+    "reinforce": reinforce,
+    "ppo-clip": ppo_clip,
+    "tis": tis,
+    "tis-seq": lambda *a, **k: tis(*a, level="sequence", **k),
+    "icepop": icepop,
+    "mis": mis,
+    "m2po": m2po,
+    "vcpo": vcpo,
+}
