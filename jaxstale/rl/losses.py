@@ -138,6 +138,12 @@ def _stats(kept: jax.Array, clipped: jax.Array, weight: jax.Array, mask: jax.Arr
     return Stats(_mean(kept, mask), _mean(clipped, mask), _mean(weight, mask))
 
 
+def _surrogate(adv: jax.Array, r: jax.Array, lo: float, hi: float) -> tuple[jax.Array, jax.Array]:
+    """PPO's clipped surrogate ``max(−A·r, −A·clip(r, lo, hi))`` and where the clip won."""
+    l1, l2 = -adv * r, -adv * jnp.clip(r, lo, hi)
+    return jnp.maximum(l1, l2), (l2 > l1).astype(jnp.float32)
+
+
 def reinforce(logp: Any, behav: Any, adv: Any, mask: Any = None) -> tuple[jax.Array, Stats]:
     """No correction: the on-policy surrogate, whatever generated the ids (``behav`` only
     checked for shape)."""
@@ -162,11 +168,9 @@ def ppo_clip(
         raise ValueError(f"ppo_clip: dual_clip must be > 1 (or None), got {dual_clip}")
     logp, behav, adv, mask = _inputs(logp, behav, adv, mask)
     r = jnp.exp(jnp.clip(logp - behav, -BOUND, BOUND))
-    l1, l2 = -adv * r, -adv * jnp.clip(r, 1.0 - eps_low, 1.0 + eps_high)
-    loss = jnp.maximum(l1, l2)
+    loss, clipped = _surrogate(adv, r, 1.0 - eps_low, 1.0 + eps_high)
     if dual_clip is not None:
         loss = jnp.where(adv < 0, jnp.minimum(loss, -adv * dual_clip), loss)
-    clipped = (l2 > l1).astype(jnp.float32)
     return _mean(loss, mask), _stats(jnp.ones_like(r), clipped, sg(r), mask)
 
 
@@ -240,11 +244,10 @@ def decoupled_ppo(
     logp, behav, adv, mask = _inputs(logp, behav, adv, mask)
     prox = sg(jnp.asarray(prox, jnp.float32))
     u = jnp.exp(jnp.clip(logp - prox, -BOUND, BOUND))
-    l1, l2 = -adv * u, -adv * jnp.clip(u, 1.0 - eps, 1.0 + eps)
+    per, clipped = _surrogate(adv, u, 1.0 - eps, 1.0 + eps)
     w = jnp.exp(jnp.clip(prox - behav, -BOUND, BOUND))
     keep = jnp.ones_like(w) if cap is None else (w <= cap).astype(jnp.float32)
-    loss = _mean(jnp.maximum(l1, l2) * w * keep, mask)
-    return loss, _stats(keep, (l2 > l1).astype(jnp.float32), w * keep, mask)
+    return _mean(per * w * keep, mask), _stats(keep, clipped, w * keep, mask)
 
 
 def m2po_mask(logp: Any, behav: Any, mask: Any = None, *, threshold: float = 0.04) -> jax.Array:
