@@ -1,0 +1,307 @@
+"""Stale policies: which off-policy correction keeps asynchronous RL on track as rollouts age.
+
+Question: in asynchronous reinforcement learning the rollouts a learner trains on come from a
+policy ``τ`` updates older than its own. Which correction — none (REINFORCE), the untruncated
+importance weight, PPO-clip against the behaviour policy, token/sequence truncated IS, IcePop
+and sequence MIS masking, M2PO's second-moment mask, VCPO's ESS-scaled step, the
+staleness-aware rate η/τ — stays within a margin of on-policy training as ``τ`` grows, and how
+does the largest stable rate fall with ``τ``? (The published answers are at 0.5B–32B on GPUs:
+M2PO, arXiv 2510.01161; VCPO, arXiv 2602.17616; PipelineRL, arXiv 2509.19128.)
+
+Task and learner (:mod:`experiments.stale_rl.learner`): reverse 8 symbols of 16
+(:class:`jaxstale.rl.Reverse`, per-character reward in [0, 1]; a uniform policy scores 1/16) with
+a 2-block GPT (``gpt-tiny``, 27 k parameters) from a supervised start of 30 AdamW steps (shared
+by every run, cached in the run folder as ``start.npz``, its digest in every row); then 300
+GRPO updates of 16 prompts × 8 responses, Adam at rate η, one gradient step per batch, the
+rollouts drawn from the weights ``τ`` updates back (``--delays``: ``constant`` off-by-τ,
+``inflight`` weights changing mid-response, ``gamma``/``stragglers`` timed samplers).
+
+Protocol (the experiments' common one): every decision is taken on the **validation** reward
+(256 fixed prompts, sampled at temperature 1), tables report the **test** reward (512 other
+prompts) at the rate each (arm, delay, τ) selects on validation (its own rate); 5 seeds (a seed
+fixes the prompt stream and sampling keys, shared by every arm: paired comparisons) with 95 %
+intervals; a non-finite loss ends a run, recorded as diverged and scored at chance in the
+selection. At τ = 0 every correction is REINFORCE (their ratios are 1), so τ = 0 is run once, as
+``reinforce``: the on-policy reference. A rate η is **stable** at τ for an arm when no seed
+diverged and its mean validation reward is at least the on-policy best minus ``--tolerance``
+(0.05); the largest stable rate per (arm, τ) is the stability cliff (RL4).
+
+Cost: one run (lane) of 300 updates ≈ 9 CPU-seconds (lanes run one after another in one
+program: vmapped lanes were 1.6× slower per lane on the CPU); the default grid (10 arms × 6
+τ × 5 rates × 5 seeds, plus τ = 0) is about 4 CPU-hours; ``--quick`` (τ ∈ {0, 4}, three arms,
+one rate, two seeds, 100 updates) about a minute.
+
+Outputs (run folder): rows (arm, delay, tau, lr, seed, final_val_reward, final_test_reward,
+mean_val_reward: the area under the validation curve, diverged, mean clipped / kept fraction,
+ESS/n, KL to the behaviour policy, cpu_s), table.md (test reward at the selected rate per arm ×
+τ, the difference to on-policy paired by seed, the stability cliff, the validation grid),
+plot.png (validation reward against update per τ, one line per arm), cliff.png (mean
+validation reward over rate × τ per arm, stable cells framed).
+
+Run: ``python -m experiments.stale_rl [--quick] [--out DIR] [--arms a,b] [--taus ...]``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxstale import rl
+
+from .. import config as config_module
+from .. import runs
+from ..common import group_clock
+from ..config import ConfigError, cli, opt, validate
+from . import learner, tables
+from .tables import make_figures, make_table
+
+EXPERIMENT = "stale_rl"
+ARMS = tuple(learner.ARMS)
+KEY = ("arm", "delay", "tau", "lr", "seed")
+TAUS = (0, 1, 2, 3, 4, 8, 16)
+LRS = (5e-4, 1e-3, 2e-3, 4e-3, 8e-3)
+#: the on-policy reference: τ = 0 is run for this arm only
+REFERENCE = "reinforce"
+
+
+@dataclass(frozen=True)
+class Config:
+    """stale_rl's configuration (``None``: the default of :meth:`resolved`)."""
+
+    quick: bool = opt(False, "small configuration (about a minute): a smoke run, marked as such")
+    model: str = opt("gpt-tiny", "the policy: a zoo GPT", kind="model")
+    length: int = opt(8, "symbols to reverse (the response length)", low=1)
+    symbols: int = opt(16, "the alphabet", low=2)
+    sup_steps: int = opt(30, "supervised steps of the start (AdamW 1e-3, batches of 64)", low=0)
+    steps: int | None = opt(None, "RL updates per run (default 300; --quick 100)", low=1)
+    prompts: int = opt(16, "prompts per update", low=1)
+    group: int = opt(8, "responses per prompt (GRPO's group, >= 2)", low=2)
+    seeds: int | None = opt(None, "seeds (default 5; --quick 2)", low=1)
+    lrs: tuple[float, ...] | None = opt(
+        None, "Adam rates (default 5e-4,1e-3,2e-3,4e-3,8e-3; --quick 2e-3)", low=0, low_open=True
+    )
+    arms: tuple[str, ...] | None = opt(
+        None,
+        "corrections (default all; --quick reinforce,is,ppo-clip)",
+        choices=lambda: ARMS,
+        kind="arm",
+    )
+    taus: tuple[int, ...] | None = opt(
+        None, "staleness τ, including 0 (default 0,1,2,3,4,8,16; --quick 0,4)", low=0
+    )
+    delays: tuple[str, ...] = opt(
+        ("constant",), "delay models", choices=lambda: learner.DELAYS, kind="delay model"
+    )
+    eval_every: int | None = opt(
+        None, "updates between evaluations, dividing --steps (default about steps / 6)", low=1
+    )
+    tolerance: float = opt(0.05, "stable: mean validation reward >= on-policy best - this", low=0)
+    out: str | None = opt(None, "run folder (default results/stale_rl/<id>/)", run_id=False)
+    force_resume: bool = opt(
+        False, "reuse finished cells of --out computed under different code", run_id=False
+    )
+
+    def __post_init__(self) -> None:
+        validate(self)
+        if self.taus is not None and 0 not in self.taus:
+            raise ConfigError(
+                "taus", f"must include 0 (the on-policy reference), got {list(self.taus)}"
+            )
+        if not self.model.startswith("gpt"):
+            raise ConfigError("model", f"the policy must be a zoo GPT (gpt-...), got {self.model}")
+        if self.out is not None and not self.out.strip():
+            raise ConfigError("out", "expected a folder path, got an empty string")
+
+    def resolved(self) -> dict[str, Any]:
+        """The run's config (decides its results; its hash names the folder)."""
+        q = self.quick
+        steps = self.steps or (100 if q else 300)
+        # the default: the largest divisor of the steps at most a sixth of them
+        every = self.eval_every or next(
+            d for d in range(max(1, steps // 6), 0, -1) if steps % d == 0
+        )
+        if steps % every:
+            raise ConfigError("eval_every", f"must divide --steps {steps}, got {every}")
+        return {
+            "quick": q,
+            "model": self.model,
+            "length": self.length,
+            "symbols": self.symbols,
+            "sup_steps": self.sup_steps,
+            "steps": steps,
+            "prompts": self.prompts,
+            "group": self.group,
+            "seeds": self.seeds or (2 if q else 5),
+            "lrs": list(self.lrs or ((2e-3,) if q else LRS)),
+            "arms": list(self.arms or (("reinforce", "is", "ppo-clip") if q else ARMS)),
+            "taus": sorted(self.taus or ((0, 4) if q else TAUS)),
+            "delays": list(self.delays),
+            "eval_every": every,
+            "tolerance": self.tolerance,
+            "val_prompts": 256,
+            "test_prompts": 512,
+        }
+
+
+def cells(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every (arm, delay, τ, rate, seed); τ = 0 once, for the reference (on-policy)."""
+    out = []
+    for tau in cfg["taus"]:
+        for delay in cfg["delays"] if tau else ["constant"]:
+            for arm in cfg["arms"] if tau else [REFERENCE]:
+                out += [
+                    {"arm": arm, "delay": delay, "tau": tau, "lr": lr, "seed": s}
+                    for lr in cfg["lrs"]
+                    for s in range(cfg["seeds"])
+                ]
+    return out
+
+
+def task_of(cfg: dict[str, Any]) -> rl.Reverse:
+    return rl.Reverse(length=cfg["length"], symbols=cfg["symbols"])
+
+
+def _start(cfg: dict[str, Any], folder: runs.RunFolder) -> tuple[Any, Any, str]:
+    """``(apply, start, digest)``: the supervised start, read from ``start.npz`` when the run
+    folder has it (its digest checked), else trained and saved there."""
+    task = task_of(cfg)
+    apply, params = learner.policy(cfg["model"], task)
+    path = folder.create() / "start.npz"
+    treedef = jax.tree.structure(params)
+    if path.exists():
+        with np.load(path) as z:
+            leaves = [z[f"a{i}"] for i in range(len(z.files) - 1)]
+            want = str(z["digest"])
+        start = jax.tree.unflatten(treedef, leaves)
+        if learner.digest(start) != want:
+            raise runs.RunFolderError(f"{path}: the supervised start does not match its digest")
+        return apply, start, want
+    start = learner.supervised_start(apply, params, task, cfg["sup_steps"], 0)
+    d = learner.digest(start)
+    import io
+
+    buf = io.BytesIO()
+    leaves = {f"a{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(start))}
+    np.savez(buf, digest=np.array(d), **leaves)
+    runs.atomic_write_bytes(path, buf.getvalue())
+    return apply, start, d
+
+
+def _eval_prompts(cfg: dict[str, Any]) -> tuple[jax.Array, jax.Array]:
+    task = task_of(cfg)
+    return (
+        task.prompts(jax.random.key(10_001), cfg["val_prompts"]),
+        task.prompts(jax.random.key(10_002), cfg["test_prompts"]),
+    )
+
+
+def _run_group(cfg: dict[str, Any], folder: runs.RunFolder, keys: list[dict]) -> list[Any]:
+    """One (arm, delay, τ): its (rate, seed) lanes in one program."""
+    arm, delay, tau = keys[0]["arm"], keys[0]["delay"], keys[0]["tau"]
+    task = task_of(cfg)
+    apply, start, digest = _start(cfg, folder)
+    clock = group_clock()
+    taus = learner.schedule(delay, tau, cfg["steps"], task.length)
+    train = learner.make_train(
+        apply, task, arm, taus=taus, prompts=cfg["prompts"], group=cfg["group"],
+        eval_every=cfg["eval_every"], eval_prompts=_eval_prompts(cfg),
+    )  # fmt: skip
+    out = train(
+        start,
+        np.asarray([k["lr"] for k in keys], np.float32),
+        np.asarray([k["seed"] for k in keys], np.int32),
+    )
+    out = {k: np.asarray(v) for k, v in out.items()}
+    wall, cpu = clock(len(keys))
+    every = cfg["eval_every"]
+    results = []
+    for i, _ in enumerate(keys):
+        div = int(out["diverged"][i])
+        val, test = out["val"][i].astype(float), out["test"][i].astype(float)
+        if div >= 0:  # the weights stopped before the bad update: their evaluations are not
+            first = div // every + 1  # a trained run's
+            val[first:], test[first:] = math.nan, math.nan
+        seg = lambda name: out[name][i].reshape(-1, every).mean(axis=1)
+        metrics = [
+            {"step": e * every, "val_reward": _num(val[e]), "test_reward": _num(test[e])}
+            for e in range(len(val))
+        ]
+        for e, (tr, cl, ess, kl) in enumerate(
+            zip(seg("train"), seg("clipped"), seg("ess"), seg("kl"), strict=True)
+        ):
+            metrics[e + 1].update(
+                train_reward=float(tr), clipped=float(cl), ess=float(ess), kl=float(kl)
+            )
+        results.append(
+            (
+                {
+                    "final_val_reward": None if div >= 0 else float(val[-1]),
+                    "final_test_reward": None if div >= 0 else float(test[-1]),
+                    "mean_val_reward": None if div >= 0 else float(np.mean(val[1:])),
+                    "start_val_reward": float(val[0]),
+                    "diverged": div >= 0,
+                    "diverged_step": div if div >= 0 else None,
+                    "mean_staleness": float(taus.mean()),
+                    "clipped": float(np.mean(out["clipped"][i])),
+                    "kept": float(np.mean(out["kept"][i])),
+                    "ess": float(np.mean(out["ess"][i])),
+                    "kl": float(np.mean(out["kl"][i])),
+                    "start_digest": digest,
+                    "updates": cfg["steps"],
+                    "wall_s": wall,
+                    "cpu_s": round(cpu, 3),
+                },
+                metrics,
+            )
+        )
+    return results
+
+
+def _num(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+def _folder(config: Config) -> tuple[dict[str, Any], runs.RunFolder]:
+    cfg = config.resolved()
+    modules = (sys.modules[__name__], learner, tables, config_module, runs)
+    code = runs.code_fingerprint(modules=modules)
+    folder = runs.RunFolder(
+        EXPERIMENT, cfg, config.out, code=code,
+        force_resume=config.force_resume,
+    )  # fmt: skip
+    return cfg, folder
+
+
+def run(config: Config) -> list[dict[str, Any]]:
+    """Runs every cell not already in the run folder; returns the rows.
+
+    Raises:
+      ConfigError: a value the experiment cannot run (names the field).
+      experiments.runs.RunFolderError: ``out`` holds another config or results of other code.
+    """
+    cfg, folder = _folder(config)
+    compute = lambda ks: _run_group(cfg, folder, ks)
+    return folder.run_grouped(cells(cfg), compute, vary=("lr", "seed"), desc=EXPERIMENT)
+
+
+def report(
+    rows: list[dict[str, Any]], config: Config, started: float | None = None
+) -> dict[str, Any]:
+    """Tables and figures into the run folder; returns ``{"rows", "paths", "table",
+    "selected", "stable"}``."""
+    cfg, folder = _folder(config)
+    table, selected, stable = make_table(rows, cfg)
+    curves = [{**r, "_metrics": folder.metrics({k: r[k] for k in KEY}) or []} for r in rows]
+    figs = make_figures(curves, cfg, selected, stable)
+    paths = folder.report(table, figs, num_runs=len(rows), started=started)
+    return {"rows": rows, "paths": paths, "table": table, "selected": selected, "stable": stable}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """The command line over :func:`run` and :func:`report` (flags from :class:`Config`)."""
+    return cli(Config, run, report, argv, __doc__.splitlines()[0])

@@ -1,0 +1,133 @@
+"""experiments/stale_rl: the staleness schedules, the learner's lanes, a tiny grid end to end
+(the supervised start cached and resumed), bad input as one line."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from experiments import stale_rl
+from experiments.stale_rl import learner, tables
+from jaxstale import rl
+
+TASK = rl.Reverse(length=4, symbols=5)
+
+
+def test_schedules_by_hand():
+    c = learner.schedule("constant", 2, 4, 3)
+    assert c.tolist() == [[0, 0, 0], [1, 1, 1], [2, 2, 2], [2, 2, 2]]  # warm-up: min(t, τ)
+    f = learner.schedule("inflight", 4, 6, 5)
+    assert f[-1].tolist() == [4, 3, 2, 1, 0] and f[1].tolist() == [1, 1, 1, 1, 0]
+    g = learner.schedule("gamma", 3, 200, 2)
+    assert g.shape == (200, 2) and (g[:, 0] == g[:, 1]).all() and 2 <= g[50:].mean() <= 4
+    s = learner.schedule("stragglers", 3, 200, 2)
+    assert s.max() > g.max()  # the slow samplers' rollouts arrive later
+    with pytest.raises(ValueError, match="delay"):
+        learner.schedule("random", 1, 2, 2)
+
+
+def test_cells_run_tau_zero_once_for_the_reference():
+    cfg = stale_rl.Config(arms=("is", "ppo-clip"), taus=(0, 2), lrs=(1e-3,), seeds=2).resolved()
+    cells = stale_rl.cells(cfg)
+    assert len(cells) == 2 + 2 * 2
+    assert {c["arm"] for c in cells if c["tau"] == 0} == {"reinforce"}
+
+
+@pytest.fixture(scope="module")
+def lanes():
+    apply, params = learner.policy("gpt-tiny", TASK)
+    start = learner.supervised_start(apply, params, TASK, 5, 0)
+    ev = (TASK.prompts(jax.random.key(1), 32), TASK.prompts(jax.random.key(2), 32))
+    kw = dict(prompts=4, group=4, eval_every=3, eval_prompts=ev)
+
+    def go(arm, tau, lrs, seeds, steps=6):
+        taus = learner.schedule("constant", tau, steps, TASK.length)
+        f = learner.make_train(apply, TASK, arm, taus=taus, **kw)
+        return {k: np.asarray(v) for k, v in f(start, jnp.asarray(lrs), jnp.asarray(seeds)).items()}
+
+    return go
+
+
+def _same_on_policy(lanes, arms):
+    ref = lanes("reinforce", 0, [2e-3], [0])
+    for arm in arms:
+        got = lanes(arm, 0, [2e-3], [0])
+        # ratios are 1 up to the sampler's and the teacher-forced forward's rounding
+        np.testing.assert_allclose(got["val"], ref["val"], atol=1e-6, err_msg=arm)
+        np.testing.assert_allclose(got["ess"], 1.0, atol=1e-5)
+        assert np.abs(got["kl"]).max() < 1e-5 and got["diverged"][0] == -1
+
+
+def test_on_policy_a_step_rule_is_reinforce(lanes):
+    _same_on_policy(lanes, ["vcpo"])  # ESS = 1: VCPO's step is Adam's
+
+
+@pytest.mark.slow
+def test_on_policy_every_arm_is_reinforce(lanes):
+    _same_on_policy(lanes, [a for a in learner.ARMS if a not in ("reinforce", "vcpo")])
+
+
+def test_a_lane_is_the_same_alone_and_beside_others_and_a_nan_ends_it(lanes):
+    both = lanes("ppo-clip", 2, [float("nan"), 2e-3, 4e-3], [0, 0, 1])
+    alone = lanes("ppo-clip", 2, [4e-3], [1])
+    for k in ("val", "train", "clipped"):
+        np.testing.assert_array_equal(both[k][2], alone[k][0])
+    assert both["val"].shape == (3, 3)  # update 0, 3, 6
+    # NaN weights after update 0: update 1's loss is not finite
+    assert both["diverged"].tolist() == [1, -1, -1]
+
+
+TINY = ["--arms", "ppo-clip", "--taus", "0,2", "--lrs", "0.002", "--seeds", "2"]
+TINY += ["--steps", "6", "--eval-every", "3", "--length", "4", "--symbols", "5", "--sup-steps", "5"]
+
+
+def test_tiny_grid_end_to_end_and_resume(tmp_path, capsys):
+    out = tmp_path / "rl"
+    res = stale_rl.main([*TINY, "--out", str(out)])
+    for name in ("summary.json", "table.md", "plot.png", "cliff.png", "start.npz"):
+        assert (out / name).exists(), name
+    rows = json.loads((out / "summary.json").read_text())["rows"]
+    assert len(rows) == 2 + 2 and all(r["cpu_s"] > 0 for r in rows)
+    assert len({r["start_digest"] for r in rows}) == 1
+    with np.load(out / "start.npz") as z:
+        assert str(z["digest"]) == rows[0]["start_digest"]
+    for section in (
+        "Test reward at each arm's own rate",
+        "Difference to on-policy",
+        "Stability cliff",
+        "What each correction did",
+        "Validation grid",
+    ):
+        assert section in res["table"]
+    # a second run reuses every cell and the cached start: the same table
+    again = stale_rl.main([*TINY, "--out", str(out)])
+    assert again["table"] == res["table"]
+    assert "4/4 cells already done" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--taus", "2,4"], "--taus"),
+        (["--group", "1"], "--group"),
+        (["--steps", "10", "--eval-every", "3"], "--eval-every"),
+        (["--arms", "magic"], "--arms"),
+        (["--model", "mlp"], "--model"),
+        (["--delays", "later"], "--delays"),
+    ],
+)
+def test_bad_input_is_one_line(tmp_path, capsys, argv, flag):
+    with pytest.raises(SystemExit) as e:
+        stale_rl.main([*argv, "--out", str(tmp_path / "x")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert flag in err[-1] and "Traceback" not in "".join(err)
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_collapse_counts_at_chance_in_the_differences():
+    rows = [{"arm": "a", "seed": 0, "final_test_reward": None, "diverged": True}]
+    assert tables.scored(rows, "final_test_reward", 0.1)[0]["final_test_reward"] == 0.1
+    assert tables.chance({"symbols": 9}) == 0.1
