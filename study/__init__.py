@@ -141,9 +141,12 @@ def run_configs(names: Sequence[str], results: Path, quick: bool, force: bool) -
     for name in names:
         spec = RUNS[name]
         out = str(results / name)
-        config = dataclasses.replace(
-            spec.at(quick), out=out, force_resume=force, checkpoint_every=CHECKPOINT_EVERY
+        config = spec.at(quick)
+        # an experiment whose groups are minutes long (stale_rl) checkpoints none
+        every = (
+            {"checkpoint_every": CHECKPOINT_EVERY} if hasattr(config, "checkpoint_every") else {}
         )
+        config = dataclasses.replace(config, out=out, force_resume=force, **every)
         print(f"[{EXPERIMENT}] {name}: {spec.command}{' (smoke)' if quick else ''}")
         spec.experiment.report(spec.experiment.run(config), config)
 

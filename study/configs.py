@@ -15,6 +15,7 @@ from experiments import (
     delay_cliff,
     local_sgd,
     pipeline_staleness,
+    stale_rl,
     sync_baseline,
 )
 from experiments.config import Base, to_argv
@@ -579,5 +580,18 @@ LADDER_RUNS: dict[str, Run] = {
     ),
 }
 
+_INFLIGHT = ("constant", "inflight")
 RUNS.update(LADDER_RUNS)
 FAMILIES["the language-model ladder (issue 52): LM7, LM8, the 4k rung"] = tuple(LADDER_RUNS)
+
+#: the asynchronous-RL family (issue 55): every correction at every τ, then in-flight updates
+RL_RUNS: dict[str, Run] = {
+    "rl-stale": Run(stale_rl, stale_rl.Config(), what="RL1-RL4: every correction, τ 1-16"),
+    "rl-inflight": Run(
+        stale_rl,
+        stale_rl.Config(arms=("reinforce", "ppo-clip"), taus=(0, 4, 8, 16), delays=_INFLIGHT),
+        what="RL5: in-flight weight updates against off-by-τ, the same tokens per update",
+    ),
+}
+RUNS.update(RL_RUNS)
+FAMILIES["asynchronous RL (issue 55): RL1-RL5"] = tuple(RL_RUNS)

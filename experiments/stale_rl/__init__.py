@@ -183,6 +183,14 @@ def _start(cfg: dict[str, Any], folder: runs.RunFolder) -> tuple[Any, Any, str]:
         return apply, start, want
     start = learner.supervised_start(apply, params, task, cfg["sup_steps"], 0)
     d = learner.digest(start)
+    # cells restored without their start (a packed sweep on another machine): the start
+    # computed here must be theirs, or the runs would not share one
+    others = {r.get("start_digest") for r in folder.rows()} - {d}
+    if others:
+        raise runs.RunFolderError(
+            f"{folder.path}: its cells started from {', '.join(sorted(others))}, this machine's "
+            f"supervised start is {d}; run it in another --out"
+        )
     import io
 
     buf = io.BytesIO()
