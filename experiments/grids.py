@@ -83,8 +83,8 @@ def edge_rates(grid: Sequence[float], limit: int) -> tuple[list[float], list[flo
 
 
 #: how far from chance a validation value must be to count as trained: 2 accuracy points, or
-#: 0.05 nats below the uniform loss
-TRAINS_BY = {"accuracy": 0.02, "loss": 0.05}
+#: 0.05 nats below the uniform loss (a reward: 2 points above a uniform policy's)
+TRAINS_BY = {"accuracy": 0.02, "loss": 0.05, "reward": 0.02}
 
 
 def never_trains(rows: Sequence[dict], chance: float, task: tasks.Task | None = None) -> bool:

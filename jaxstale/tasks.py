@@ -39,10 +39,11 @@ __all__ = [
     "language_model",
     "metric_of",
     "or_default",
+    "reward",
 ]
 
 #: metric -> whether higher is better
-METRICS: dict[str, bool] = {"accuracy": True, "loss": False}
+METRICS: dict[str, bool] = {"accuracy": True, "loss": False, "reward": True}
 
 #: the task kinds
 KINDS = ("classification", "language_model")
@@ -75,8 +76,8 @@ class Task:
     """A task's metric and its reading.
 
     Attributes:
-        kind: ``"classification"`` or ``"language_model"``.
-        metric: ``"accuracy"`` or ``"loss"`` (the records' field suffix).
+        kind: ``"classification"``, ``"language_model"`` or ``"reinforcement_learning"``.
+        metric: ``"accuracy"``, ``"loss"`` or ``"reward"`` (the records' field suffix).
         chance: the metric of a model that learned nothing (``1 / C``; ``log V`` nats).
         scale: the factor of a table cell (100: accuracy in %; 1: nats).
         digits: decimals of a table cell.
@@ -97,6 +98,8 @@ class Task:
     @property
     def label(self) -> str:
         """The metric in words, with its unit (``"accuracy %"``, ``"loss (nats/token)"``)."""
+        if self.metric == "reward":
+            return "reward × 100"
         return "accuracy %" if self.metric == "accuracy" else "loss (nats/token)"
 
     def key(self, split: str) -> str:
@@ -135,6 +138,14 @@ def language_model(vocab_size: int) -> Task:
     if vocab_size < 2:
         raise ValueError(f"language_model: vocab_size must be >= 2, got {vocab_size}")
     return Task("language_model", "loss", math.log(vocab_size), 1.0, 3, "nats")
+
+
+def reward(chance: float) -> Task:
+    """A verifiable reward in [0, 1] (:mod:`jaxstale.rl.tasks`): ``chance`` a uniform policy's
+    expected reward, reported × 100 ("points")."""
+    if not 0 <= chance <= 1:
+        raise ValueError(f"reward: chance must be in [0, 1], got {chance}")
+    return Task("reinforcement_learning", "reward", chance, 100.0, 1, "points")
 
 
 #: how rows that name no task are read: ten-class accuracy, in % (the image experiments')

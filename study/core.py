@@ -254,6 +254,9 @@ def task_of(rows: Sequence[Mapping[str, Any]]) -> tasks.Task:
 
     Raises:
         ValueError: the rows name no dataset, or several."""
+    rc = {r["reward_chance"] for r in rows if r.get("reward_chance") is not None}
+    if rc:  # a reward (stale_rl): a uniform policy's expected reward
+        return tasks.reward(rc.pop()) if len(rc) == 1 else _several(rc)
     ks = {r["num_classes"] for r in rows if r.get("num_classes")}
     if not ks:
         names = {r["dataset"] for r in rows if r.get("dataset")}
@@ -268,6 +271,10 @@ def task_of(rows: Sequence[Mapping[str, Any]]) -> tasks.Task:
     return tasks.classification(int(ks.pop()))
 
 
+def _several(levels: set[float]) -> tasks.Task:
+    raise ValueError(f"chance level: rows of rewards with chance levels {sorted(levels)}")
+
+
 def chance_of(rows: Sequence[Mapping[str, Any]]) -> float:
     """The task's chance level (:func:`task_of`): ``1 / num_classes``, a language model's
     ``log V``: the score of a diverged seed in selection and intention to treat."""
@@ -279,6 +286,8 @@ def _metric_task(rows: Sequence[Mapping[str, Any]]) -> tasks.Task | None:
     None (accuracy) unless they record a loss, then their dataset's task, or a language
     model's reading without a chance level when they name no dataset (:func:`chance_of` is
     what asks for one)."""
+    if any("final_val_reward" in r for r in rows):
+        return task_of(rows) if any("reward_chance" in r for r in rows) else tasks.reward(0.0)
     if not any(r.get("final_test_loss") is not None or r.get("final_val_loss") is not None
                for r in rows):  # fmt: skip
         return None
@@ -332,6 +341,8 @@ class Context:
             ds = self.dataset(name)
             if ds is not None:
                 rows = [r if r.get("dataset") else {**r, "dataset": ds} for r in rows]
+            if (k := self.setting(name, "symbols")) is not None:  # a reward's chance level
+                rows = [{**r, "reward_chance": 1.0 / (k + 1)} for r in rows]
             self._rows[name] = rows
         return self._rows[name]
 
@@ -340,11 +351,15 @@ class Context:
 
     def dataset(self, name: str) -> str | None:
         """The dataset a run's config.json names (None without one)."""
+        ds = self.setting(name, "dataset")
+        return ds if isinstance(ds, str) else None
+
+    def setting(self, name: str, key: str) -> Any:
+        """One field of a run's config.json (None without it)."""
         try:
-            ds = self.config(name).get("dataset")
+            return self.config(name).get(key)
         except (FileNotFoundError, KeyError, json.JSONDecodeError):
             return None
-        return ds if isinstance(ds, str) else None
 
     def chance(self, name: str) -> float:
         """The chance level of a run's task (1 / classes of its dataset)."""

@@ -29,7 +29,13 @@ def blocks(
 ) -> dict[str, list[str]]:
     """Every block this report can fill, by name (``report_link``: the report's path from the
     README)."""
-    table = headline.table(ctx, claims, verdicts, report_link).splitlines()
+    # the README's table holds the claims with a verdict; those declared but not run yet are
+    # one line under it (the report's headline lists them all)
+    ran = [c for c in claims if verdicts[c.id].label != "not run"]
+    table = headline.table(ctx, ran, verdicts, report_link).splitlines()
+    if waiting := [c for c in claims if verdicts[c.id].label == "not run"]:
+        links = ", ".join(f"[{c.id}]({report_link}#{c.id.lower()})" for c in waiting)
+        table += ["", f"Declared, not run yet (their primaries are in the report): {links}."]
     out = {"": [*table, "", *headline.questions(ctx)]}
     for c in claims:
         for i, table in enumerate(verdicts[c.id].tables, 1):

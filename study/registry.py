@@ -18,6 +18,7 @@ from .ladder import LADDER_CLAIMS
 from .language import LM_CLAIMS
 from .localsgd import D_CLAIMS
 from .pipeline import judge_cliff, judge_moonshot_pipeline, judge_pipeline, judge_pipeline_adam
+from .rl import RL_CLAIMS
 
 __all__ = ["CLAIMS", "claim", "expected_line"]
 
@@ -209,6 +210,7 @@ CLAIMS: list[Claim] = [
     *LM_CLAIMS,
     *LADDER_CLAIMS,
     *D_CLAIMS,
+    *RL_CLAIMS,
 ]
 
 

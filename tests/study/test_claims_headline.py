@@ -118,6 +118,10 @@ def test_the_report_and_the_readme_lead_with_the_same_headline():
     head = [x for x in report.splitlines() if x.startswith("| [")]
     assert len(head) == len(claims.CLAIMS)
     for row in head:  # the README's row is the report's, its links into the report
+        cid = re.match(r"\| \[([^\]]+)\]", row).group(1)
+        if "**not run**" in row:  # declared, not run yet: one line under the README's table
+            assert f"[{cid}](study/claims.md#{cid.lower()})" in readme.split("Declared, not run")[1]
+            continue
         assert re.sub(r"\(#", "(study/claims.md#", row) in readme
     for q in headline.QUESTIONS:
         assert f"- **{q.text}**" in report and f"- **{q.text}**" in readme
