@@ -25,12 +25,18 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 __all__ = ["grpo_advantages"]
 
 
 def grpo_advantages(
-    rewards: jax.Array, group_size: int, *, normalize: bool = True, eps: float = 1e-6
+    rewards: jax.Array,
+    group_size: int,
+    *,
+    normalize: bool = True,
+    eps: float = 1e-6,
+    reward_range: tuple[float, float] | None = None,
 ) -> jax.Array:
     """Advantages ``[n]`` of rewards ``[n]`` laid out as ``n / group_size`` consecutive groups
     of ``group_size`` responses to one prompt each.
@@ -41,9 +47,13 @@ def grpo_advantages(
         >>> [round(float(x), 4) for x in a]  # (1 - 0.5) / std([1, 0]) = 0.5 / 0.7071
         [0.7071, -0.7071, 0.0, 0.0]
 
+    ``reward_range``: the task's declared range (e.g. :attr:`Reverse.reward_range
+    <jaxstale.rl.Reverse.reward_range>`); concrete rewards outside it, or not finite, are
+    refused (a reward function with a bug would otherwise only shift the advantages).
+
     Raises:
-        ValueError: a group size below 2 (no group to compare with), or ``n`` not a multiple
-            of it.
+        ValueError: a group size below 2 (no group to compare with), ``n`` not a multiple
+            of it, or a reward outside ``reward_range``.
     """
     g = int(group_size)
     if g < 2:
@@ -51,6 +61,15 @@ def grpo_advantages(
     n = rewards.shape[0]
     if n % g:
         raise ValueError(f"grpo_advantages: {n} rewards are not groups of {g}")
+    if reward_range is not None and not isinstance(rewards, jax.core.Tracer):
+        lo, hi = reward_range
+        v = np.asarray(jax.device_get(rewards), np.float64)
+        bad = ~np.isfinite(v) | (v < lo) | (v > hi)
+        if bad.any():
+            raise ValueError(
+                f"grpo_advantages: {int(bad.sum())} of {v.size} rewards outside the declared "
+                f"range [{lo:g}, {hi:g}] (first: {v[bad][0]:g})"
+            )
     r = rewards.astype(jnp.float32).reshape(n // g, g)
     centred = r - jnp.mean(r, axis=1, keepdims=True)
     if normalize:

@@ -63,6 +63,7 @@ from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 __all__ = [
@@ -97,7 +98,28 @@ class Stats(NamedTuple):
     weight: jax.Array
 
 
+def _check_behaviour(behav: Any) -> None:
+    """The behaviour log-probabilities must be given, finite and ≤ 0 (checked when concrete:
+    a missing one — None, or NaN where a stack left a gap — would weight its id by NaN)."""
+    if behav is None:
+        raise ValueError(
+            "behaviour log-probabilities missing: pass the sampler's Rollout.logp (the "
+            "log-probability of each id under the policy that generated it)"
+        )
+    if isinstance(behav, jax.core.Tracer):
+        return
+    b = np.asarray(jax.device_get(behav), np.float64)
+    if not np.isfinite(b).all():
+        raise ValueError(
+            f"behaviour log-probabilities missing: {int((~np.isfinite(b)).sum())} of {b.size} "
+            "are not finite (each id needs the log-probability it was drawn with)"
+        )
+    if (b > 1e-6).any():
+        raise ValueError(f"behaviour log-probabilities must be <= 0, got a maximum of {b.max():g}")
+
+
 def _inputs(logp: Any, behav: Any, adv: Any, mask: Any) -> tuple[jax.Array, ...]:
+    _check_behaviour(behav)
     logp = jnp.asarray(logp, jnp.float32)
     behav = sg(jnp.asarray(behav, jnp.float32))
     if behav.shape != logp.shape:

@@ -180,6 +180,12 @@ def test_grpo_advantages_by_hand():
         (lambda: losses.ppo_clip(jnp.zeros((1, 1)), jnp.zeros((1, 1)), jnp.ones(1),
                                  dual_clip=0.5), "dual_clip must be > 1"),
         (lambda: losses.scale_by_ess("cube"), "rule must be"),
+        (lambda: losses.tis(jnp.zeros((1, 2)), None, jnp.ones(1)), "log-probabilities missing"),
+        (lambda: losses.ppo_clip(jnp.zeros((1, 2)), jnp.array([[-1.0, jnp.nan]]), jnp.ones(1)),
+         "missing: 1 of 2 are not finite"),
+        (lambda: losses.m2po(jnp.zeros((1, 1)), jnp.ones((1, 1)), jnp.ones(1)), "must be <= 0"),
+        (lambda: advantages.grpo_advantages(jnp.array([0.5, 1.5]), 2, reward_range=(0.0, 1.0)),
+         r"1 of 2 rewards outside the declared range \[0, 1\] \(first: 1.5\)"),
         (lambda: losses.scale_by_ess(base=0.0), "base must be > 0"),
     ],
 )  # fmt: skip

@@ -44,7 +44,7 @@ def test_sampling_stores_the_behaviour_log_probabilities(policy):
     assert bool(jnp.all((r.responses >= 0) & (r.responses < TASK.vocab)))
     assert r.versions.tolist() == [0, 0, 0, 0] and bool(jnp.all(r.logp <= 0))
     teacher = logprobs(apply, params, TASK, prompts, r.responses)  # one forward, the same ids
-    np.testing.assert_allclose(teacher, r.logp, atol=2e-6)
+    np.testing.assert_allclose(teacher, r.logp, rtol=1e-5, atol=2e-6)
     # the same key, the same rollout; a temperature ≤ 0 is refused
     again = sample(apply, params, TASK, prompts, jax.random.key(1))
     assert bool(jnp.all(again.responses == r.responses))
@@ -90,7 +90,9 @@ def test_in_flight_updates_draw_each_position_from_its_own_version(policy):
     # each id's stored log-probability is its own version's, teacher forced on the same ids
     for t, tau in enumerate(taus.tolist()):
         lp = logprobs(apply, buf.get(tau), TASK, prompts, r.responses)[:, t]
-        np.testing.assert_allclose(lp, r.logp[:, t], atol=2e-6)
+        np.testing.assert_allclose(
+            lp, r.logp[:, t], rtol=1e-5, atol=2e-6
+        )  # ~2 ulp apart (scan vs one forward)
     # the first two ids are τ = 2's draws exactly (the same key stream)
     old = sample_stale(apply, buf, 2, TASK, prompts, key)
     assert bool(jnp.all(r.responses[:, :2] == old.responses[:, :2]))
