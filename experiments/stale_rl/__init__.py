@@ -38,7 +38,14 @@ ESS/n, KL to the behaviour policy, cpu_s), table.md (test reward at the selected
 plot.png (validation reward against update per τ, one line per arm), cliff.png (mean
 validation reward over rate × τ per arm, stable cells framed).
 
-Run: ``python -m experiments.stale_rl [--quick] [--out DIR] [--arms a,b] [--taus ...]``.
+Executors: ``--executor mesh`` puts the samplers on a ``"data"`` device axis (each draws its
+share of an update's responses from its copy of the version buffer, with those rows' noise)
+and the learner, as the server, gathers them and updates replicated: the same ids as the
+emulator; the behaviour log-probabilities float32 rounding apart (a forward over a share of
+the batch rounds differently from the whole batch's), so a mesh run has its own folder.
+
+Run: ``python -m experiments.stale_rl [--quick] [--out DIR] [--arms a,b] [--taus ...]
+[--executor mesh]``.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxstale import mesh as jmesh
 from jaxstale import rl
 
 from .. import config as config_module
@@ -101,6 +109,17 @@ class Config:
         None, "updates between evaluations, dividing --steps (default about steps / 6)", low=1
     )
     tolerance: float = opt(0.05, "stable: mean validation reward >= on-policy best - this", low=0)
+    executor: str = opt(
+        "emulate",
+        "emulate: one program; mesh: the samplers on a 'data' device axis, the learner as the "
+        "server (CPU: XLA_FLAGS=--xla_force_host_platform_device_count=8); the same ids, the "
+        "behaviour log-probabilities float32 rounding apart",
+        choices=("emulate", "mesh"),
+        kind="executor",
+    )
+    samplers: int | None = opt(
+        None, "--executor mesh: samplers (devices; default all, dividing prompts × group)", low=1
+    )
     out: str | None = opt(None, "run folder (default results/stale_rl/<id>/)", run_id=False)
     force_resume: bool = opt(
         False, "reuse finished cells of --out computed under different code", run_id=False
@@ -116,6 +135,8 @@ class Config:
             raise ConfigError("model", f"the policy must be a zoo GPT (gpt-...), got {self.model}")
         if self.out is not None and not self.out.strip():
             raise ConfigError("out", "expected a folder path, got an empty string")
+        if self.samplers is not None and self.executor != "mesh":
+            raise ConfigError("samplers", "only --executor mesh has samplers to place")
 
     def resolved(self) -> dict[str, Any]:
         """The run's config (decides its results; its hash names the folder)."""
@@ -145,7 +166,26 @@ class Config:
             "tolerance": self.tolerance,
             "val_prompts": 256,
             "test_prompts": 512,
+            # the mesh only where chosen: an emulated run's config (and folder) stays the same
+            **(
+                {"executor": "mesh", "samplers": self._samplers()}
+                if self.executor == "mesh"
+                else {}
+            ),
         }
+
+    def _samplers(self) -> int | None:
+        """The mesh's samplers: ``--samplers`` or every device, checked against the devices and
+        the responses per update."""
+        if self.executor != "mesh":
+            return None
+        have, n = len(jax.devices()), self.prompts * self.group
+        k = self.samplers or have
+        if k > have:
+            raise ConfigError("samplers", f"{k} samplers need {k} devices, this process has {have}")
+        if n % k:
+            raise ConfigError("samplers", f"{n} responses per update do not split over {k}")
+        return k
 
 
 def cells(cfg: dict[str, Any]) -> list[dict[str, Any]]:
@@ -218,6 +258,7 @@ def _run_group(cfg: dict[str, Any], folder: runs.RunFolder, keys: list[dict]) ->
     train = learner.make_train(
         apply, task, arm, taus=taus, prompts=cfg["prompts"], group=cfg["group"],
         eval_every=cfg["eval_every"], eval_prompts=_eval_prompts(cfg),
+        mesh=jmesh.make_mesh(cfg["samplers"], "data") if cfg.get("executor") == "mesh" else None,
     )  # fmt: skip
     out = train(
         start,

@@ -40,6 +40,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from jaxstale import delays, models, rl, staleness_aware
 from jaxstale.versions import VersionBuffer
@@ -129,6 +131,28 @@ def schedule(delay: str, tau: int, steps: int, length: int) -> np.ndarray:
     raise ValueError(f"delay must be one of {', '.join(DELAYS)}, got {delay!r}")
 
 
+def _sampler(apply: Any, task: rl.Reverse, n: int, mesh: Mesh | None) -> Callable[..., Any]:
+    """``draw(buffer, taus, prompts, key) -> Rollout``: one program, or samplers on a mesh."""
+    if mesh is None:
+        return lambda buf, taus, pr, key: rl.sample_stale(apply, buf, taus, task, pr, key)
+    d = mesh.shape["data"]
+    if n % d:
+        raise ValueError(f"{n} responses per update do not split over {d} samplers")
+    share = n // d
+
+    def local(buf: Any, taus: Any, pr: jax.Array, key: jax.Array) -> rl.Rollout:
+        first = jax.lax.axis_index("data") * share
+        return rl.sample_stale(apply, buf, taus, task, pr, key, rows=(first, n))
+
+    rows = P("data")
+    spread = jax.shard_map(
+        local, mesh=mesh, in_specs=(P(), P(), rows, P()),
+        out_specs=rl.Rollout(rows, rows, rows, P()),
+    )  # fmt: skip
+    whole = NamedSharding(mesh, P())
+    return lambda *a: jax.lax.with_sharding_constraint(spread(*a), whole)  # the learner's copy
+
+
 def _eval_reward(apply: Any, p: Any, task: rl.Reverse, prompts: jax.Array, key: jax.Array) -> Any:
     r = rl.sample(apply, p, task, prompts, key)
     return jnp.mean(task.reward(prompts, r.responses))
@@ -144,6 +168,7 @@ def make_train(
     group: int,
     eval_every: int,
     eval_prompts: tuple[jax.Array, jax.Array],
+    mesh: Mesh | None = None,
 ) -> Callable[[Any, jax.Array, jax.Array], dict[str, jax.Array]]:
     """``train(start, lrs [n], seeds [n]) -> {name: [n, ...]}``: ``n`` lanes, jitted.
 
@@ -151,7 +176,12 @@ def make_train(
     first at update 0), ``train`` (each update's mean rollout reward), ``clipped``, ``kept``,
     ``weight`` (the correction's :class:`~jaxstale.rl.Stats`), ``ess`` (ESS / n of the
     sequences' weights), ``kl`` (``E_b[log b − log π]`` over the response ids), ``diverged``
-    (the first update whose loss was not finite, or −1)."""
+    (the first update whose loss was not finite, or −1).
+
+    ``mesh`` (a ``"data"`` axis of ``D`` devices): the samplers on the axis, each generating
+    ``n / D`` of the update's responses from its own copy of the version buffer (with those
+    rows' noise: the batch's ids, :func:`jaxstale.rl.sample_stale`'s ``rows``); the learner, as
+    the server, gathers them and computes the update replicated."""
     loss_fn, rule = ARMS[arm]
     steps = taus.shape[0]
     if steps % eval_every or taus.shape[1] != task.length:
@@ -167,6 +197,7 @@ def make_train(
     elif rule == "staleness":
         scale_by = staleness_aware()
     val_p, test_p = eval_prompts
+    draw = _sampler(apply, task, prompts * group, mesh)
 
     def lane(start: Any, lr: jax.Array, seed: jax.Array) -> dict[str, jax.Array]:
         base = jax.random.fold_in(jax.random.key(0), seed)
@@ -179,7 +210,7 @@ def make_train(
             kp, ks = jax.random.split(k)
             pr = jnp.repeat(task.prompts(kp, prompts), group, axis=0)
             taus = sched[t]
-            ro = rl.sample_stale(apply, buf, taus, task, pr, ks)
+            ro = draw(buf, taus, pr, ks)
             rew = task.reward(pr, ro.responses)
             adv = rl.grpo_advantages(rew, group)
 

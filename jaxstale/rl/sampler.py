@@ -65,9 +65,14 @@ def _draw(
     key: jax.Array,
     temperature: float,
     versions: jax.Array,
+    rows: tuple[Any, int] | None = None,
 ) -> Rollout:
+    """``rows = (first, total)``: ``prompts`` are rows ``first …`` of a batch of ``total`` (a
+    device's share on a mesh), drawn with those rows' Gumbel noise: the batch's ids whatever
+    its split (``argmax(log p + Gumbel)`` is ``jax.random.categorical``'s rule, tested)."""
     length = prompts.shape[1]
     seq = task.sequence(prompts, jnp.zeros_like(prompts))
+    first, total = rows if rows is not None else (0, prompts.shape[0])
 
     def step(carry: tuple[jax.Array, jax.Array], t: jax.Array) -> tuple[Any, jax.Array]:
         seq, key = carry
@@ -75,7 +80,9 @@ def _draw(
         logits = apply(read(versions[t]), seq[:, :-1])
         row = jax.lax.dynamic_index_in_dim(logits, length + t, axis=1, keepdims=False)
         logz = jax.nn.log_softmax(row.astype(jnp.float32) / temperature, axis=-1)
-        tok = jax.random.categorical(sub, logz, axis=-1).astype(seq.dtype)
+        noise = jax.random.gumbel(sub, (total, logz.shape[-1]), logz.dtype)
+        noise = jax.lax.dynamic_slice_in_dim(noise, first, logz.shape[0], axis=0)
+        tok = jnp.argmax(logz + noise, axis=-1).astype(seq.dtype)
         lp = jnp.take_along_axis(logz, tok[:, None], axis=-1)[:, 0]
         seq = jax.lax.dynamic_update_index_in_dim(seq, tok, length + 1 + t, axis=1)
         return (seq, key), lp
@@ -108,9 +115,12 @@ def sample_stale(
     key: jax.Array,
     *,
     temperature: float = 1.0,
+    rows: tuple[Any, int] | None = None,
 ) -> Rollout:
     """Responses drawn from the buffer's versions: ``taus`` one ``τ`` for the whole response,
     or one per response position (``[L]``: in-flight updates), ``0 ≤ τ < capacity``.
+    ``rows = (first, total)``: ``prompts`` are rows ``first … first + n − 1`` of a batch of
+    ``total`` sampled with ``key`` (one sampler's share: the ids the whole batch would get).
 
     Raises:
         ValueError: a concrete ``τ`` below 0 or beyond the buffer, ``taus`` of another length
@@ -132,7 +142,7 @@ def sample_stale(
                 f"sample_stale: τ must be in [0, {buffer.capacity}) for a buffer of "
                 f"{buffer.capacity} versions, got {lo if lo < 0 else hi}"
             )
-    return _draw(buffer.get, apply, task, prompts, key, t, tv)
+    return _draw(buffer.get, apply, task, prompts, key, t, tv, rows)
 
 
 def logprobs(

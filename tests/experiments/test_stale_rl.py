@@ -42,9 +42,9 @@ def lanes():
     ev = (TASK.prompts(jax.random.key(1), 32), TASK.prompts(jax.random.key(2), 32))
     kw = dict(prompts=4, group=4, eval_every=3, eval_prompts=ev)
 
-    def go(arm, tau, lrs, seeds, steps=6):
+    def go(arm, tau, lrs, seeds, steps=6, mesh=None):
         taus = learner.schedule("constant", tau, steps, TASK.length)
-        f = learner.make_train(apply, TASK, arm, taus=taus, **kw)
+        f = learner.make_train(apply, TASK, arm, taus=taus, mesh=mesh, **kw)
         return {k: np.asarray(v) for k, v in f(start, jnp.asarray(lrs), jnp.asarray(seeds)).items()}
 
     return go
@@ -131,3 +131,28 @@ def test_a_collapse_counts_at_chance_in_the_differences():
     rows = [{"arm": "a", "seed": 0, "final_test_reward": None, "diverged": True}]
     assert tables.scored(rows, "final_test_reward", 0.1)[0]["final_test_reward"] == 0.1
     assert tables.chance({"symbols": 9}) == 0.1
+
+
+@pytest.mark.slow
+def test_samplers_on_a_mesh_draw_the_emulators_ids(lanes):
+    """Four samplers on a 'data' axis, the learner replicated: the same responses, rewards and
+    evaluations; the behaviour log-probabilities float32 rounding apart (a sampler's forward
+    over its share of the batch rounds differently from the whole batch's)."""
+    from jaxstale import mesh as jmesh
+
+    one = lanes("ppo-clip", 2, [2e-3, 4e-3], [0, 1])
+    four = lanes("ppo-clip", 2, [2e-3, 4e-3], [0, 1], mesh=jmesh.make_mesh(4, "data"))
+    for k in ("train", "val", "test", "clipped", "kept", "diverged"):
+        np.testing.assert_array_equal(four[k], one[k], err_msg=k)
+    for k in ("ess", "kl", "weight"):
+        np.testing.assert_allclose(four[k], one[k], atol=1e-5, err_msg=k)
+
+
+def test_the_mesh_is_checked_before_anything_runs():
+    with pytest.raises(stale_rl.ConfigError, match="do not split over 3"):
+        stale_rl.Config(executor="mesh", samplers=3).resolved()
+    with pytest.raises(stale_rl.ConfigError, match="only --executor mesh"):
+        stale_rl.Config(samplers=2)
+    emulated = stale_rl.Config().resolved()
+    assert "executor" not in emulated  # an emulated run's folder is the one it always was
+    assert stale_rl.Config(executor="mesh", samplers=4).resolved()["samplers"] == 4

@@ -136,3 +136,19 @@ def _greedy(apply, params):
     prompts = TASK.prompts(jax.random.key(7), 128)
     r = sample(apply, params, TASK, prompts, jax.random.key(8), temperature=1e-3)
     return prompts, r.responses
+
+
+def test_a_share_of_the_batch_draws_the_ids_the_whole_batch_would(policy):
+    """Samplers on a data axis each draw their rows with those rows' noise: the split does not
+    change a single id (and the draw is jax.random.categorical's)."""
+    apply, params = policy
+    buf = VersionBuffer.create(params, 2)
+    prompts = TASK.prompts(jax.random.key(4), 12)
+    whole = sample_stale(apply, buf, 1, TASK, prompts, jax.random.key(5))
+    for first in (0, 4, 8):
+        part = sample_stale(apply, buf, 1, TASK, prompts[first : first + 4], jax.random.key(5),
+                            rows=(first, 12))  # fmt: skip
+        np.testing.assert_array_equal(part.responses, whole.responses[first : first + 4])
+    logits = jax.random.normal(jax.random.key(6), (64, TASK.vocab))
+    got = jnp.argmax(logits + jax.random.gumbel(jax.random.key(7), logits.shape), axis=-1)
+    assert bool(jnp.all(got == jax.random.categorical(jax.random.key(7), logits)))
