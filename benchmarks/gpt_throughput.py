@@ -4,8 +4,14 @@ For each preset (``jaxstale.models.gpt.PRESETS``) at the embedded corpus's conte
 vocabulary (83): one jitted, donated step of next-token cross-entropy with the language-model
 AdamW (``jaxstale.optimizers.adamw``: β2 0.95, decay on matrices, clipping), batch ``B``
 windows. Timings are interleaved across presets (every round times each once, in a rotating
-order) and the table gives the median step time, tokens per second ``B·T / step``, and XLA's
-flop count per token of the compiled step, which does not depend on the machine. ``gpu`` is
+order) and the table gives the median step time, tokens per second ``B·T / step``, the model
+FLOPs per token (``6N + 12·L·H·Q·T``, :func:`jaxstale.flops.gpt_flops_per_token`: the count MFU
+is defined by), the FLOP/s achieved at that count and the MFU where the device's peak is known
+(:data:`jaxstale.flops.PEAK_FLOPS`; a CPU's is not), and XLA's flop count of the compiled step
+for comparison — not a model-FLOPs figure: it counts every HLO op as compiled (the softmax,
+norms and optimizer too: ≈ 1.2 × 6N on the CPU), and on a GPU the cuBLAS / cuDNN custom calls
+not at all (the H200 run's gpu preset: 24.9 M per token against a model count of 0.5 G). The
+float32 step's peak is TF32's on an NVIDIA GPU (XLA's default matmul precision there). ``gpu`` is
 listed with its parameter count and step flops but not run (``--run-gpu`` runs it too: on a CPU
 a step takes seconds). The run also reports the ratio of the cpu preset's step to the tiny one's
 measured in the same rounds.
@@ -31,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks._timing import interleaved
-from jaxstale import losses, models, optimizers
+from jaxstale import flops, losses, models, optimizers
 from jaxstale.models.gpt import PRESETS, gpt_param_count
 
 CONTEXT, VOCAB = 64, 83
@@ -90,15 +96,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         r["carry"] = tuple(carry)
     times = interleaved(runs, args.rounds, args.steps)
     tokens = args.batch_size * CONTEXT
+    kind = jax.devices()[0].device_kind
+    precision = "tf32" if jax.default_backend() == "gpu" else "float32"
     rows = []
     for p, kw in sized.items():
         n = gpt_param_count(CONTEXT, VOCAB, layers=kw["layers"], width=kw["width"])
-        row = {"preset": p, **kw, "params": n}
+        model_flops = flops.gpt_flops_per_token(
+            layers=kw["layers"], width=kw["width"], heads=kw["heads"], context=CONTEXT, vocab=VOCAB
+        )
+        row = {"preset": p, **kw, "params": n, "model_flops_per_token": model_flops}
         if p in runs:
             ms = 1e3 * statistics.median(times[p])
+            tps = tokens / (ms / 1e3)
             row |= {"compile_s": round(runs[p]["compile_s"], 1), "step_ms": round(ms, 1),
                     "tokens_per_s": round(tokens / (ms / 1e3)),
-                    "flops_per_token": round(runs[p]["flops"] / tokens)}  # fmt: skip
+                    "flops_per_token": round(runs[p]["flops"] / tokens),
+                    "achieved_gflops": round(tps * model_flops / 1e9, 2),
+                    "mfu": flops.mfu(tps, model_flops, kind, precision)}  # fmt: skip
         rows.append(row)
     ratio = (
         statistics.median(c / t for c, t in zip(times["cpu"], times["tiny"], strict=True))
@@ -111,15 +125,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"{args.rounds} interleaved rounds × {args.steps} steps.",
         "",
         "| preset | blocks × width | parameters | compile (s) | step ms (median) | tokens/s | "
-        "XLA flops / token |",
-        "|---|---|---|---|---|---|---|",
+        "model FLOPs / token (6N + attention) | GFLOP/s at that count | MFU | "
+        "XLA's flops / token (for comparison) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         cells = [str(r.get(k, "not run")) for k in ("compile_s", "step_ms", "tokens_per_s")]
-        flops = r.get("flops_per_token", "not run")
+        got = r.get("achieved_gflops", "not run")
+        m = r.get("mfu")
+        util = (
+            "not run" if "step_ms" not in r else ("– (peak unknown)" if m is None else f"{m:.1%}")
+        )
         lines.append(
             f"| {r['preset']} | {r['layers']} × {r['width']} | {r['params']:,} | "
-            f"{' | '.join(cells)} | {flops} |"
+            f"{' | '.join(cells)} | {r['model_flops_per_token']:,} | {got} | {util} | "
+            f"{r.get('flops_per_token', 'not run')} |"
         )
     if ratio is not None:
         lines += ["", f"cpu step / tiny step, same rounds (median): {ratio:.2f}."]

@@ -5,7 +5,7 @@ the 6·N per token of a dense model's forward and backward over its matrices."""
 import pytest
 
 from benchmarks import gpt_throughput
-from jaxstale import models
+from jaxstale import flops, models
 
 
 @pytest.mark.slow  # 30 s: two GPT steps compiled and timed
@@ -17,5 +17,11 @@ def test_quick_rows_count_parameters_and_flops(tmp_path):
         model = models.create(f"gpt-{p}", input_shape=(64,), num_classes=83)
         assert rows[p]["params"] == models.param_count(model)
         assert rows[p]["tokens_per_s"] > 0 and rows[p]["flops_per_token"] > 6 * rows[p]["params"]
+        want = flops.gpt_flops_per_token(**{k: rows[p][k] for k in ("layers", "width", "heads")},
+                                         context=64, vocab=83)  # fmt: skip
+        assert rows[p]["model_flops_per_token"] == want and rows[p]["mfu"] is None  # a CPU
+        assert rows[p]["achieved_gflops"] == pytest.approx(
+            rows[p]["tokens_per_s"] * want / 1e9, rel=1e-3)  # fmt: skip
     assert rows["gpu"]["params"] == 85_232_723 and out["ratio"] > 1
+    assert "| MFU |" in out["table"] and "– (peak unknown)" in out["table"]
     assert not (tmp_path / "gpt_throughput.md").exists()  # --quick writes no result
