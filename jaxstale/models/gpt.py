@@ -38,6 +38,7 @@ from jaxstale.models.layers import _host_normal
 from jaxstale.models.staged import StagedModel
 
 __all__ = [
+    "DTYPES",
     "PRESETS",
     "GPTBlock",
     "gpt",
@@ -70,9 +71,16 @@ PRESETS: dict[str, dict[str, int]] = {
 }
 
 
-def _dense(d_in: int, d_out: int, rngs: nnx.Rngs, gain: float = 1.0) -> nnx.Linear:
+#: the compute precisions of :func:`gpt` (``dtype=``): float32 everywhere, or bfloat16 matrix
+#: products with float32 weights, norms, softmax, residual stream and logits
+DTYPES = ("float32", "bfloat16")
+
+
+def _dense(
+    d_in: int, d_out: int, rngs: nnx.Rngs, gain: float = 1.0, dtype: Any = None
+) -> nnx.Linear:
     init = _init if gain == 1.0 else _host_normal(gain)
-    return nnx.Linear(d_in, d_out, kernel_init=init, rngs=rngs)
+    return nnx.Linear(d_in, d_out, kernel_init=init, rngs=rngs, dtype=dtype)
 
 
 def _check_ids(x: Any, vocab: int) -> None:
@@ -109,6 +117,7 @@ class GPTBlock(nnx.Module):
         head: bool,
         layers: int,
         rngs: nnx.Rngs,
+        dtype: Any = None,
     ) -> None:
         if width % heads:
             raise ValueError(f"gpt: width {width} is not a multiple of heads {heads}")
@@ -121,14 +130,14 @@ class GPTBlock(nnx.Module):
                 _host_normal(std2 * context)(rngs.params(), (context, width))
             )
         self.ln1 = nnx.LayerNorm(width, rngs=rngs)
-        self.qkv = _dense(width, 3 * width, rngs)
-        self.proj = _dense(width, width, rngs, gain=1.0 / (2 * layers))  # residual scaling
+        self.qkv = _dense(width, 3 * width, rngs, dtype=dtype)
+        self.proj = _dense(width, width, rngs, 1.0 / (2 * layers), dtype)  # residual scaling
         self.ln2 = nnx.LayerNorm(width, rngs=rngs)
-        self.up = _dense(width, 4 * width, rngs)
-        self.down = _dense(4 * width, width, rngs, gain=1.0 / (2 * layers))
+        self.up = _dense(width, 4 * width, rngs, dtype=dtype)
+        self.down = _dense(4 * width, width, rngs, 1.0 / (2 * layers), dtype)
         if head:
             self.ln_f = nnx.LayerNorm(width, rngs=rngs)
-            self.out = _dense(width, vocab, rngs)
+            self.out = _dense(width, vocab, rngs, dtype=dtype)
 
     def _attend(self, x: jax.Array) -> jax.Array:
         b, t, d = x.shape
@@ -138,7 +147,7 @@ class GPTBlock(nnx.Module):
         scores = (q @ k.transpose(0, 1, 3, 2)) / math.sqrt(d // h)
         causal = jnp.tril(jnp.ones((t, t), bool))
         scores = jnp.where(causal, scores.astype(jnp.float32), -jnp.inf)
-        att = jax.nn.softmax(scores, axis=-1).astype(x.dtype)
+        att = jax.nn.softmax(scores, axis=-1).astype(v.dtype)  # float32 softmax
         return self.proj((att @ v).transpose(0, 2, 1, 3).reshape(b, t, d))
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -154,7 +163,7 @@ class GPTBlock(nnx.Module):
         x = x + self._attend(self.ln1(x))
         x = x + self.down(jax.nn.gelu(self.up(self.ln2(x))))
         if self.head:
-            x = self.out(self.ln_f(x))
+            x = self.out(self.ln_f(x)).astype(jnp.float32)  # float32 logits, loss
         return x
 
 
@@ -166,9 +175,17 @@ def gpt(
     width: int = 64,
     heads: int = 4,
     seed: int = 0,
+    dtype: str = "float32",
 ) -> StagedModel:
     """A GPT of ``layers`` blocks for sequences of up to ``context`` ids over ``vocab`` (see the
-    module docstring); the same ``seed`` gives the same weights.
+    module docstring); the same ``seed`` gives the same weights, whatever ``dtype``.
+
+    ``dtype="bfloat16"``: mixed precision — the matrix products (q/k/v, the attention's two,
+    the projection, the MLP, the head) compute in bfloat16 from float32 weights (the master
+    copy: optimizer state, version buffers and gradients stay float32, the gradient of the
+    cast is the cast back); the embeddings, layer norms (float32 statistics), the softmax, the
+    residual stream and the logits stay float32, so the loss and its reductions are float32.
+    Saved activations of the products are bfloat16: half the backward residuals' bytes.
 
     Example:
         >>> import jax.numpy as jnp
@@ -179,6 +196,9 @@ def gpt(
     for name, v in (("context", context), ("vocab", vocab), ("layers", layers)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"gpt: {name} must be a positive int, got {v!r}")
+    if dtype not in DTYPES:
+        raise ValueError(f"gpt: dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    compute = jnp.bfloat16 if dtype == "bfloat16" else None
     rngs = nnx.Rngs(seed)
     return StagedModel(
         [
@@ -191,6 +211,7 @@ def gpt(
                 head=i == layers - 1,
                 layers=layers,
                 rngs=rngs,
+                dtype=compute,
             )
             for i in range(layers)
         ]

@@ -143,3 +143,34 @@ def test_gpt2_small_has_gpt2s_shape_whatever_the_data_and_splits_unevenly():
         models.create("gpt2-small", input_shape=(2048,), num_classes=83)
     with pytest.raises(ValueError, match="the data has 64 and 60,000"):
         models.create("gpt2-small", input_shape=(64,), num_classes=60_000)
+
+
+def test_bfloat16_computes_the_products_in_bf16_and_keeps_float32_weights_and_loss():
+    """Mixed precision: the same float32 weights (the master copy), bf16 matrix products,
+    float32 logits; the loss and the gradient within bf16's rounding of float32's."""
+    from jaxstale import losses
+
+    x = jnp.asarray(np.random.default_rng(0).integers(0, 50, (4, 16)), jnp.int32)
+    got = {}
+    for dt in ("float32", "bfloat16"):
+        f = models.functional(gpt(16, 50, layers=2, width=32, heads=2, dtype=dt))
+        run = lambda p, f=f: f.apply(p, f.state, x, True)[0]
+        loss = lambda p, run=run: losses.cross_entropy(run(p), x)
+        got[dt] = (f.params, run(f.params), *jax.value_and_grad(loss)(f.params))
+        text = str(jax.make_jaxpr(run)(f.params))
+        assert ("bf16" in text) == (dt == "bfloat16"), dt
+    (p32, _, l32, g32), (p16, y16, l16, g16) = got["float32"], got["bfloat16"]
+    assert all(
+        bool(jnp.all(a == b))
+        for a, b in zip(jax.tree.leaves(p32), jax.tree.leaves(p16), strict=True)
+    )
+    assert y16.dtype == jnp.float32 and {str(a.dtype) for a in jax.tree.leaves(g16)} == {"float32"}
+    assert abs(float(l16 - l32)) < 1e-2
+    num = sum(
+        float(jnp.sum((a - b) ** 2))
+        for a, b in zip(jax.tree.leaves(g32), jax.tree.leaves(g16), strict=True)
+    )
+    den = sum(float(jnp.sum(a**2)) for a in jax.tree.leaves(g32))
+    assert (num / den) ** 0.5 < 0.05  # bf16's 8 mantissa bits: ~1 % here
+    with pytest.raises(ValueError, match="dtype must be one of float32, bfloat16"):
+        gpt(16, 50, layers=1, width=32, heads=2, dtype="float16")
