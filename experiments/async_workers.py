@@ -103,6 +103,7 @@ from .grids import (
     grid_seeds,
     tune_seeds,
 )
+from .precision import gpt_kw
 from .presets import PRESETS
 
 EXPERIMENT = "async_workers"
@@ -348,7 +349,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
         apply, ps, ss, xs, ys = lanes_for(
             ds,
             cfg["model"],
-            cfg["model_kw"],
+            {**cfg["model_kw"], **gpt_kw(cfg)},
             b,
             [(k["seed"], s) for k, s in zip(part, scheds, strict=True)],
         )

@@ -31,7 +31,7 @@ import optax
 
 from jaxstale import data, delays, models, tasks, text, train
 
-from . import runs
+from . import precision, runs
 from .grids import confirm_selected, extend_grid
 
 __all__ = [
@@ -308,7 +308,7 @@ def open_folder(
     # the lab's run-folder package (grouping, fingerprints) counts as experiment code: it left
     # the library, whose files are source_sha
     code = runs.code_fingerprint(
-        modules=(module, sys.modules[__name__], config_module, runs),
+        modules=(module, sys.modules[__name__], config_module, runs, precision),
         sources=[*user_sources(cfg), *sources],
         data=[digest] if digest else [],
     )
@@ -339,7 +339,7 @@ def opened(
     One experiment keeps one config: a dataset can be large."""
     last = _OPENED.get(experiment)
     if fresh or last is None or last[0] != config:
-        cfg, ds = prepare(config)
+        cfg, ds = precision.prepared(experiment, prepare, config)  # with its precision
         folder = open_folder(experiment, cfg, config, module, ds, sources)
         _OPENED[experiment] = (config, (cfg, ds, folder))
     return _OPENED[experiment][1]

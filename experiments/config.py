@@ -267,6 +267,13 @@ class Base:
         "reuse finished cells of --out even if they were computed under different code",
         run_id=False,
     )
+    precision: str = opt(
+        "float32",
+        "a GPT's compute precision: bf16 = bfloat16 matrix products from float32 master "
+        "weights (optimizer state, weight versions, loss and norms float32); its own run folder",
+        choices=("float32", "bf16"),
+        kind="precision",
+    )
     checkpoint_every: int | None = opt(
         None,
         "save a group of runs every K updates in the run folder (orbax); a killed sweep "

@@ -77,6 +77,7 @@ from .config import (
     eval_every,
     opt,
 )
+from .precision import gpt_kw
 from .throughput import lm_throughput, log_throughput
 
 EXPERIMENT = "constant_delay"
@@ -220,6 +221,7 @@ class _Runner:
             num_classes=self.ds.num_classes,
             seed=seed,
             task=self.ds.task,
+            **gpt_kw(self.cfg),
         )
         return models.functional_stages(m, n)
 

@@ -101,6 +101,7 @@ from .config import (
     seed_mode_opt,
 )
 from .grids import EXTEND_HELP, edge_limit, extend_grid
+from .precision import gpt_kw
 
 EXPERIMENT = "delay_cliff"
 DEFAULT_METHODS = ("asgd", "sa-asgd", "dc-asgd-a", "gap-aware")
@@ -233,7 +234,7 @@ def _run_group(cfg: dict[str, Any], ds: data.Dataset, keys: list[dict]) -> list[
     apply, ps, ss, xs, ys = lanes_for(
         ds,
         cfg["model"],
-        cfg["model_kw"],
+        {**cfg["model_kw"], **gpt_kw(cfg)},
         b,
         [(k["seed"], s) for k, s in zip(keys, scheds, strict=True)],
     )

@@ -312,7 +312,7 @@ class _Runner:
         for i, k in enumerate(keys):
             net = models.create(
                 k0["model"], input_shape=tuple(ds.x_train.shape[1:]),
-                num_classes=ds.num_classes, seed=k["seed"], task=ds.task,
+                num_classes=ds.num_classes, seed=k["seed"], task=ds.task, **common.gpt_kw(cfg),
             )  # fmt: skip
             inits.append(models.functional(net))
             idx[i] = data.batch_indices(

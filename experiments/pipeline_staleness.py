@@ -85,7 +85,15 @@ from jaxstale import data, loop, models, optimizers, pipeline, schedules, tasks
 from jaxstale.pipeline.program import recompute_refusal
 
 from . import common, grids, memory, reports, runs
-from .common import chance, load_checked, opened, outcome, seed_mode, splits, task_of
+from .common import (
+    chance,
+    load_checked,
+    opened,
+    outcome,
+    seed_mode,
+    splits,
+    task_of,
+)
 from .config import (
     EVAL_HELP,
     Base,
@@ -98,6 +106,7 @@ from .config import (
     seed_mode_opt,
 )
 from .pipeline_tables import EDGE_BY, make_table
+from .precision import gpt_kw
 from .reports import at_selected, metric_vs_figure
 from .throughput import lm_throughput, log_throughput
 
@@ -286,7 +295,7 @@ class _Runner:
         self.computed = 0  # runs computed by this process
 
     def _create(self, name: str, seed: int) -> Any:
-        kw = self.cfg["model_kw"].get(name, {})
+        kw = {**self.cfg["model_kw"].get(name, {}), **gpt_kw(self.cfg)}
         return models.create(
             name,
             input_shape=self.shape,
