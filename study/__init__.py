@@ -6,7 +6,7 @@ one **primary** comparison and the paper's effect rescaled to this task (``Claim
 ``Claim.expected``); every other comparison, trend ("as M grows") and condition (one rate,
 raw inputs) is **secondary**: a short declared list (``Claim.secondaries``, corrected
 together by Holm) qualifies the verdict, the rest is exploratory, set-up checks are printed
-beside it. The verdict (:func:`~study.verdicts.decide`) is **held**, **held with reversals**
+beside it. The verdict (:func:`~study.decisions.decide`) is **held**, **held with reversals**
 (a declared secondary reversed, named), **suggestive** / **doubtful** (the primary within noise,
 a declared secondary for / against the claim), **within noise** (nothing beyond noise though the
 effect was detectable), **untestable here** (the primary's minimum detectable effect at 80 %
@@ -79,13 +79,13 @@ from .core import (
     selected,
     trend,
 )
+from .decisions import LABELS, Decision, decide
 from .figures import copy_figure, forest_figure, save_png
 from .language import regime
 from .pipeline import judge_cliff, judge_moonshot_pipeline, judge_pipeline, judge_pipeline_adam
 from .protocol import declared_line, headline_lines, protocol_lines
 from .provenance import Snapshot
 from .registry import CLAIMS, claim, expected_line
-from .verdicts import LABELS, Decision, decide
 
 __all__ = [
     "CLAIMS",

@@ -15,7 +15,7 @@ from experiments import runs
 from experiments.grids import never_trains
 from jaxstale import tasks
 
-from . import verdicts
+from . import decisions, verdicts
 from .verdicts import Diff
 
 
@@ -31,7 +31,7 @@ class Verdict:
     #: what qualifies the verdict without changing it (a primary arm whose selected rate is
     #: still at its grid's edge: the primary is a bound); "" when nothing does
     caveat: str = ""
-    #: the set-up checks, whichever way they point (:func:`~study.verdicts.setup_summary`)
+    #: the set-up checks, whichever way they point (:func:`~study.decisions.setup_summary`)
     setup: str = ""
     #: a comparative claim's primary, its minimum detectable effect and the expected effect
     #: (the headline table's numbers); None for a threshold check or a moonshot
@@ -103,7 +103,7 @@ class Claim:
     the number comes from; ``expected_abs``: ``expected`` is already in the primary's unit (a
     fraction of accuracy, or nats), not relative to the reference arm's error (a language
     model's gap in nats, whose papers report it absolute). ``judge`` returns
-    :class:`Evidence` (verdict by :func:`~study.verdicts.decide`) or, for a
+    :class:`Evidence` (verdict by :func:`~study.decisions.decide`) or, for a
     threshold check or a moonshot, a :class:`Verdict`."""
 
     id: str
@@ -125,7 +125,7 @@ class Claim:
     expected_estimate: bool = False
     #: the short pre-declared list of secondaries (label prefixes): the only ones corrected
     #: together (Holm) and allowed to qualify the verdict; other labels are exploratory, labels
-    #: starting "set-up check" are reported beside the verdict (:func:`verdicts.partition`)
+    #: starting "set-up check" are reported beside the verdict (:func:`decisions.partition`)
     secondaries: tuple[str, ...] = ()
 
     def expected_points(self, primary: Diff, ev: Evidence | None = None) -> float:
@@ -155,9 +155,9 @@ class Claim:
             return Verdict("not run", "\n".join(lines), ev.tables, ev.figures)
         p = ev.primary
         expected = self.expected_points(p, ev)
-        secondary, repeats = verdicts.distinct(p, ev.secondary)
-        declared, exploratory, checks = verdicts.partition(secondary, self.secondaries)
-        d = verdicts.decide(p, declared, expected)
+        secondary, repeats = decisions.distinct(p, ev.secondary)
+        declared, exploratory, checks = decisions.partition(secondary, self.secondaries)
+        d = decisions.decide(p, declared, expected)
         over = " (mean over the trend's points)" if p.what else ""
         scale = (
             "from this task's runs"
@@ -221,7 +221,7 @@ class Claim:
             if passes and d.label.startswith("held"):
                 headline = f"untestable here (no assay sensitivity: {c.b} passes the same test)"
         lines += ev.notes
-        setup = verdicts.setup_summary(checks)
+        setup = decisions.setup_summary(checks)
         return Verdict(headline, "\n".join(lines), ev.tables, ev.figures, caveat, setup, p,
                        d.mde, expected)  # fmt: skip
 

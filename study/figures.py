@@ -24,7 +24,8 @@ import numpy as np
 from experiments import runs
 
 from .core import Claim, Evidence
-from .verdicts import Diff, partition
+from .decisions import partition
+from .verdicts import Diff
 
 __all__ = ["COLORS", "copy_figure", "forest_figure", "forest_items", "save_png", "x_range"]
 

@@ -9,9 +9,10 @@ from experiments.reports import MIN_PAIRS
 
 from . import headline
 from .core import Claim, Context, Verdict
+from .decisions import LABELS
 from .language import MARGIN
 from .registry import CLAIMS
-from .verdicts import ALPHA, LABELS
+from .verdicts import ALPHA
 
 __all__ = ["declared_line", "headline_lines", "protocol_lines"]
 

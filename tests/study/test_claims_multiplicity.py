@@ -8,7 +8,8 @@ import pytest
 
 import study as claims
 from study.core import Claim, Evidence
-from study.verdicts import Diff, corrected, holm, partition, setup_summary
+from study.decisions import corrected, holm, partition, setup_summary
+from study.verdicts import Diff
 
 
 def _d(values, a="a"):
@@ -16,7 +17,7 @@ def _d(values, a="a"):
 
 
 def _like(d, a):
-    """The same numbers for another arm (not a repeat of ``d``: :func:`verdicts.distinct`)."""
+    """The same numbers for another arm (not a repeat of ``d``: :func:`decisions.distinct`)."""
     return Diff(a, d.b, d.values, d.itt, b_error=d.b_error)
 
 

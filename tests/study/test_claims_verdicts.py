@@ -471,7 +471,7 @@ def test_every_seed_diverged_in_one_arm_is_untestable_with_the_itt_companion_sho
 
 
 def test_distinct_drops_a_comparison_of_the_same_runs_and_says_which_it_repeats():
-    from study.verdicts import distinct
+    from study.decisions import distinct
 
     a, b, c = _d([0.01, 0.02, 0.03]), _d([0.01, 0.02, 0.04]), _d([-0.05, -0.04, -0.06])
     other = dataclasses.replace(b, a="another arm")  # the same numbers, other runs: kept
