@@ -270,7 +270,8 @@ class Base:
     precision: str = opt(
         "float32",
         "a GPT's compute precision: bf16 = bfloat16 matrix products from float32 master "
-        "weights (optimizer state, weight versions, loss and norms float32); its own run folder",
+        "weights (optimizer state, weight versions, loss and norms float32; a GPT's experiments, "
+        "not async_bn); its own run folder",
         choices=("float32", "bf16"),
         kind="precision",
     )

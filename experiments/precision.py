@@ -7,7 +7,10 @@ from collections.abc import Mapping
 from typing import Any
 
 #: the experiments whose models honour ``--precision bf16`` (the GPT's ``dtype``)
-MIXED = ("async_workers", "constant_delay", "delay_cliff", "local_sgd", "pipeline_staleness")
+MIXED = (
+    "async_workers", "constant_delay", "delay_cliff", "local_sgd", "pipeline_staleness",
+    "sync_baseline",
+)  # fmt: skip
 
 
 def gpt_kw(cfg: Mapping[str, Any]) -> dict[str, Any]:

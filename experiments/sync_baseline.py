@@ -80,6 +80,7 @@ from .common import (
 )
 from .config import Base, check_memory, check_model, cli, opt
 from .grids import EXTEND_HELP, PEAK_LRS, TUNE_HELP, edge_limit, grid_seeds, tune_seeds
+from .precision import gpt_kw
 from .reports import edge_notes, tuned_tables, tuning_note
 
 EXPERIMENT = "sync_baseline"
@@ -368,6 +369,7 @@ def run(config: Config) -> list[dict[str, Any]]:
         chance=chance(ds),
         confirm_seeds=cfg["seeds"],
         task=task_of(ds),
+        **({"model_kwargs": kw} if (kw := gpt_kw(cfg)) else {}),
     )
 
 
