@@ -40,7 +40,7 @@ def with_precision(experiment: str, cfg: dict[str, Any], config: Any) -> dict[st
         raise ConfigError(
             "precision",
             f"bf16 is a GPT's compute precision (bfloat16 products, float32 weights); "
-            f"{', '.join(bad)} computes in float32",
+            f"{', '.join(bad)} {'computes' if len(bad) == 1 else 'compute'} in float32",
         )
     return {**cfg, "precision": p}
 

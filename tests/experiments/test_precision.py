@@ -34,7 +34,7 @@ def test_bf16_runs_the_gpt_in_its_own_folder_near_float32(tmp_path):
             ["--dataset", "digits", "--model", "mlp", "--precision", "bf16"],
             "mlp computes in float32",
         ),
-        (sync_baseline.main, ["--precision", "bf16"], "mlp computes in float32"),
+        (sync_baseline.main, ["--precision", "bf16"], "mlp, cnn compute in float32"),
         (async_bn.main, ["--precision", "bf16"], "async_bn computes in float32 only"),
     ],
 )
