@@ -228,6 +228,10 @@ def validate(cfg: Any) -> None:
 ACCURACY_TARGET, LOSS_TARGET = 0.95, 2.0
 
 
+#: why a text takes no --standardize: its inputs are token ids
+_TOKENS = "a text's inputs are token ids: there is nothing to standardise (leave it out)"
+
+
 @dataclass(frozen=True)
 class Base:
     """The fields every experiment shares. ``None`` means "the experiment's default" (which
@@ -285,6 +289,8 @@ class Base:
 
     def __post_init__(self) -> None:
         validate(self)
+        if self.text and self.standardize != "feature":
+            raise ConfigError("standardize", _TOKENS)
         if self.target is not None and self.target > 1 and not self.text:
             raise ConfigError("target", f"an accuracy must be in (0, 1], got {self.target}")
         if self.out is not None and not self.out.strip():
@@ -416,7 +422,10 @@ def from_argv(
     p = parser(cls, description)
     ns = p.parse_args(argv)
     with usage_errors(p):
-        return cls(**vars(ns)), p
+        config = cls(**vars(ns))
+        if "standardize" in vars(ns) and getattr(config, "text", False):  # given, even the default
+            raise ConfigError("standardize", _TOKENS)
+        return config, p
     raise AssertionError("not reached")  # pragma: no cover (p.error exits)
 
 

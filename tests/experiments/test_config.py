@@ -125,3 +125,17 @@ def test_memory_is_the_least_of_the_machine_and_the_process_limits(monkeypatch):
     assert machine_memory() == min(ram, 3 << 30)
     with pytest.raises(ConfigError, match="this process may use"):
         check_memory({"steps": 4 << 30})
+
+
+def test_standardize_on_a_text_is_one_line_even_at_its_default(capsys):
+    from experiments import constant_delay
+
+    for value in ("feature", "none"):
+        with pytest.raises(SystemExit) as e:
+            constant_delay.main(["--dataset", "shakespeare", "--standardize", value])
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "argument --standardize: a text's inputs are token ids" in err
+    with pytest.raises(ConfigError, match="token ids"):
+        constant_delay.Config(dataset="shakespeare", standardize="none")
+    constant_delay.Config(dataset="shakespeare")  # left out: fine
