@@ -79,6 +79,7 @@ from jaxstale.transforms.outer import cgad, delayed_nesterov, staleness_weight
 from . import common, grids, memory, reports, runs
 from .common import chance, group_clock, load_checked, opened, outcome, splits, task_of, title
 from .config import Base, ConfigError, check_memory, check_model, cli, flag, opt, refuse_unused
+from .precision import gpt_kw
 
 EXPERIMENT = "local_sgd"
 METHODS = (
@@ -312,7 +313,7 @@ class _Runner:
         for i, k in enumerate(keys):
             net = models.create(
                 k0["model"], input_shape=tuple(ds.x_train.shape[1:]),
-                num_classes=ds.num_classes, seed=k["seed"], task=ds.task, **common.gpt_kw(cfg),
+                num_classes=ds.num_classes, seed=k["seed"], task=ds.task, **gpt_kw(cfg),
             )  # fmt: skip
             inits.append(models.functional(net))
             idx[i] = data.batch_indices(

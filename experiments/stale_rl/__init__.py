@@ -9,7 +9,8 @@ does the largest stable rate fall with ``τ``? (The published answers are at 0.5
 M2PO, arXiv 2510.01161; VCPO, arXiv 2602.17616; PipelineRL, arXiv 2509.19128.)
 
 Task and learner (:mod:`experiments.stale_rl.learner`): reverse 8 symbols of 16
-(:class:`jaxstale.rl.Reverse`, per-character reward in [0, 1]; a uniform policy scores 1/16) with
+(:class:`jaxstale.rl.Reverse`, per-character reward in [0, 1]; a uniform policy over its 17
+ids scores 1/17) with
 a 2-block GPT (``gpt-tiny``, 27 k parameters) from a supervised start of 30 AdamW steps (shared
 by every run, cached in the run folder as ``start.npz``, its digest in every row); then 300
 GRPO updates of 16 prompts × 8 responses, Adam at rate η, one gradient step per batch, the
@@ -276,6 +277,8 @@ def _run_group(cfg: dict[str, Any], folder: runs.RunFolder, keys: list[dict]) ->
             first = div // every + 1  # a trained run's
             val[first:], test[first:] = math.nan, math.nan
         seg = lambda name: out[name][i].reshape(-1, every).mean(axis=1)
+        upto = div if div >= 0 else cfg["steps"]  # the diagnostics of the applied updates
+        mean = lambda name: float(np.mean(out[name][i][:upto])) if upto else None
         metrics = [
             {"step": e * every, "val_reward": _num(val[e]), "test_reward": _num(test[e])}
             for e in range(len(val))
@@ -283,6 +286,8 @@ def _run_group(cfg: dict[str, Any], folder: runs.RunFolder, keys: list[dict]) ->
         for e, (tr, cl, ess, kl) in enumerate(
             zip(seg("train"), seg("clipped"), seg("ess"), seg("kl"), strict=True)
         ):
+            if div >= 0 and (e + 1) * every > div:  # a segment with updates not applied
+                continue
             metrics[e + 1].update(
                 train_reward=float(tr), clipped=float(cl), ess=float(ess), kl=float(kl)
             )
@@ -296,10 +301,10 @@ def _run_group(cfg: dict[str, Any], folder: runs.RunFolder, keys: list[dict]) ->
                     "diverged": div >= 0,
                     "diverged_step": div if div >= 0 else None,
                     "mean_staleness": float(taus.mean()),
-                    "clipped": float(np.mean(out["clipped"][i])),
-                    "kept": float(np.mean(out["kept"][i])),
-                    "ess": float(np.mean(out["ess"][i])),
-                    "kl": float(np.mean(out["kl"][i])),
+                    "clipped": mean("clipped"),
+                    "kept": mean("kept"),
+                    "ess": mean("ess"),
+                    "kl": mean("kl"),
                     "start_digest": digest,
                     "updates": cfg["steps"],
                     "wall_s": wall,

@@ -3,7 +3,8 @@ r"""The learner of ``stale_rl``: a supervised start, then GRPO on rollouts from 
 **Supervised start.** From the model's initial weights, ``sup_steps`` AdamW steps of teacher
 forced cross-entropy on the task's correct responses (batches of 64 prompts): short enough that
 the policy is partly right (the reverse task's reward ≈ 0.4 at 30 steps, where a uniform policy
-scores ``1 / symbols``), so reinforcement learning has most of the way still to go.
+over the vocabulary — the symbols and the separator — scores ``1 / (symbols + 1)``), so
+reinforcement learning has most of the way still to go.
 
 **One update** ``t`` (every lane the same program; lanes are (learning rate, seed) pairs run
 under ``jax.vmap``):
@@ -113,7 +114,7 @@ def schedule(delay: str, tau: int, steps: int, length: int) -> np.ndarray:
     * ``gamma``: ``τ + 1`` samplers with Gamma-distributed generation times
       (:func:`jaxstale.delays.gamma_timed`, seed 0), the finisher's rollout trained next: each
       update's staleness is its schedule's (mean ≈ ``τ``), the same for every position;
-    * ``stragglers``: the same with a quarter of the samplers 4× slower.
+    * ``stragglers``: the same with a quarter of the samplers (at least one) 4× slower.
     """
     t = np.arange(steps)[:, None]
     if delay == "constant":
@@ -124,7 +125,9 @@ def schedule(delay: str, tau: int, steps: int, length: int) -> np.ndarray:
         return np.minimum(prof[None, :], t).astype(np.int32)
     if delay in ("gamma", "stragglers"):
         kw = (
-            {"straggler_fraction": 0.25, "straggler_slowdown": 4.0} if delay == "stragglers" else {}
+            {"straggler_fraction": max(0.25, 1 / (tau + 1)), "straggler_slowdown": 4.0}
+            if delay == "stragglers"
+            else {}
         )
         s = delays.gamma_timed(tau + 1, steps, batch_size=1, seed=0, **kw)
         return np.repeat(np.asarray(s.staleness, np.int32)[:, None], length, axis=1)
@@ -176,7 +179,8 @@ def make_train(
     first at update 0), ``train`` (each update's mean rollout reward), ``clipped``, ``kept``,
     ``weight`` (the correction's :class:`~jaxstale.rl.Stats`), ``ess`` (ESS / n of the
     sequences' weights), ``kl`` (``E_b[log b − log π]`` over the response ids), ``diverged``
-    (the first update whose loss was not finite, or −1).
+    (the first update whose loss or gradient was not finite, or −1: that update and every
+    later one are not applied, so the weights stay those of the last good update).
 
     ``mesh`` (a ``"data"`` axis of ``D`` devices): the samplers on the axis, each generating
     ``n / D`` of the update's responses from its own copy of the version buffer (with those
@@ -226,7 +230,8 @@ def make_train(
                 u, _ = scale_by.update(u, scale_by.init(p), ess_ratio=ess)
             elif rule == "staleness":
                 u, _ = scale_by.update(u, scale_by.init(p), staleness=jnp.mean(taus))
-            bad = dead | ~jnp.isfinite(value)
+            finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(g)]))
+            bad = dead | ~jnp.isfinite(value) | ~finite
             new = jax.tree.map(lambda a, b: jnp.where(bad, a, a - lr * b), p, u)
             o2 = jax.tree.map(lambda a, b: jnp.where(bad, a, b), o, o2)
             rec = {

@@ -81,6 +81,9 @@ def make_table(
     cliff, stable, best = stability(rows, cfg)
     ref = reference(rows, selected)
     at = lambda g: _of(rows, arm=g[0], delay=g[1], tau=g[2], lr=selected.get(g))
+    # the differences read every seed, a diverged one at chance (paired_difference leaves out
+    # the rows marked diverged: these copies are not)
+    itt = lambda picked: [{**r, "diverged": False} for r in picked]
     quick = " (**--quick: a smoke run, not a result**)" if cfg["quick"] else ""
     lines = [
         f"# stale_rl{quick}",
@@ -110,8 +113,10 @@ def make_table(
             for t in taus:
                 g = (arm, delay, t)
                 pick = at(g)
+                k = sum(bool(r.get("diverged")) for r in pick)
+                mark = f" [{k}/{len(pick)} div., at chance]" if k else ""
                 cells.append(
-                    f"{format_ci([r[TEST] for r in pick])} @ {selected[g]:g}" if pick else "–"
+                    f"{format_ci([r[TEST] for r in pick])}{mark} @ {selected[g]:g}" if pick else "–"
                 )
             body.append([arm, *cells])
         lines += [runs.markdown_table(["arm", *(f"τ = {t}" for t in taus)], body), ""]
@@ -124,7 +129,7 @@ def make_table(
                 if not pick or not ref:
                     cells.append("–")
                     continue
-                m, h, _ = runs.paired_difference(pick, ref, value=TEST)
+                m, h, _ = runs.paired_difference(itt(pick), itt(ref), value=TEST)
                 mark = "" if not math.isfinite(h) else (" *" if abs(m) > h else "")
                 cells.append(
                     f"{100 * m:+.1f} ± {100 * h:.1f}{mark}"
@@ -162,7 +167,7 @@ def make_table(
                 if not pick:
                     cells.append("–")
                     continue
-                mean = lambda k: float(np.mean([r[k] for r in pick]))
+                mean = lambda k: float(np.mean([r[k] for r in pick if r.get(k) is not None]))
                 cells.append(
                     f"clip {100 * mean('clipped'):.0f} %, kept {100 * mean('kept'):.0f} %, "
                     f"ESS {mean('ess'):.2f}, KL {mean('kl'):.3f}"
@@ -201,6 +206,8 @@ def make_figures(
     cells framed."""
     from matplotlib.figure import Figure
 
+    floor = chance(cfg)  # a diverged run's final reward at chance, as in the table
+    rows = scored(scored(rows, VAL, floor), TEST, floor)
     ref_g = next((g for g in selected if g[2] == 0), None)
     series: dict[str, dict[str, list[Any]]] = {}
     for delay in cfg["delays"]:

@@ -181,10 +181,11 @@ def gpt(
     module docstring); the same ``seed`` gives the same weights, whatever ``dtype``.
 
     ``dtype="bfloat16"``: mixed precision — the matrix products (q/k/v, the attention's two,
-    the projection, the MLP, the head) compute in bfloat16 from float32 weights (the master
-    copy: optimizer state, version buffers and gradients stay float32, the gradient of the
-    cast is the cast back); the embeddings, layer norms (float32 statistics), the softmax, the
-    residual stream and the logits stay float32, so the loss and its reductions are float32.
+    the projection, the MLP and its GELU, the head) compute in bfloat16 from float32 weights
+    (the master copy: optimizer state, version buffers and gradients stay float32, the
+    gradient of the cast is the cast back); the embeddings, layer norms (float32 statistics),
+    the softmax and the residual stream stay float32, and the logits are cast to float32 after
+    the bfloat16 head (they carry its rounding), so the loss and its reductions are float32.
     Saved activations of the products are bfloat16: half the backward residuals' bytes.
 
     Example:

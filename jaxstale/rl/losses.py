@@ -307,7 +307,9 @@ def m2po(
 
 def ess_ratio(logp: Any, behav: Any, mask: Any = None) -> jax.Array:
     """VCPO's ``ρ = ESS / n``: the effective sample size ``(Σ w)² / (Σ w² + 1e-8)`` of the
-    sequences' importance weights ``w_i = exp(Σ_t log r_t)`` (unclipped), over their number.
+    sequences' importance weights ``w_i = exp(Σ_t log r_t)`` (not truncated; each sequence's
+    summed log-ratio clamped to ±20 before ``exp``, :data:`BOUND`, so ESS is overstated only
+    where several sequences pass e^20), over their number.
     1 on-policy; ``1 / n`` when one sequence carries all the weight."""
     lp = jnp.asarray(logp, jnp.float32)
     m = jnp.ones(lp.shape, jnp.float32) if mask is None else jnp.asarray(mask, jnp.float32)

@@ -10,7 +10,8 @@ everything before it. The reward is the fraction of response positions that are 
 
     R(p, y) = \frac{1}{L} \sum_{t=1}^{L} \mathbf 1[y_t = p_{L + 1 - t}] \in [0, 1],
 
-so a uniform policy scores ``1 / symbols`` in expectation and a correct one 1 (per-character
+so a uniform policy over the symbols scores ``1 / symbols`` in expectation (``1 / (symbols +
+1)`` over the whole vocabulary, the separator included) and a correct one 1 (per-character
 partial credit keeps the signal dense for group-relative advantages). :meth:`Reverse.targets`
 gives the correct responses, for a supervised start.
 

@@ -156,3 +156,29 @@ def test_the_mesh_is_checked_before_anything_runs():
     emulated = stale_rl.Config().resolved()
     assert "executor" not in emulated  # an emulated run's folder is the one it always was
     assert stale_rl.Config(executor="mesh", samplers=4).resolved()["samplers"] == 4
+
+
+def _hand_rows():
+    """On-policy 0.9 on 3 seeds; an arm at τ = 2 with 0.8, 0.8 and a diverged seed."""
+    rows = [{"arm": "reinforce", "delay": "constant", "tau": 0, "lr": 1e-3, "seed": s,
+             "final_val_reward": 0.9, "final_test_reward": 0.9, "diverged": False,
+             "start_val_reward": 0.4, "clipped": 0.0, "kept": 1.0, "ess": 1.0, "kl": 0.0}
+            for s in range(3)]  # fmt: skip
+    for s, v in enumerate((0.8, 0.8, None)):
+        rows.append({**rows[0], "arm": "is", "tau": 2, "seed": s, "final_val_reward": v,
+                     "final_test_reward": v, "diverged": v is None,
+                     **({"clipped": None, "kept": None, "ess": None, "kl": None} if v is None
+                        else {})})  # fmt: skip
+    return rows
+
+
+def test_a_diverged_seed_counts_at_chance_in_the_difference_and_the_figures_draw():
+    cfg = stale_rl.Config(arms=("is",), taus=(0, 2), lrs=(1e-3,), seeds=3, symbols=9).resolved()
+    table, selected, stable = tables.make_table(_hand_rows(), cfg)
+    # (0.8 − 0.9, 0.8 − 0.9, 0.1 − 0.9) / 3 = −0.333: the diverged seed is in, at chance 0.1
+    assert "| is | -33.3 ± " in table
+    assert "| is | 56.7 ± 100.4 [1/3 div., at chance] @ 0.001 |" in table
+    assert stable[(("is", "constant", 2), 1e-3)] is False
+    curves = [{**r, "_metrics": [{"step": 0, "val_reward": 0.4}]} for r in _hand_rows()]
+    figs = tables.make_figures(curves, cfg, selected, stable)
+    assert set(figs) == {"plot", "cliff"}

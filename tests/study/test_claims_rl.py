@@ -77,11 +77,11 @@ def test_a_collapsed_seed_counts_at_chance(tmp_path):
 
 
 def test_rl4_fits_the_slope_of_the_cliff_inside_the_grid(tmp_path):
-    # REINFORCE's cliff, the largest rate ≤ 8e-3/τ: τ = 2, 3, 4 at 4e-3, 2e-3, 2e-3 (inside
-    # the grid); τ = 8 at its smallest rate 1e-3 and τ = 16 none (left out of the fit)
+    # REINFORCE's cliff, the largest rate ≤ 8e-3/τ: τ = 2, 3, 4, 8 at 4e-3, 2e-3, 2e-3 and the
+    # grid's smallest 1e-3 (a measurement: the cliff is in [1e-3, 2e-3)); τ = 16 none (censored)
     _folder(tmp_path, "rl-stale", _rows(_world))
     v = rl.judge_law(core.Context(tmp_path, quick=False))
-    assert v.verdict == "held (slope -1.05)"  # least squares over (1, 1.58, 2) in log2 τ
+    assert v.verdict == "held (slope -0.94)"  # least squares over log2 τ = 1, 1.58, 2, 3
     assert rl.law_slope([(2, 4e-3), (4, 2e-3), (8, 1e-3)]) == pytest.approx(-1.0)
     assert "| reinforce |" in v.tables[0]
     flat = lambda arm, d, tau, lr: 0.94 if tau else _world(arm, d, tau, lr)
