@@ -33,7 +33,8 @@ program: vmapped lanes were 1.6× slower per lane on the CPU); the default grid 
 one rate, two seeds, 100 updates) about a minute.
 
 Outputs (run folder): rows (arm, delay, tau, lr, seed, final_val_reward, final_test_reward,
-mean_val_reward: the area under the validation curve, diverged, mean clipped / kept fraction,
+mean_val_reward / mean_test_reward: the areas under the curves (the mean over the evaluations
+after update 0: how fast a run learned), diverged, mean clipped / kept fraction,
 ESS/n, KL to the behaviour policy, cpu_s), table.md (test reward at the selected rate per arm ×
 τ, the difference to on-policy paired by seed, the stability cliff, the validation grid),
 plot.png (validation reward against update per τ, one line per arm), cliff.png (mean
@@ -297,6 +298,7 @@ def _run_group(cfg: dict[str, Any], folder: runs.RunFolder, keys: list[dict]) ->
                     "final_val_reward": None if div >= 0 else float(val[-1]),
                     "final_test_reward": None if div >= 0 else float(test[-1]),
                     "mean_val_reward": None if div >= 0 else float(np.mean(val[1:])),
+                    "mean_test_reward": None if div >= 0 else float(np.mean(test[1:])),
                     "start_val_reward": float(val[0]),
                     "diverged": div >= 0,
                     "diverged_step": div if div >= 0 else None,

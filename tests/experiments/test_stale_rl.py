@@ -91,6 +91,7 @@ def test_tiny_grid_end_to_end_and_resume(tmp_path, capsys):
     rows = json.loads((out / "summary.json").read_text())["rows"]
     assert len(rows) == 2 + 2 and all(r["cpu_s"] > 0 for r in rows)
     assert len({r["start_digest"] for r in rows}) == 1
+    assert all(0 <= r["mean_test_reward"] <= 1 for r in rows)  # the area under the test curve
     with np.load(out / "start.npz") as z:
         assert str(z["digest"]) == rows[0]["start_digest"]
     for section in (

@@ -26,6 +26,7 @@ def _rows(values, delays=("constant",)):
                         r = None if v is None else min(1.0, v + e)
                         out.append({"arm": arm, "delay": delay, "tau": tau, "lr": lr, "seed": s,
                                     "final_val_reward": r, "final_test_reward": r,
+                                    "mean_test_reward": None if r is None else r - 0.1,
                                     "diverged": v is None})  # fmt: skip
     return out
 
@@ -94,8 +95,10 @@ def test_rl5_pairs_in_flight_with_off_by_tau(tmp_path):
     world = lambda arm, d, tau, lr: _world(arm, d, tau, lr) + (0.02 if d == "inflight" else 0)
     _folder(tmp_path, "rl-inflight", _rows(world, delays=("constant", "inflight")))
     ev = rl.judge_inflight(core.Context(tmp_path, quick=False))
-    assert ev.primary.mean == pytest.approx(0.02)
+    assert ev.primary.mean == pytest.approx(0.02) and "area under the test curve" in ev.primary.what
     assert "reinforce (τ=8, in-flight)" in ev.primary.text()
+    (final,) = ev.secondary["in-flight − off-by-τ final reward"]
+    assert final.mean == pytest.approx(0.02) and "final test reward" in final.what
 
 
 def test_the_rl_claims_are_not_run_without_their_folders(tmp_path):
