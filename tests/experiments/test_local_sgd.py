@@ -192,3 +192,13 @@ def test_a_gpt_smoke_run_is_a_few_runs():
     assert cfg["methods"] == ["dp", "diloco", "async-nesterov"]
     assert cfg["lrs"] == [0.5, 0.7] and cfg["dp_scales"] == [1.0, 2.0] and cfg["seeds"] == 2
     assert len(local_sgd.Config(quick=True).resolved()["methods"]) > 10  # images: every method
+
+
+def test_one_diloco_cell_end_to_end(tmp_path):
+    """The fast suite's one local_sgd cell (the full matrix is slow): the runner builds its
+    model, trains and writes its row (a slip in the runner's model keywords once raised on
+    every run while every fast test passed)."""
+    argv = [*TINY, "--seeds", "1", "--lrs", "0.7", "--methods", "diloco"]
+    res = exp.main([*argv, "--out", str(tmp_path / "run")])
+    (row,) = res["rows"]
+    assert row["method"] == "diloco" and row["final_val_accuracy"] is not None

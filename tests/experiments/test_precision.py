@@ -13,6 +13,7 @@ GPT += ["--seeds", "1", "--lrs", "0.003", "--delays", "0,1", "--methods", "stale
 GPT += ["--extend-edges", "0"]
 
 
+@pytest.mark.slow  # 30 s: two GPT sweeps
 def test_bf16_runs_the_gpt_in_its_own_folder_near_float32(tmp_path):
     f32 = constant_delay.main([*GPT, "--out", str(tmp_path / "f32")])
     b16 = constant_delay.main([*GPT, "--precision", "bf16", "--out", str(tmp_path / "b16")])

@@ -60,6 +60,7 @@ def _same_on_policy(lanes, arms):
         assert np.abs(got["kl"]).max() < 1e-5 and got["diverged"][0] == -1
 
 
+@pytest.mark.slow  # 13 s: two programs (the losses' on-policy identity is fast in tests/rl)
 def test_on_policy_a_step_rule_is_reinforce(lanes):
     _same_on_policy(lanes, ["vcpo"])  # ESS = 1: VCPO's step is Adam's
 
@@ -69,6 +70,7 @@ def test_on_policy_every_arm_is_reinforce(lanes):
     _same_on_policy(lanes, [a for a in learner.ARMS if a not in ("reinforce", "vcpo")])
 
 
+@pytest.mark.slow  # 14 s: two programs
 def test_a_lane_is_the_same_alone_and_beside_others_and_a_nan_ends_it(lanes):
     both = lanes("ppo-clip", 2, [float("nan"), 2e-3, 4e-3], [0, 0, 1])
     alone = lanes("ppo-clip", 2, [4e-3], [1])
