@@ -40,6 +40,7 @@ _NOT_EXPERIMENTS = frozenset(
         "grids",
         "memory",
         "pipeline_tables",
+        "precision",
         "presets",
         "reports",
         "runs",

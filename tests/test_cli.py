@@ -28,6 +28,7 @@ HELPERS = (
     "grids",
     "memory",
     "pipeline_tables",
+    "precision",
     "presets",
     "reports",
     "runs",
@@ -172,3 +173,13 @@ def test_a_helper_module_is_not_an_experiment():
     res = _jaxstale("memory", "--help")
     assert res.returncode == 2 and "unknown experiment 'memory'" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_every_listed_experiment_has_a_main():
+    """A shared module added to experiments/ is listed as an experiment unless named in the
+    helpers (experiments.precision once was): every listed name must be runnable."""
+    import importlib
+
+    for name in cli.experiments():
+        module = importlib.import_module(f"{cli.experiments_package()}.{name}")
+        assert callable(getattr(module, "main", None)), name
