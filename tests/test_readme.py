@@ -31,9 +31,9 @@ def test_readme_is_short_and_has_examples():
 
 
 def _slow(block: str) -> bool:
-    """Blocks that run a sweep (``.main(``: 12 s) or train the GPT (a compile of ~8 s) are make
-    test-slow; the others stay in make test."""
-    return ".main(" in block or '"shakespeare"' in block
+    """Blocks that run a sweep (``.main(``: 12 s) or train a GPT (a compile of ~8 s; the RL
+    tutorial's 20 s) are make test-slow; the others stay in make test."""
+    return ".main(" in block or '"shakespeare"' in block or '"gpt-tiny"' in block
 
 
 @pytest.mark.parametrize(
