@@ -38,6 +38,12 @@ def _cell(rows: Sequence[dict], arm: str, tau: int, delay: str = "constant") -> 
     return selected(rows, knob=("lr",), arm=arm, tau=tau, delay=delay)
 
 
+def _area(rows: Sequence[dict]) -> list[dict]:
+    """The rows with their area under the test curve (the mean test reward over the run's
+    evaluations after update 0) as the test metric a difference reads."""
+    return [{**r, "final_test_reward": r.get("mean_test_reward")} for r in rows]
+
+
 def _at(rows: Sequence[dict], arm: str, tau: int, lr: float) -> list[dict]:
     return [r for r in rows if r["arm"] == arm and r["tau"] == tau and r["lr"] == lr]
 
@@ -46,9 +52,15 @@ def _name(arm: str, tau: int, delay: str = "constant") -> str:
     return f"{arm} (τ={tau}{', in-flight' if delay == 'inflight' else ''})"
 
 
-def _beats(rows: Sequence[dict], a: str, b: str, tau: int) -> Diff | None:
+def _beats(rows: Sequence[dict], a: str, b: str, tau: int, area: bool = False) -> Diff | None:
+    """``a − b`` at τ, each at its own rate; ``area``: of the area under the test curve."""
     ra, rb = _cell(rows, a, tau), _cell(rows, b, tau)
-    return diff(ra, rb, _name(a, tau), _name(b, tau)) if ra and rb else None
+    if not ra or not rb:
+        return None
+    if not area:
+        return diff(ra, rb, _name(a, tau), _name(b, tau))
+    d = diff(_area(ra), _area(rb), _name(a, tau), _name(b, tau))
+    return dataclasses.replace(d, what=f"{d.a} − {d.b} (area under the test curve)")
 
 
 def _near(rows: Sequence[dict], arm: str, tau: int) -> Diff | None:
@@ -129,6 +141,7 @@ def judge_is(ctx: Context) -> Evidence:
             "PPO-clip − IS at τ = 2, 4": [_beats(rows, "ppo-clip", "is", t) for t in near],
             "PPO-clip within the margin of on-policy": [_near(rows, "ppo-clip", 3)],
             "exploratory, one rate (on-policy's)": [_one_rate(rows, "ppo-clip", "is", 3)],
+            "exploratory, area under the test curve": [_beats(rows, "ppo-clip", "is", 3, True)],
         },
         [],
     )
@@ -142,7 +155,10 @@ def judge_vcpo(ctx: Context) -> Evidence:
     return _evidence(
         ctx,
         _beats(rows, "vcpo", "tis-seq", 2),
-        {"VCPO − sequence TIS at larger τ": [_beats(rows, "vcpo", "tis-seq", t) for t in more]},
+        {
+            "VCPO − sequence TIS at larger τ": [_beats(rows, "vcpo", "tis-seq", t) for t in more],
+            "exploratory, area under the test curve": [_beats(rows, "vcpo", "tis-seq", 2, True)],
+        },
         [],
     )
 
@@ -215,12 +231,6 @@ def judge_law(ctx: Context) -> Verdict:
 
 def _fmt(c: float | None, lrs: Sequence[float]) -> str:
     return "none" if c is None else (f"≥ {c:g}" if c == max(lrs) else f"{c:g}")
-
-
-def _area(rows: Sequence[dict]) -> list[dict]:
-    """The rows with their area under the test curve (the mean test reward over the run's
-    evaluations after update 0) as the test metric a difference reads."""
-    return [{**r, "final_test_reward": r.get("mean_test_reward")} for r in rows]
 
 
 def judge_inflight(ctx: Context) -> Evidence:

@@ -59,6 +59,8 @@ def test_rl1_to_rl3_read_the_declared_primaries_in_reward_points(tmp_path):
     ev = rl.judge_is(ctx)
     assert ev.primary.mean == pytest.approx(0.68) and ev.primary.unit == "points"
     assert ev.primary.text().startswith("ppo-clip (τ=3) − is (τ=3) = +68.0 ±")
+    (area,) = ev.secondary["exploratory, area under the test curve"]  # shown, decides nothing
+    assert area.mean == pytest.approx(0.68) and "area under the test curve" in area.what
     assert claim("RL1").assess(ctx).verdict.startswith("held")
     assert claim("RL2").assess(ctx).verdict.startswith("held")
     # M2PO 0.93 vs on-policy 0.95: −2 + 5 points, beyond noise for non-inferiority
