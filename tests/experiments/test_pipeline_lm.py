@@ -83,7 +83,7 @@ def test_one_policy_of_a_gpt_selects_its_rate_on_validation_loss(tmp_path):
             ["--dataset", "digits", "--model", "mlp", "--target", "2"],
             "an accuracy must be in (0, 1]",
         ),
-        (["--standardize", "channel"], "standardize='channel' does not apply"),
+        (["--standardize", "channel"], "a text's inputs are token ids"),
     ],
 )
 def test_model_and_data_mismatches_are_one_line(tmp_path, capsys, argv, message):
