@@ -99,7 +99,12 @@ def test_report_rebuilds_from_the_committed_rows_byte_for_byte(tmp_path, monkeyp
     lines = new.split("<!-- claims:start -->\n")[1].split("<!-- claims:end -->")[0].splitlines()
     assert new.startswith("intro\n") and new.endswith("<!-- claims:end -->\nrest\n")
     rows_ = [x for x in lines if x.startswith("| [")]
-    assert [x.split(") ")[1].split(" | ")[0] for x in rows_] == [c.title for c in claims.CLAIMS]
+    # the claims with a verdict in the report's order, those not run yet on one line under it
+    titles = [x.split(") ")[1].split(" | ")[0] for x in rows_]
+    waiting = new.split("Declared, not run yet")[1].split("\n")[0] if "not run yet" in new else ""
+    assert titles == [c.title for c in claims.CLAIMS if c.title in titles]
+    for c in claims.CLAIMS:
+        assert c.title in titles or f"[{c.id}](docs/claims.md#{c.id.lower()})" in waiting, c.id
     assert rows_[0].startswith("| [C1](docs/claims.md#c1) ") and "- old line" not in new
     assert rows_[0].replace("(docs/claims.md#", "(#") in got["text"]
     assert got["rows"] == rows and got["text"].encode() == text
