@@ -9,6 +9,9 @@ emulators and executors.
 """
 
 from jaxstale.models.gpt import gpt as gpt
+from jaxstale.models.remat import REMAT as REMAT
+from jaxstale.models.remat import remat as remat
+from jaxstale.models.remat import remat_stages as remat_stages
 from jaxstale.models.staged import Functional as Functional
 from jaxstale.models.staged import StagedModel as StagedModel
 from jaxstale.models.staged import block_param_counts as block_param_counts

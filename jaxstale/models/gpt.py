@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 
 from jaxstale._checks import check_range
 from jaxstale.models.layers import _host_normal
@@ -40,6 +41,7 @@ from jaxstale.models.staged import StagedModel
 __all__ = [
     "DTYPES",
     "PRESETS",
+    "SAVED_NAMES",
     "GPTBlock",
     "gpt",
     "gpt_param_count",
@@ -49,6 +51,14 @@ __all__ = [
 ]
 
 _init = _host_normal(1.0)  # N(0, 1 / fan_in)
+
+#: the activations a block tags with ``jax.ad_checkpoint.checkpoint_name`` (identity
+#: otherwise): the residual stream (the embedding's output, after the attention, a block's
+#: output), the two norms' outputs, q/k/v before the heads split and the MLP's pre-activation —
+#: what PyTorch autograd keeps of a block, less what is a function of these alone (the
+#: attention's scores, probabilities and output, the GELU's output). ``remat="names"``
+#: (:mod:`jaxstale.models.remat`) saves only these.
+SAVED_NAMES = ("resid", "ln1", "qkv", "ln2", "mlp_up")
 
 #: size presets, the zoo's ``gpt-<name>`` models (context and vocabulary come from the data:
 #: at :mod:`jaxstale.text`'s context 64 and 83 characters, the parameter counts are
@@ -142,7 +152,7 @@ class GPTBlock(nnx.Module):
     def _attend(self, x: jax.Array) -> jax.Array:
         b, t, d = x.shape
         h = self.heads
-        q, k, v = jnp.split(self.qkv(x), 3, axis=-1)
+        q, k, v = jnp.split(checkpoint_name(self.qkv(x), "qkv"), 3, axis=-1)
         q, k, v = (a.reshape(b, t, h, d // h).transpose(0, 2, 1, 3) for a in (q, k, v))
         scores = (q @ k.transpose(0, 1, 3, 2)) / math.sqrt(d // h)
         causal = jnp.tril(jnp.ones((t, t), bool))
@@ -159,9 +169,10 @@ class GPTBlock(nnx.Module):
                     "the model was built for"
                 )
             _check_ids(x, self.tokens.num_embeddings)
-            x = self.tokens(x.astype(jnp.int32)) + self.positions[...][:t]
-        x = x + self._attend(self.ln1(x))
-        x = x + self.down(jax.nn.gelu(self.up(self.ln2(x))))
+            x = checkpoint_name(self.tokens(x.astype(jnp.int32)) + self.positions[...][:t], "resid")
+        x = checkpoint_name(x + self._attend(checkpoint_name(self.ln1(x), "ln1")), "resid")
+        up = checkpoint_name(self.up(checkpoint_name(self.ln2(x), "ln2")), "mlp_up")
+        x = checkpoint_name(x + self.down(jax.nn.gelu(up)), "resid")
         if self.head:
             x = self.out(self.ln_f(x)).astype(jnp.float32)  # float32 logits, loss
         return x

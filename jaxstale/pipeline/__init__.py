@@ -28,6 +28,7 @@ import optax
 
 from jaxstale.loop import Executor
 from jaxstale.losses import cross_entropy
+from jaxstale.models.remat import remat_stages
 from jaxstale.pipeline import emulator as _emulator
 from jaxstale.pipeline import mesh as _mesh
 from jaxstale.pipeline.kernel import compose as compose
@@ -76,6 +77,7 @@ def make(
     lanes: int | None = None,
     hyperparams: Mapping[str, Any] | None = None,
     stage_trees: bool | None = None,
+    remat: str = "none",
 ) -> Executor:
     """The executor (``"emulate"``: one device; ``"mesh"``: a stage per device of a ``"stage"``
     axis) of ``schedule`` — compiled with ``policy`` (``backward``, ``target``), or a ready
@@ -96,11 +98,14 @@ def make(
     (AdamW's decay on matrices, Muon) and per-stage hyper-parameters (on when those are given,
     or when ``tx``'s state on a stage's pytree differs in size from its state on the flat vector,
     as basis rotation's does; :class:`~jaxstale.pipeline.stage_trees.StageTrees`). The emulator
-    always updates pytrees.
+    always updates pytrees. ``remat`` (:data:`jaxstale.models.remat.REMAT`): which activations
+    a forward keeps for its backward (``"names"``: the model's tagged ones, the saved
+    backward's gradient at a third of a GPT's residual memory; :mod:`jaxstale.models.remat`).
     """
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; choose one of {EXECUTORS}")
     program = _program(schedule, policy, backward, target)
+    stages = remat_stages(stages, remat)
     kw: dict[str, Any] = {"momentum": momentum, "loss_fn": loss_fn}
     if executor == "mesh":
         if lanes is not None:
@@ -133,14 +138,15 @@ def carried_bytes(
     *,
     backward: str = "saved",
     target: str | None = None,
+    remat: str = "none",
 ) -> int:
     """Bytes of one run's carried state in the emulator — every stage's weights (or stashed
     versions), optimizer state, statistics and the slots of in-flight inputs, cotangents and
     residuals — from abstract shapes (``jax.eval_shape``: nothing is allocated or compiled).
     The residuals of the mini-batches in flight dominate for a deep model: stage ``k`` keeps
     ``N − k`` forwards' activations until their backward passes (``backward="recompute"``
-    keeps only their inputs). ``x_example``: one mini-batch, or its
-    ``jax.ShapeDtypeStruct``; the other arguments as :func:`make`'s.
+    keeps only their inputs; ``remat``, :func:`make`'s, what a slot keeps). ``x_example``: one
+    mini-batch, or its ``jax.ShapeDtypeStruct``; the other arguments as :func:`make`'s.
 
     Example:
         >>> from jaxstale import models, schedules
@@ -153,6 +159,7 @@ def carried_bytes(
         >>> 0 < a < b   # stashing keeps N − k weight versions
         True
     """
-    em = _emulator.PipelineEmulator(stages, _program(schedule, policy, backward, target), tx)
+    program = _program(schedule, policy, backward, target)
+    em = _emulator.PipelineEmulator(remat_stages(stages, remat), program, tx)
     carry = jax.eval_shape(em.init, x_example)
     return tree_bytes(carry)
