@@ -99,8 +99,8 @@ def make(
     or when ``tx``'s state on a stage's pytree differs in size from its state on the flat vector,
     as basis rotation's does; :class:`~jaxstale.pipeline.stage_trees.StageTrees`). The emulator
     always updates pytrees. ``remat`` (:data:`jaxstale.models.remat.REMAT`): which activations
-    a forward keeps for its backward (``"names"``: the model's tagged ones, the saved
-    backward's gradient at a third of a GPT's residual memory; :mod:`jaxstale.models.remat`).
+    a forward keeps for its backward (``"names"``: the model's tagged ones, under a quarter of
+    a GPT's residual memory; the rules per policy in :mod:`jaxstale.models.remat`).
     """
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; choose one of {EXECUTORS}")
