@@ -71,7 +71,10 @@ def check_pipeline(
         steps = min(cfg["steps"], 4 * n + 4)
         for method in cfg["methods"]:
             sched = factory(method)(n, steps)
-            run = pipeline.carried_bytes(stages, sched, method, tx, x, backward=cfg["backward"])
+            run = pipeline.carried_bytes(
+                stages, sched, method, tx, x, backward=cfg["backward"],
+                remat=cfg.get("remat", "none"),
+            )  # fmt: skip
             total = lanes * (run + batches) + shared
             if worst is None or total > worst[0]:
                 worst = (total, lanes, run, name, n, method)

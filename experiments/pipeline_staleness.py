@@ -46,7 +46,10 @@ A NaN/inf loss ends a run, recorded ``diverged`` at its update; the sweep goes o
 activations and uses the backward weights where the weights enter the gradient (PipeDream
 without stashing); ``recompute`` reruns the stage forward at the backward weights. Measured at
 N = 4 and 8 with the default grid and seeds: the same selected rates and test accuracies within
-±0.3 points, no difference beyond noise; ``saved`` is about 10 % cheaper.
+±0.3 points, no difference beyond noise; ``saved`` is about 10 % cheaper. ``--remat``
+(:mod:`jaxstale.models.remat`) chooses what a slot keeps: ``names`` (a GPT's tagged
+activations) carries 104.75 MiB instead of 446.23 for gpt-cpu, N = 8, vanilla; the rules per
+policy in that module.
 
 Language models: ``--dataset shakespeare --model gpt-tiny`` (or ``gpt-cpu``; AdamW by
 default) trains a GPT on next-character prediction: every number above becomes the mean
@@ -63,12 +66,12 @@ Default: 3 depths × 6 policies × 4 rates × 5 seeds = 360 runs of 1,500 update
 60 updates) is a smoke run, marked so in its tables.
 
 Outputs (run folder): summary.json rows (method, model, stages, lr, seed, optimizer, momentum,
-target, schedule, backward, final_val/test_accuracy or _loss, diverged, diverged_step,
-updates_to_target, final_train_loss, steps, batch_size, wall_s and cpu_s), table.md (the
-tables above, paired differences against vanilla and sync), plot.png (curves at the deepest
-N), accuracy_vs_stages.png (loss_vs_stages.png for a language model), gantt.png (the schedule
-at the run's deepest N, with weight versions). Run: ``python -m experiments.pipeline_staleness
---help``.
+target, schedule, backward, remat where set, final_val/test_accuracy or _loss, diverged,
+diverged_step, updates_to_target, final_train_loss, steps, batch_size, wall_s and cpu_s),
+table.md (the tables above, paired differences against vanilla and sync), plot.png (curves at
+the deepest N), accuracy_vs_stages.png (loss_vs_stages.png for a language model), gantt.png
+(the schedule at the run's deepest N, with weight versions). Run:
+``python -m experiments.pipeline_staleness --help``.
 """
 
 from __future__ import annotations
@@ -200,6 +203,14 @@ class Config(Base):
         choices=pipeline.BACKWARD_MODES,
         kind="backward mode",
     )
+    remat: str = opt(
+        "none",
+        "which activations a stage's forward keeps for its backward (jaxstale.models.remat): "
+        "none (jax.vjp's own), names (a GPT's tagged ones: under a quarter of its residual "
+        "memory), dots (the weight products' outputs), full (only the stage input)",
+        choices=models.REMAT,
+        kind="remat policy",
+    )
     executor: str = opt(
         "emulate",
         "emulate: one device, runs as vmapped lanes; mesh: a device per stage, one run at a time "
@@ -225,6 +236,13 @@ class Config(Base):
         super().__post_init__()
         if "mlp" not in (self.model or ["mlp"]):
             refuse_unused(self, {"mlp_width": "applies to --model mlp only, not in --model"})
+        untagged = [m for m in self.model or ["mlp"] if not m.startswith("gpt")]
+        if self.remat == "names" and untagged:
+            raise ConfigError(
+                "remat",
+                f"names keeps the activations a GPT tags; {', '.join(untagged)} tags none "
+                "(dots or full recompute any model)",
+            )
         if self.resolved_optimizer == "sgd":
             why = "a per-stage β1 needs an Adam-family optimizer or Muon"
             refuse_unused(self, {"momentum_rule": why})
@@ -268,6 +286,8 @@ class Config(Base):
             or (30 if lm_quick else 25 if quick else eval_every(None, steps)),
             "target": self.resolved_target,
             "backward": self.backward,
+            # recorded where it is set: a run without it reads as before
+            **({"remat": self.remat} if self.remat != "none" else {}),
             **({"momentum_rule": self.momentum_rule} if self.momentum_rule != "constant" else {}),
             "executor": self.executor,
             "seed_mode": self.seed_mode,
@@ -337,6 +357,7 @@ class _Runner:
         stages = self.template(name, n)
         sched = schedule_factory(method)(n, cfg["steps"])
         kw = {"backward": cfg["backward"], "momentum": cfg["momentum"]}
+        kw["remat"] = cfg.get("remat", "none")
         clock = common.group_clock()
         results: list[loop.Result] = []
         if cfg["executor"] == "mesh":  # one run at a time, its own optimizer object
@@ -373,6 +394,7 @@ class _Runner:
                 "target": policy.target,
                 "schedule": sched.name,
                 "backward": cfg["backward"],
+                **({"remat": cfg["remat"]} if "remat" in cfg else {}),
                 **outcome(res, cfg["target"], self.task),
                 "steps": cfg["steps"],
                 "batch_size": cfg["batch_size"],

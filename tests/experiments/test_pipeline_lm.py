@@ -61,6 +61,33 @@ def test_the_mesh_runs_a_gpt_with_adamw_and_asyncpp_momentum_as_the_emulator_doe
         assert got["mesh"][key] == pytest.approx(got["emulate"][key], abs=2e-3)
 
 
+def test_remat_is_recorded_only_where_it_is_set():
+    """Runs before --remat keep their fingerprint; a set one is in the config."""
+    plain = from_argv(exp.Config, LM)[0].resolved()
+    lean = from_argv(exp.Config, [*LM, "--remat", "names"])[0].resolved()
+    assert "remat" not in plain and lean.pop("remat") == "names"
+    assert lean == plain
+
+
+@pytest.mark.slow  # ~110 s: the GPT's stash round compiled three times
+def test_remat_keeps_stashings_numbers_on_both_executors(tmp_path):
+    """Stash's backward reads the weights its forward read, so what a slot keeps changes only
+    the rounding of what is recomputed: remat='names' on the emulator and on the mesh agrees
+    with jax.vjp's own residuals, and its rows say which remat ran."""
+    argv = [*LM[:6], "--seeds", "1", "--steps", "12", "--eval-every", "6", "--batch-size", "8"]
+    argv += ["--lrs", "0.003", "--methods", "stash", "--extend-edges", "0"]
+    got = {}
+    for kind, remat in (("emulate", "none"), ("emulate", "names"), ("mesh", "names")):
+        out = tmp_path / f"{kind}-{remat}"
+        (row,) = exp.main([*argv, "--executor", kind, "--remat", remat, "--out", str(out)])["rows"]
+        assert row.get("remat", "none") == remat
+        got[kind, remat] = row
+    ref = got["emulate", "none"]
+    for row in (got["emulate", "names"], got["mesh", "names"]):
+        for key in ("final_train_loss", "final_val_loss", "final_test_loss"):
+            assert row[key] == pytest.approx(ref[key], abs=2e-4)
+
+
 @pytest.mark.slow  # 13 s, the GPT round's compile; the refusals below stay in make test
 def test_one_policy_of_a_gpt_selects_its_rate_on_validation_loss(tmp_path):
     argv = [*LM, "--methods", "sync", "--seeds", "1", "--steps", "8", "--eval-every", "8"]
@@ -84,6 +111,8 @@ def test_one_policy_of_a_gpt_selects_its_rate_on_validation_loss(tmp_path):
             "an accuracy must be in (0, 1]",
         ),
         (["--standardize", "channel"], "a text's inputs are token ids"),
+        (["--model", "gpt-tiny,mlp", "--remat", "names"], "mlp tags none (dots or full"),
+        (["--remat", "some"], "remat"),
     ],
 )
 def test_model_and_data_mismatches_are_one_line(tmp_path, capsys, argv, message):
