@@ -8,6 +8,9 @@ finished configurations' summaries. :func:`pack` copies each configuration's run
 into ``<cells>/<name>/NNNN.jsonl.xz``, one JSON value per line. Files are only ever added, each
 holding the cells the earlier ones do not (so committing after every pack adds only what is
 new to the repository's history); unfinished configurations are packed too: that is the point.
+A run folder's ``inputs/`` (files every cell depends on and that another machine could not
+recompute bit for bit, e.g. the RL family's supervised start) travel with its cells, base64 in
+the same archives, whenever one is new or changed.
 :func:`restore` writes them back into run folders, never over a file that exists, one sweep (a
 configuration under one code hash) at a time, and then the experiments' own checks decide: a run
 folder refuses cells of other code (other sources, data or jax / jaxlib / flax / optax versions)
@@ -38,6 +41,7 @@ Example:
 
 from __future__ import annotations
 
+import base64
 import json
 import lzma
 from collections.abc import Mapping, Sequence
@@ -46,7 +50,7 @@ from typing import Any, NamedTuple
 
 from experiments import runs
 
-__all__ = ["SUFFIX", "CellsError", "Restored", "pack", "read", "restore", "sweep"]
+__all__ = ["SUFFIX", "CellsError", "Restored", "pack", "read", "read_inputs", "restore", "sweep"]
 
 #: an archive's name is ``<configuration><SUFFIX>``
 SUFFIX = ".jsonl.xz"
@@ -71,6 +75,12 @@ def _folder_cells(folder: Path) -> list[tuple[str, dict[str, Any]]]:
         if isinstance(cell, dict) and "key" in cell and "row" in cell:
             out.append((path.name, cell))
     return out
+
+
+def _folder_inputs(folder: Path) -> dict[str, bytes]:
+    """The run folder's ``inputs/`` files (one level, regular files), by name."""
+    found = sorted((folder / "inputs").glob("*"))
+    return {p.name: p.read_bytes() for p in found if p.is_file() and not p.name.startswith(".")}
 
 
 def _shards(cells: Path, name: str) -> list[Path]:
@@ -129,8 +139,12 @@ def pack(results: Path, cells: Path, names: Sequence[str]) -> dict[str, tuple[in
         old = {f: _dump(c) for _, found in shards for f, c in found}
         here = _folder_cells(folder)
         new = [(f, c) for f, c in here if old.get(f) != _dump(c)]
-        if new or (last_header is not None and last_header != header) or last_header is None:
+        had = _sweep_inputs(cells, name, _sweep_of(header))
+        fresh = {f: b for f, b in _folder_inputs(folder).items() if had.get(f) != b}
+        changed = last_header is None or last_header != header
+        if new or fresh or changed:
             lines = [_dump({"config": header})]
+            lines += [_dump({"input": f, "base64": _b64(b)}) for f, b in sorted(fresh.items())]
             lines += [_dump({"file": f, "cell": c}) for f, c in new]
             data = lzma.compress(("\n".join(lines) + "\n").encode(), preset=9)
             number = len(_shards(cells, name))
@@ -140,23 +154,64 @@ def pack(results: Path, cells: Path, names: Sequence[str]) -> dict[str, tuple[in
     return counts
 
 
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _values(path: Path) -> list[Any]:
+    try:
+        text = lzma.decompress(path.read_bytes()).decode()
+        return [json.loads(line) for line in text.splitlines() if line]
+    except (lzma.LZMAError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CellsError(f"{path}: not a cells archive ({type(e).__name__}: {e})") from None
+
+
 def read(path: Path) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
-    """``(config.json, [(file name, cell), ...])`` of one archive.
+    """``(config.json, [(file name, cell), ...])`` of one archive (its inputs:
+    :func:`read_inputs`).
 
     Raises:
       CellsError: the file is not an archive written by :func:`pack`.
     """
+    values = _values(path)
     try:
-        text = lzma.decompress(path.read_bytes()).decode()
-        values = [json.loads(line) for line in text.splitlines() if line]
         header = values[0]["config"]
-        found = [(v["file"], v["cell"]) for v in values[1:]]
-    except (lzma.LZMAError, UnicodeDecodeError, json.JSONDecodeError, IndexError, KeyError) as e:
+        found = [(v["file"], v["cell"]) for v in values[1:] if "input" not in v]
+    except (IndexError, KeyError, TypeError) as e:
         raise CellsError(f"{path}: not a cells archive ({type(e).__name__}: {e})") from None
     bad = [f for f, _ in found if Path(f).name != f or not f.endswith(".json")]
     if not isinstance(header, dict) or bad:
         raise CellsError(f"{path}: not a cells archive (bad entries: {bad[:3]})")
     return header, found
+
+
+def read_inputs(path: Path) -> dict[str, bytes]:
+    """The run-folder ``inputs/`` files one archive holds, by name (empty for most).
+
+    Raises:
+      CellsError: the file is not an archive written by :func:`pack`.
+    """
+    out = {}
+    for v in _values(path)[1:]:
+        if isinstance(v, dict) and "input" in v:
+            name = v["input"]
+            try:
+                data = base64.b64decode(v["base64"], validate=True)
+            except (KeyError, TypeError, ValueError) as e:
+                raise CellsError(f"{path}: input {name!r} is not base64 ({e})") from None
+            if not isinstance(name, str) or Path(name).name != name or name.startswith("."):
+                raise CellsError(f"{path}: not a cells archive (bad input name {name!r})")
+            out[name] = data
+    return out
+
+
+def _sweep_inputs(cells: Path, name: str, want: tuple[str, Any]) -> dict[str, bytes]:
+    """The inputs archived for one sweep of ``name`` (a file packed twice: its latest)."""
+    out: dict[str, bytes] = {}
+    for path in _shards(cells, name):
+        if _sweep_of(read(path)[0]) == want:
+            out.update(read_inputs(path))
+    return out
 
 
 def sweep(cells: Path, name: str, header: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -226,7 +281,7 @@ def restore(
                 )
             chosen = [shards for sweep, shards in groups if sweep == _sweep_of(have)]
             if not chosen:
-                todo.append((name, None, {}, total))
+                todo.append((name, None, {}, total, {}))
                 continue
             shards = chosen[0]
         else:
@@ -237,16 +292,16 @@ def restore(
                 config = _dump(json.loads(runs.to_json(asked)))
                 chosen = [shards for sweep, shards in groups if sweep[0] == config]
                 if not chosen:  # a changed configuration: the old sweep would block its run
-                    todo.append((name, None, {}, total))
+                    todo.append((name, None, {}, total, {}))
                     continue
                 shards = chosen[-1]
         header = shards[-1][0]
         ok = runs.accepted_codes(header)
         merged = {f: c for _, found in shards for f, c in found}
         merged = {f: c for f, c in merged.items() if c.get("code") in ok}
-        todo.append((name, header, merged, total))
+        todo.append((name, header, merged, total, _sweep_inputs(cells, name, _sweep_of(header))))
     counts: dict[str, Restored] = {}
-    for name, header, merged, total in todo:
+    for name, header, merged, total, inputs in todo:
         folder = results / name
         written = 0
         if header is not None:
@@ -254,6 +309,11 @@ def restore(
             if not (folder / "config.json").exists():
                 text = runs.to_json(header, indent=2) + "\n"
                 runs.atomic_write_text(folder / "config.json", text)
+            for file, data in inputs.items():
+                target = folder / "inputs" / file
+                if not target.exists():
+                    target.parent.mkdir(exist_ok=True)
+                    runs.atomic_write_bytes(target, data)
             for file, cell in sorted(merged.items()):
                 target = folder / "cells" / file
                 if not target.exists():

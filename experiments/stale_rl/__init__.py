@@ -12,7 +12,7 @@ Task and learner (:mod:`experiments.stale_rl.learner`): reverse 8 symbols of 16
 (:class:`jaxstale.rl.Reverse`, per-character reward in [0, 1]; a uniform policy over its 17
 ids scores 1/17) with
 a 2-block GPT (``gpt-tiny``, 27 k parameters) from a supervised start of 30 AdamW steps (shared
-by every run, cached in the run folder as ``start.npz``, its digest in every row); then 300
+by every run, cached in the run folder as ``inputs/start.npz``, its digest in every row); then 300
 GRPO updates of 16 prompts × 8 responses, Adam at rate η, one gradient step per batch, the
 rollouts drawn from the weights ``τ`` updates back (``--delays``: ``constant`` off-by-τ,
 ``inflight`` weights changing mid-response, ``gamma``/``stragglers`` timed samplers).
@@ -209,11 +209,13 @@ def task_of(cfg: dict[str, Any]) -> rl.Reverse:
 
 
 def _start(cfg: dict[str, Any], folder: runs.RunFolder) -> tuple[Any, Any, str]:
-    """``(apply, start, digest)``: the supervised start, read from ``start.npz`` when the run
-    folder has it (its digest checked), else trained and saved there."""
+    """``(apply, start, digest)``: the supervised start, read from ``inputs/start.npz`` when the
+    run folder has it (its digest checked), else trained and saved there. It is an input of
+    every cell, so it travels with them (``python -m study --pack`` archives ``inputs/``): the
+    start trained on another CPU differs in its last bits, and the cells must share one."""
     task = task_of(cfg)
     apply, params = learner.policy(cfg["model"], task)
-    path = folder.create() / "start.npz"
+    path = folder.create() / "inputs" / "start.npz"
     treedef = jax.tree.structure(params)
     if path.exists():
         with np.load(path) as z:
@@ -231,8 +233,10 @@ def _start(cfg: dict[str, Any], folder: runs.RunFolder) -> tuple[Any, Any, str]:
     if others:
         raise runs.RunFolderError(
             f"{folder.path}: its cells started from {', '.join(sorted(others))}, this machine's "
-            f"supervised start is {d}; run it in another --out"
+            f"supervised start is {d} (its inputs/start.npz is missing: restore it with "
+            "python -m study --restore, or run it in another --out)"
         )
+    path.parent.mkdir(exist_ok=True)
     import io
 
     buf = io.BytesIO()

@@ -88,13 +88,13 @@ TINY += ["--steps", "6", "--eval-every", "3", "--length", "4", "--symbols", "5",
 def test_tiny_grid_end_to_end_and_resume(tmp_path, capsys):
     out = tmp_path / "rl"
     res = stale_rl.main([*TINY, "--out", str(out)])
-    for name in ("summary.json", "table.md", "plot.png", "cliff.png", "start.npz"):
+    for name in ("summary.json", "table.md", "plot.png", "cliff.png", "inputs/start.npz"):
         assert (out / name).exists(), name
     rows = json.loads((out / "summary.json").read_text())["rows"]
     assert len(rows) == 2 + 2 and all(r["cpu_s"] > 0 for r in rows)
     assert len({r["start_digest"] for r in rows}) == 1
     assert all(0 <= r["mean_test_reward"] <= 1 for r in rows)  # the area under the test curve
-    with np.load(out / "start.npz") as z:
+    with np.load(out / "inputs" / "start.npz") as z:
         assert str(z["digest"]) == rows[0]["start_digest"]
     for section in (
         "Test reward at each arm's own rate",
@@ -108,6 +108,26 @@ def test_tiny_grid_end_to_end_and_resume(tmp_path, capsys):
     again = stale_rl.main([*TINY, "--out", str(out)])
     assert again["table"] == res["table"]
     assert "4/4 cells already done" in capsys.readouterr().err
+
+
+def test_a_packed_sweep_resumes_from_its_own_start_not_this_machines(tmp_path, monkeypatch):
+    # another machine's XLA:CPU trains a start that differs in its last bits: the cells must
+    # resume from the start they were computed from, which travels in the archive
+    from study import cells
+
+    first = stale_rl.main([*TINY, "--out", str(tmp_path / "a" / "rl")])
+    box = tmp_path / "cells"
+    cells.pack(tmp_path / "a", box, ["rl"])
+    cells.restore(box, tmp_path / "b", ["rl"])
+    for p in sorted((tmp_path / "b" / "rl" / "cells").iterdir())[:1]:
+        p.unlink()  # one group left to compute
+
+    def retrain(*a, **k):
+        raise AssertionError("the start was retrained instead of restored")
+
+    monkeypatch.setattr(learner, "supervised_start", retrain)
+    again = stale_rl.main([*TINY, "--out", str(tmp_path / "b" / "rl")])
+    assert again["table"] == first["table"]
 
 
 @pytest.mark.parametrize(

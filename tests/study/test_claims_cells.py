@@ -67,6 +67,40 @@ def test_packing_appends_only_what_is_new_and_restores_the_latest_version(tmp_pa
     assert (tmp_path / "b" / "demo" / "cells" / one.name).read_bytes() == one.read_bytes()
 
 
+def test_a_run_folders_inputs_travel_with_its_cells_and_only_when_new(tmp_path):
+    folder, _ = _sweep(tmp_path / "a" / "demo", KEYS[:3])
+    (folder.path / "inputs").mkdir()
+    start = bytes(range(256)) * 3  # binary, as an .npz is
+    (folder.path / "inputs" / "start.npz").write_bytes(start)
+    box = tmp_path / "cells"
+    assert cells.pack(tmp_path / "a", box, ["demo"]) == {"demo": (3, 3)}
+    shards = sorted((box / "demo").iterdir())
+    assert cells.read_inputs(shards[0]) == {"start.npz": start}
+    assert len(cells.read(shards[0])[1]) == 3  # the input line is not a cell
+    assert cells.pack(tmp_path / "a", box, ["demo"]) == {"demo": (0, 3)}  # unchanged: no file
+    (folder.path / "inputs" / "start.npz").write_bytes(start[::-1])  # changed: packed again
+    assert cells.pack(tmp_path / "a", box, ["demo"]) == {"demo": (0, 3)}
+    assert cells.read_inputs(sorted((box / "demo").iterdir())[1]) == {"start.npz": start[::-1]}
+    assert cells.restore(box, tmp_path / "b", ["demo"]) == {"demo": (3, 0)}
+    assert (tmp_path / "b" / "demo" / "inputs" / "start.npz").read_bytes() == start[::-1]
+    (tmp_path / "b" / "demo" / "inputs" / "start.npz").write_bytes(b"mine")
+    cells.restore(box, tmp_path / "b", ["demo"])  # never over a file that exists
+    assert (tmp_path / "b" / "demo" / "inputs" / "start.npz").read_bytes() == b"mine"
+
+
+def test_a_bad_input_entry_is_one_error_before_anything_is_written(tmp_path):
+    (tmp_path / "cells" / "demo").mkdir(parents=True)
+    for line, match in [
+        (b'{"input": "../x", "base64": ""}', "bad input name"),
+        (b'{"input": "x", "base64": "***"}', "not base64"),
+    ]:
+        data = lzma.compress(b'{"config": {"config": {}}}\n' + line + b"\n")
+        (tmp_path / "cells" / "demo" / f"0000{cells.SUFFIX}").write_bytes(data)
+        with pytest.raises(cells.CellsError, match=match):
+            cells.restore(tmp_path / "cells", tmp_path / "b", ["demo"])
+        assert not (tmp_path / "b").exists()
+
+
 def test_restore_never_overwrites_and_refuses_another_configuration(tmp_path):
     _sweep(tmp_path / "a" / "demo")
     cells.pack(tmp_path / "a", tmp_path / "cells", ["demo"])
