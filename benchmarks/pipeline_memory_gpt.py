@@ -29,6 +29,21 @@ The attention term ``13·mb·H·T²`` is what grows with the context: at the GPU
 ``T = 1024`` it is half of a block's residuals, and the residual slots dominate a stage's
 memory; ``backward="recompute"`` keeps only the inputs.
 
+**Under a rematerialisation policy** (``remat``, :mod:`jaxstale.models.remat`) a slot keeps, in
+units of one activation ``4·mb·T·D`` (float32), for a stage of ``L_k`` blocks:
+
+* ``"names"``: ``11·L_k − 1 + [k = 0]`` — per block the tagged ln1, qkv (3), residual after
+  the attention, ln2 and MLP pre-activation (4): ten units, plus the residual stream between
+  blocks (``L_k − 1``) and stage 0's embedding output; no ``T²`` term (the softmax is
+  recomputed from q and k), less than PyTorch autograd's ≈ 15 units per block at T = 64;
+* ``"dots"``: ``9·L_k − 1`` — the weight products' outputs (qkv, the attention's and the
+  MLP's projections: eight units a block) and the stream between blocks;
+* ``"full"``: nothing (the stage input is already held), as ``backward="recompute"``.
+
+The **floor** of a policy is this formula: the weight versions it needs, the in-flight slots
+(``N − k`` at stage ``k``, the 1F1B minimum) times the slot under the chosen remat, the
+optimizer state; the carry equals it to the byte, and the tests hold it within 10 %.
+
 Measured without allocating anything: the per-stage pytrees of the emulator's carry
 (``jax.eval_shape`` of :meth:`~jaxstale.pipeline.emulator.PipelineEmulator.init`), equal to the
 formula to the byte for every preset here (``tests/benchmarks/test_pipeline_memory_gpt.py``
@@ -54,6 +69,7 @@ import jax.numpy as jnp
 
 from jaxstale import models, optimizers, pipeline, schedules
 from jaxstale.models.gpt import PRESETS
+from jaxstale.models.remat import REMAT, remat_stages
 from jaxstale.pipeline import emulator
 from jaxstale.sizes import tree_bytes
 
@@ -71,11 +87,26 @@ def block_residuals(mb: int, t: int, d: int, h: int) -> int:
     return mb * t * (144 * d + 13 * h * t + 8 * h + 32) + 8 * d + 12
 
 
+def slot_bytes(remat: str, blocks: int, first: bool, mb: int, t: int, d: int, h: int) -> int:
+    """The bytes one in-flight slot of a non-loss stage of ``blocks`` blocks keeps under
+    ``remat`` (``first``: stage 0, which holds the embedding); the module docstring's units."""
+    act = 4 * mb * t * d
+    if remat == "none":
+        return blocks * block_residuals(mb, t, d, h) + (4 * mb * t if first else 0)
+    if remat == "names":
+        return (11 * blocks - 1 + int(first)) * act
+    if remat == "dots":
+        return (9 * blocks - 1) * act
+    if remat == "full":
+        return 0
+    raise ValueError(f"remat must be one of none, names, dots, full, got {remat!r}")
+
+
 def formula(
-    preset: str, n: int, mb: int, t: int, *, stash: bool, saved: bool = True
+    preset: str, n: int, mb: int, t: int, *, stash: bool, saved: bool = True, remat: str = "none"
 ) -> list[dict[str, int]]:
     """Per stage, the formula's bytes: ``weights``, ``optimizer``, ``inputs``, ``residuals``
-    (cotangent included), ``total``."""
+    (cotangent included), ``total``; ``saved=False`` is ``backward="recompute"``."""
     cfg = PRESETS[preset.removeprefix("gpt-")]
     layers, d, h = cfg["layers"], cfg["width"], cfg["heads"]
     per = _split_blocks(layers, n)
@@ -89,7 +120,7 @@ def formula(
         inputs = (n - k + 1) * act if k > 0 else 0
         res = 0
         if k < n - 1:
-            r = per[k] * block_residuals(mb, t, d, h) + (4 * mb * t if k == 0 else 0)
+            r = slot_bytes(remat, per[k], k == 0, mb, t, d, h)
             res = act + ((n - k) * r if saved else 0)
         row = {"params": p, "versions": v, "weights": v * 4 * p + (8 if stash else 0)}
         row |= {"optimizer": 8 * p + 8, "inputs": inputs, "residuals": res}
@@ -103,12 +134,19 @@ def _split_blocks(layers: int, n: int) -> list[int]:
 
 
 def measure(
-    preset: str, n: int, mb: int, t: int, policy: str, xla: bool = False, backward: str = "saved"
+    preset: str,
+    n: int,
+    mb: int,
+    t: int,
+    policy: str,
+    xla: bool = False,
+    backward: str = "saved",
+    remat: str = "none",
 ) -> dict:
     """The emulator's carried state per stage (abstract shapes) and, with ``xla``, XLA's
     memory analysis of its round."""
     model = models.create(preset, input_shape=(t,), num_classes=VOCAB, seed=0)
-    stages = models.functional_stages(model, n)
+    stages = remat_stages(models.functional_stages(model, n), remat)
     if [len(s.blocks) for s in models.split(model, n)] != _split_blocks(len(model.blocks), n):
         raise AssertionError("models.split cuts the blocks differently from the formula")
     nb = 2 * n + 2
@@ -137,6 +175,58 @@ def measure(
 
 def _mib(b: float) -> str:
     return f"{b / MIB:,.2f}"
+
+
+#: (policy, remat, backward) of the remat tables; the issue's targets (MiB) where it set one
+VARIANTS = [(p, r, "saved") for p in ("vanilla", "stash") for r in REMAT]
+VARIANTS += [("vanilla", "none", "recompute"), ("stash", "none", "recompute")]
+TARGETS = {
+    ("gpt-cpu", 8, "vanilla", "names", "saved"): 160.0,
+    ("gpt-gpu", 12, "stash", "names", "saved"): 6.5e9 / MIB,
+    ("gpt-gpu", 12, "stash", "none", "recompute"): 3.2e9 / MIB,
+}
+
+
+def remat_rows(
+    preset: str, n: int, mb: int, t: int, variants: list[tuple[str, str, str]] | None = None
+) -> list[dict[str, Any]]:
+    """Each of ``variants`` (default :data:`VARIANTS`): its carried and formula totals (bytes)
+    and its target."""
+    rows = []
+    for policy, remat, backward in VARIANTS if variants is None else variants:
+        got = measure(preset, n, mb, t, policy, backward=backward, remat=remat)["carried"]
+        want = formula(
+            preset, n, mb, t, stash=policy == "stash", saved=backward == "saved", remat=remat
+        )
+        rows.append(
+            {
+                "policy": policy,
+                "remat": remat,
+                "backward": backward,
+                "carried": sum(r["total"] for r in got),
+                "formula": sum(r["total"] for r in want),
+                "target_mib": TARGETS.get((preset, n, policy, remat, backward)),
+            }
+        )
+    return rows
+
+
+def _remat_table(preset: str, n: int, mb: int, t: int) -> str:
+    lines = [
+        f"{preset}, N = {n}, {mb} × {t} tokens: every policy under every remat (MiB, all stages)",
+        "",
+        "| policy | remat | backward | carried | floor formula | carried / formula | target |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in remat_rows(preset, n, mb, t):
+        target = r["target_mib"]
+        mark = "" if target is None else f"≤ {target:,.0f}: "
+        mark += "" if target is None else ("met" if r["carried"] / MIB <= target else "MISSED")
+        lines.append(
+            f"| {r['policy']} | {r['remat']} | {r['backward']} | {_mib(r['carried'])} | "
+            f"{_mib(r['formula'])} | {r['carried'] / r['formula']:.3f} | {mark} |"
+        )
+    return "\n".join(lines)
 
 
 def tables(xla: bool = False) -> str:
@@ -175,7 +265,7 @@ def tables(xla: bool = False) -> str:
                     f"{_mib(x['arguments'])} MiB (carry {_mib(total)} + data and tables "
                     f"{_mib(x['data'])}), temporaries {_mib(x['temp'])} MiB"
                 )
-        parts += ["\n".join(lines), *notes]
+        parts += ["\n".join(lines), *notes, _remat_table(preset, n, mb, t)]
     preset, n, mb, t = PROJECTION
     lines = [
         f"**Projection (formula only): {preset} (12 blocks × 768, 12 heads, 85 M parameters), "
