@@ -425,4 +425,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    from jaxstale._program import run_as_program
+
+    run_as_program(main)

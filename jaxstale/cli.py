@@ -28,6 +28,9 @@ import pkgutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
+
+from jaxstale._program import run_as_program
 
 PROG = "jaxstale"
 # shared helpers, not commands
@@ -172,6 +175,12 @@ def _out(text: str) -> int:
 def _error(message: str) -> int:
     print(f"{PROG}: error: {message}", file=sys.stderr)
     return 2
+
+
+def console() -> NoReturn:
+    """The ``jaxstale`` console script and ``python -m jaxstale``: :func:`main` as the whole
+    program, Ctrl-C ending it with status 130 at once (:func:`jaxstale._program.run_as_program`)."""
+    run_as_program(main)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,5 +1,7 @@
 """``python -m study``."""
 
+from jaxstale._program import run_as_program
+
 from . import main
 
-main()
+run_as_program(main)

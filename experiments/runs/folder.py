@@ -71,6 +71,7 @@ from .files import (
     _interrupted,
     _join_group,
     _key_order,
+    _listen_for_sigint,
     _now,
     _read_json,
     accepted_codes,
@@ -94,10 +95,6 @@ __all__ = [
 ]
 
 RESULTS_DIR = "results"
-
-# ----------------------------------------------------------------------------------------------
-# Run folder
-# ----------------------------------------------------------------------------------------------
 
 CellFn = Callable[[dict[str, Any]], tuple[Mapping[str, Any], Sequence[Mapping[str, Any]]]]
 GroupFn = Callable[
@@ -452,12 +449,10 @@ class RunFolder:
         may round a lane by its group: :mod:`jaxstale.loop`), so a resumed sweep writes the same
         table byte for byte. Only missing cells are recorded; a recomputed finished cell unlike its
         file (but for ``TIMING_FIELDS``) is an entry of :attr:`disagreements`; the file is kept.
-
         With ``checkpoint_every``, a re-run resumes a group mid-run (:func:`group_checkpoints`).
-
         Ctrl-C keeps every cell recorded so far, prints ``interrupted: N cells saved in <path>;
         re-run the same command to resume`` (N: every finished cell of the folder) on stderr and
-        raises ``SystemExit(130)`` (SIGINT's).
+        raises ``SystemExit(130)``; one a callback swallowed, after its group.
 
         Args:
           keys: cell keys.
@@ -478,6 +473,7 @@ class RunFolder:
                 "done" + (f"; {redo} recomputed with their groups and checked" if redo else ""),
                 file=sys.stderr,
             )
+        heard, stop_listening = _listen_for_sigint()
         try:
             for group in progress(todo, total=len(todo), desc=desc or self.experiment):
                 keys_of = [key_list[i] for i in group]
@@ -499,10 +495,12 @@ class RunFolder:
                         self.record(key_list[i], row, metrics)
                         saved += 1
                 drop_checkpoints(where)  # the group's cells are recorded
-        except KeyboardInterrupt:
-            # the folder's count, not this call's: a sweep runs several calls (one per worker
-            # count, model, ...) and said "0/6 cells saved" with 36 on disk
+                if heard:  # a Ctrl-C that a garbage-collector callback swallowed
+                    raise KeyboardInterrupt
+        except KeyboardInterrupt:  # the folder's count: a sweep makes several calls
             _interrupted(len(self._cells()), self.path)
+        finally:
+            stop_listening()
         self.create()
         out = [self.done(key) for key in key_list]
         assert all(row is not None for row in out)

@@ -79,6 +79,30 @@ def test_ctrl_c_counts_the_cells_of_every_call_into_the_folder(tmp_path, capsys)
     assert capsys.readouterr().err.splitlines()[-1].startswith("interrupted: 3 cells saved in ")
 
 
+def test_a_ctrl_c_that_a_callback_swallowed_stops_the_sweep_after_its_group(tmp_path, capsys):
+    """Python raises KeyboardInterrupt where the signal lands; inside a garbage-collector
+    callback (jax's) it is printed and lost, and the sweep ran to its end (issue 51)."""
+    import signal
+
+    calls = []
+
+    def fn(keys):
+        calls.append(keys)
+        try:  # what a gc callback does with the exception: "Exception ignored", then on
+            signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt:
+            pass
+        return [_cell(k) for k in keys]
+
+    run = RunFolder("exp", {}, out=tmp_path / "r")
+    keys = [{"model": m, "seed": s} for m in ("mlp", "cnn") for s in range(2)]
+    with pytest.raises(SystemExit) as info:
+        run.run_grouped(keys, fn, vary=("seed",))
+    assert info.value.code == 130 and len(calls) == 1 and len(run.rows()) == 2
+    assert "interrupted: 2 cells saved" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+
+
 def test_ctrl_c_before_any_cell_leaves_no_folder(tmp_path, capsys):
     def fn(key):
         raise KeyboardInterrupt
