@@ -34,7 +34,7 @@ _REGIME = (
 
 
 def _cell(rows: Sequence[dict], arm: str, tau: int, delay: str = "constant") -> list[dict]:
-    arm = "reinforce" if tau == 0 else arm
+    arm = rl_tables.REFERENCE if tau == 0 else arm
     return selected(rows, knob=("lr",), arm=arm, tau=tau, delay=delay)
 
 
@@ -65,7 +65,7 @@ def _beats(rows: Sequence[dict], a: str, b: str, tau: int, area: bool = False) -
 
 def _near(rows: Sequence[dict], arm: str, tau: int) -> Diff | None:
     """``arm − on-policy + δ`` at τ: positive beyond noise = less than :data:`MARGIN` worse."""
-    got, ref = _cell(rows, arm, tau), _cell(rows, "reinforce", 0)
+    got, ref = _cell(rows, arm, tau), _cell(rows, rl_tables.REFERENCE, 0)
     if not got or not ref:
         return None
     name = _name(arm, tau)
@@ -119,7 +119,7 @@ def _evidence(
 
 def _one_rate(rows: Sequence[dict], a: str, b: str, tau: int) -> Diff | None:
     """``a − b`` at τ, both at on-policy's selected rate (exploratory: one rate for both)."""
-    ref = _cell(rows, "reinforce", 0)
+    ref = _cell(rows, rl_tables.REFERENCE, 0)
     if not ref:
         return None
     lr = ref[0]["lr"]
@@ -204,24 +204,27 @@ def judge_law(ctx: Context) -> Verdict:
     rows = rl_tables.scored(
         rl_tables.scored(rows, "final_val_reward", floor), "final_test_reward", floor
     )
-    lrs = cfg["lrs"]
+    lrs, taus = cfg["lrs"], _taus(rows)
     cliffs = _cliffs(rows, cfg["tolerance"], lrs)
+    cliff = lambda arm, t: cliffs.get((arm, "constant", t))
+    # the τ whose cliff the grid bounds: a stable rate below the grid's top
+    bounded = lambda arm: [
+        (t, c) for t in taus if (c := cliff(arm, t)) is not None and c < max(lrs)
+    ]
     lines, table = [], []
     for arm in cfg["arms"]:
-        got = [(t, cliffs.get((arm, "constant", t))) for t in _taus(rows)]
-        table.append([arm, *(_fmt(c, lrs) for _, c in got)])
-        inside = [(t, c) for t, c in got if c is not None and c < max(lrs)]
+        table.append([arm, *(_fmt(cliff(arm, t), lrs) for t in taus)])
+        inside = bounded(arm)
         if len(inside) >= 3:
             lines.append(
                 f"- {arm}: slope {law_slope(inside):+.2f} over τ = {[t for t, _ in inside]}"
             )
         else:
             lines.append(f"- {arm}: {len(inside)} τ with the cliff inside the grid (3 needed)")
-    head = runs.markdown_table(["arm", *(f"τ={t}" for t in _taus(rows))], table)
-    ref = [(t, cliffs.get(("reinforce", "constant", t))) for t in _taus(rows)]
-    inside = [(t, c) for t, c in ref if c is not None and c < max(lrs)]
+    head = runs.markdown_table(["arm", *(f"τ={t}" for t in taus)], table)
+    inside = bounded(rl_tables.REFERENCE)
     if len(inside) < 3:
-        v = f"untestable here (REINFORCE's cliff inside the grid at {len(inside)} of {len(ref)} τ)"
+        v = f"untestable here (REINFORCE's cliff inside the grid at {len(inside)} of {len(taus)} τ)"
     else:
         s = law_slope(inside)
         v = "held" if -1.5 <= s <= -0.5 else "did not hold"

@@ -76,7 +76,7 @@ KEY = ("arm", "delay", "tau", "lr", "seed")
 TAUS = (0, 1, 2, 3, 4, 8, 16)
 LRS = (5e-4, 1e-3, 2e-3, 4e-3, 8e-3)
 #: the on-policy reference: τ = 0 is run for this arm only
-REFERENCE = "reinforce"
+REFERENCE = tables.REFERENCE
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ difference to on-policy training, the stability cliff over rate × τ, and the d
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,6 +15,8 @@ from ..runs.stats import format_ci, mean_ci, select
 
 VAL, TEST = "final_val_reward", "final_test_reward"
 Group = tuple[str, str, int]  # (arm, delay, tau)
+#: the arm every τ = 0 run is recorded under: on-policy, every correction is REINFORCE
+REFERENCE = "reinforce"
 
 
 def chance(cfg: Mapping[str, Any]) -> float:
@@ -65,8 +67,12 @@ def stability(
     return cliff, stable, best
 
 
-def _grid(cfg: Mapping[str, Any], delay: str) -> tuple[list[str], list[int]]:
-    return cfg["arms"], [t for t in cfg["taus"] if t]
+def _arm_by_tau(
+    arms: Sequence[str], taus: Sequence[int], cell: Callable[[str, int], str]
+) -> list[str]:
+    """One table: a row per arm, a column per τ > 0, ``cell(arm, τ)`` in each; then a blank."""
+    body = [[arm, *(cell(arm, t) for t in taus)] for arm in arms]
+    return [runs.markdown_table(["arm", *(f"τ = {t}" for t in taus)], body), ""]
 
 
 def make_table(
@@ -102,44 +108,44 @@ def make_table(
             f"{100 * ref[0]['start_val_reward']:.1f} (validation).",
             "",
         ]
-    for delay in cfg["delays"]:
-        arms, taus = _grid(cfg, delay)
-        if not taus:
-            continue
+    arms, taus, top = cfg["arms"], [t for t in cfg["taus"] if t], max(cfg["lrs"])
+    for delay in cfg["delays"] if taus else []:
+
+        def own_rate(arm: str, t: int) -> str:
+            g = (arm, delay, t)
+            pick = at(g)
+            k = sum(bool(r.get("diverged")) for r in pick)
+            mark = f" [{k}/{len(pick)} div., at chance]" if k else ""
+            return f"{format_ci([r[TEST] for r in pick])}{mark} @ {selected[g]:g}" if pick else "–"
+
+        def to_reference(arm: str, t: int) -> str:
+            pick = at((arm, delay, t))
+            if not pick or not ref:
+                return "–"
+            m, h, _ = runs.paired_difference(itt(pick), itt(ref), value=TEST)
+            if not math.isfinite(h):
+                return f"{100 * m:+.1f}"
+            return f"{100 * m:+.1f} ± {100 * h:.1f}" + (" *" if abs(m) > h else "")
+
+        def largest_stable(arm: str, t: int) -> str:
+            c = cliff.get((arm, delay, t))
+            return "–" if c is None else (f"≥ {c:g}" if c == top else f"{c:g}")
+
+        def diagnostics(arm: str, t: int) -> str:
+            pick = at((arm, delay, t))
+            if not pick:
+                return "–"
+            mean = lambda k: float(np.mean([r[k] for r in pick if r.get(k) is not None]))
+            return (
+                f"clip {100 * mean('clipped'):.0f} %, kept {100 * mean('kept'):.0f} %, "
+                f"ESS {mean('ess'):.2f}, KL {mean('kl'):.3f}"
+            )
+
         lines += [f"## Test reward at each arm's own rate ({delay} delay)", ""]
-        body = []
-        for arm in arms:
-            cells = []
-            for t in taus:
-                g = (arm, delay, t)
-                pick = at(g)
-                k = sum(bool(r.get("diverged")) for r in pick)
-                mark = f" [{k}/{len(pick)} div., at chance]" if k else ""
-                cells.append(
-                    f"{format_ci([r[TEST] for r in pick])}{mark} @ {selected[g]:g}" if pick else "–"
-                )
-            body.append([arm, *cells])
-        lines += [runs.markdown_table(["arm", *(f"τ = {t}" for t in taus)], body), ""]
+        lines += _arm_by_tau(arms, taus, own_rate)
         lines += [f"## Difference to on-policy, paired by seed ({delay} delay)", ""]
-        body = []
-        for arm in arms:
-            cells = []
-            for t in taus:
-                pick = at((arm, delay, t))
-                if not pick or not ref:
-                    cells.append("–")
-                    continue
-                m, h, _ = runs.paired_difference(itt(pick), itt(ref), value=TEST)
-                mark = "" if not math.isfinite(h) else (" *" if abs(m) > h else "")
-                cells.append(
-                    f"{100 * m:+.1f} ± {100 * h:.1f}{mark}"
-                    if math.isfinite(h)
-                    else f"{100 * m:+.1f}"
-                )
-            body.append([arm, *cells])
+        lines += _arm_by_tau(arms, taus, to_reference)
         lines += [
-            runs.markdown_table(["arm", *(f"τ = {t}" for t in taus)], body),
-            "",
             "\\* beyond noise (the 95 % interval excludes 0).",
             "",
             f"## Stability cliff: the largest stable rate ({delay} delay)",
@@ -149,31 +155,9 @@ def make_table(
             f"{', '.join(f'{x:g}' for x in cfg['lrs'])} is; '≥' the grid's top is.",
             "",
         ]
-        top = max(cfg["lrs"])
-        body = []
-        for arm in arms:
-            cells = []
-            for t in taus:
-                c = cliff.get((arm, delay, t))
-                cells.append("–" if c is None else (f"≥ {c:g}" if c == top else f"{c:g}"))
-            body.append([arm, *cells])
-        lines += [runs.markdown_table(["arm", *(f"τ = {t}" for t in taus)], body), ""]
+        lines += _arm_by_tau(arms, taus, largest_stable)
         lines += [f"## What each correction did at its own rate ({delay} delay)", ""]
-        body = []
-        for arm in arms:
-            cells = []
-            for t in taus:
-                pick = at((arm, delay, t))
-                if not pick:
-                    cells.append("–")
-                    continue
-                mean = lambda k: float(np.mean([r[k] for r in pick if r.get(k) is not None]))
-                cells.append(
-                    f"clip {100 * mean('clipped'):.0f} %, kept {100 * mean('kept'):.0f} %, "
-                    f"ESS {mean('ess'):.2f}, KL {mean('kl'):.3f}"
-                )
-            body.append([arm, *cells])
-        lines += [runs.markdown_table(["arm", *(f"τ = {t}" for t in taus)], body), ""]
+        lines += _arm_by_tau(arms, taus, diagnostics)
     lines += ["## Validation grid (mean final validation reward × 100; bold: stable)", ""]
     body = []
     groups = list(dict.fromkeys((r["arm"], r["delay"], r["tau"]) for r in rows))
@@ -243,14 +227,14 @@ def make_figures(
                 for b, lr in enumerate(lrs):
                     cell = _of(
                         rows,
-                        arm=REF if t == 0 else arm,
+                        arm=REFERENCE if t == 0 else arm,
                         delay="constant" if t == 0 else delay,
                         tau=t,
                         lr=lr,
                     )
                     if cell:
                         grid[a, b] = np.mean([r[VAL] for r in cell])
-                    g = (REF if t == 0 else arm, "constant" if t == 0 else delay, t)
+                    g = (REFERENCE if t == 0 else arm, "constant" if t == 0 else delay, t)
                     if stable.get((g, lr)):
                         ax.add_patch(_frame(b, a))
             image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", origin="lower", aspect="auto")
@@ -264,9 +248,6 @@ def make_figures(
         fig.colorbar(image, ax=axes, label="mean final validation reward", shrink=0.8)
     figs["cliff"] = runs.finish_figure(fig, smoke=cfg["quick"])
     return figs
-
-
-REF = "reinforce"
 
 
 def _frame(x: int, y: int) -> Any:
