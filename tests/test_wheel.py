@@ -54,7 +54,7 @@ def test_pyproject_lists_every_package():
         f"remove {sorted(listed - on_disk)}"
     )
     assert setuptools["package-dir"] == {"jaxstale.experiments": "experiments"}
-    assert PYPROJECT["project"]["scripts"] == {"jaxstale": "jaxstale.cli:main"}
+    assert PYPROJECT["project"]["scripts"] == {"jaxstale": "jaxstale.cli:console"}
 
 
 def _run(cmd, cwd, env, timeout=600):

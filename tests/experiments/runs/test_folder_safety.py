@@ -96,11 +96,15 @@ def test_a_ctrl_c_that_a_callback_swallowed_stops_the_sweep_after_its_group(tmp_
 
     run = RunFolder("exp", {}, out=tmp_path / "r")
     keys = [{"model": m, "seed": s} for m in ("mlp", "cnn") for s in range(2)]
-    with pytest.raises(SystemExit) as info:
-        run.run_grouped(keys, fn, vary=("seed",))
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)  # pytest-xdist ignores it
+    try:
+        with pytest.raises(SystemExit) as info:
+            run.run_grouped(keys, fn, vary=("seed",))
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    finally:
+        signal.signal(signal.SIGINT, old)
     assert info.value.code == 130 and len(calls) == 1 and len(run.rows()) == 2
     assert "interrupted: 2 cells saved" in capsys.readouterr().err
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
 
 
 def test_ctrl_c_before_any_cell_leaves_no_folder(tmp_path, capsys):
