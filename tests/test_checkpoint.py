@@ -48,6 +48,9 @@ BUILDERS = {
     "pipeline/2bw": (_pipeline("2bw", lambda: optax.adamw(0.01)), ("emulate", "mesh")),
     "localsgd/async/delayed-nesterov": (_localsgd("async/delayed-nesterov"), ("emulate", "mesh")),
 }
+#: in make test-slow only (5-7 s each): make test keeps every family, the pipelines on the mesh
+#: (and pipeline/stash's emulator in the SIGKILL test below)
+SLOW_CASES = {("pipeline/2bw", "emulate"), ("pipeline/stash", "emulate")}
 CASES = [(n, e) for n, (_, execs) in BUILDERS.items() for e in execs]
 
 
@@ -66,7 +69,11 @@ def _same(a: loop.Result, b: loop.Result) -> None:
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
-@pytest.mark.parametrize(("name", "executor"), CASES, ids=[f"{n}-{e}" for n, e in CASES])
+@pytest.mark.parametrize(
+    ("name", "executor"),
+    [pytest.param(*c, marks=[pytest.mark.slow] if c in SLOW_CASES else []) for c in CASES],
+    ids=[f"{n}-{e}" for n, e in CASES],
+)
 def test_a_resumed_run_ends_where_the_uninterrupted_run_ends(tmp_path, name, executor):
     whole = _run(name, executor)
     ck = Checkpoints(tmp_path / "ck", every=1)

@@ -152,6 +152,7 @@ def test_error_feedback_in_the_constant_delay_harness_is_the_hand_recursion():
     np.testing.assert_allclose(_steps(update, init, jnp.zeros(()), 10), w[1:], rtol=1e-5)
 
 
+@pytest.mark.slow  # 8 s; tests/transforms' basis-rotation tests stay in make test
 def test_basis_rotation_trains_in_the_constant_delay_harness():
     import jaxstale
 

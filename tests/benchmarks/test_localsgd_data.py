@@ -6,6 +6,7 @@ from benchmarks import localsgd_data
 from jaxstale import data
 
 
+@pytest.mark.slow  # 10 s; tests/localsgd/test_emulator.py's indexed-streams test stays in make test
 def test_both_forms_give_the_same_losses_and_indexed_holds_less():
     copy = localsgd_data.peak("copy", 30, 2, 2)
     indexed = localsgd_data.peak("indexed", 30, 2, 2)

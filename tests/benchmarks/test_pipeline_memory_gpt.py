@@ -50,7 +50,9 @@ def test_slot_bytes_by_hand():
         pm.slot_bytes("some", 1, False, 2, 3, 8, 2)
 
 
-@pytest.mark.parametrize(("preset", "n"), [("gpt-tiny", 2), ("gpt-cpu", 4)])
+@pytest.mark.parametrize(
+    ("preset", "n"), [("gpt-tiny", 2), pytest.param("gpt-cpu", 4, marks=pytest.mark.slow)]
+)
 def test_every_remat_carries_its_floor_formula(preset, n):
     # the issue asks for within 10 % of the floor; the carry is the formula to the byte
     rows = pm.remat_rows(preset, n, 16, 64)

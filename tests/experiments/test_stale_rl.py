@@ -110,6 +110,7 @@ def test_tiny_grid_end_to_end_and_resume(tmp_path, capsys):
     assert "4/4 cells already done" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # 10-35 s; make test keeps tests/study/test_claims_cells.py's inputs tests
 def test_a_packed_sweep_resumes_from_its_own_start_not_this_machines(tmp_path, monkeypatch):
     # another machine's XLA:CPU trains a start that differs in its last bits: the cells must
     # resume from the start they were computed from, which travels in the archive
