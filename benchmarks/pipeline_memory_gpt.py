@@ -220,8 +220,8 @@ def _remat_table(preset: str, n: int, mb: int, t: int) -> str:
     ]
     for r in remat_rows(preset, n, mb, t):
         target = r["target_mib"]
-        mark = "" if target is None else f"≤ {target:,.0f}: "
-        mark += "" if target is None else ("met" if r["carried"] / MIB <= target else "MISSED")
+        met = target is not None and r["carried"] / MIB <= target
+        mark = "" if target is None else f"≤ {target:,.0f}: {'met' if met else 'MISSED'}"
         lines.append(
             f"| {r['policy']} | {r['remat']} | {r['backward']} | {_mib(r['carried'])} | "
             f"{_mib(r['formula'])} | {r['carried'] / r['formula']:.3f} | {mark} |"

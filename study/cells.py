@@ -89,7 +89,7 @@ def _shards(cells: Path, name: str) -> list[Path]:
 
 
 #: one archive file, read: its ``config.json`` and its ``(file name, cell)`` pairs
-_Shard = tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]
+_Shard = tuple[dict[str, Any], list[tuple[str, dict[str, Any]]], dict[str, bytes]]
 
 
 def _code(header: Mapping[str, Any]) -> Any:
@@ -111,7 +111,7 @@ def _groups(cells: Path, name: str) -> list[tuple[tuple[str, Any], list[_Shard]]
     groups: dict[tuple[str, Any], list[_Shard]] = {}
     last: dict[tuple[str, Any], int] = {}
     for i, path in enumerate(_shards(cells, name)):
-        shard = read(path)
+        shard = _parse(path)
         sweep = _sweep_of(shard[0])
         groups.setdefault(sweep, []).append(shard)
         last[sweep] = i
@@ -136,10 +136,10 @@ def pack(results: Path, cells: Path, names: Sequence[str]) -> dict[str, tuple[in
         mine = [files for sweep, files in _groups(cells, name) if sweep == _sweep_of(header)]
         shards = mine[0] if mine else []
         last_header = shards[-1][0] if shards else None
-        old = {f: _dump(c) for _, found in shards for f, c in found}
+        old = {f: _dump(c) for _, found, _ in shards for f, c in found}
         here = _folder_cells(folder)
         new = [(f, c) for f, c in here if old.get(f) != _dump(c)]
-        had = _sweep_inputs(cells, name, _sweep_of(header))
+        had = _inputs_of(shards)
         fresh = {f: b for f, b in _folder_inputs(folder).items() if had.get(f) != b}
         changed = last_header is None or last_header != header
         if new or fresh or changed:
@@ -166,9 +166,8 @@ def _values(path: Path) -> list[Any]:
         raise CellsError(f"{path}: not a cells archive ({type(e).__name__}: {e})") from None
 
 
-def read(path: Path) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
-    """``(config.json, [(file name, cell), ...])`` of one archive (its inputs:
-    :func:`read_inputs`).
+def _parse(path: Path) -> _Shard:
+    """``(config.json, [(file name, cell), ...], {input name: bytes})`` of one archive, checked.
 
     Raises:
       CellsError: the file is not an archive written by :func:`pack`.
@@ -182,6 +181,28 @@ def read(path: Path) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
     bad = [f for f, _ in found if Path(f).name != f or not f.endswith(".json")]
     if not isinstance(header, dict) or bad:
         raise CellsError(f"{path}: not a cells archive (bad entries: {bad[:3]})")
+    inputs = {}
+    for v in values[1:]:
+        if isinstance(v, dict) and "input" in v:
+            name = v["input"]
+            try:
+                data = base64.b64decode(v["base64"], validate=True)
+            except (KeyError, TypeError, ValueError) as e:
+                raise CellsError(f"{path}: input {name!r} is not base64 ({e})") from None
+            if not isinstance(name, str) or Path(name).name != name or name.startswith("."):
+                raise CellsError(f"{path}: not a cells archive (bad input name {name!r})")
+            inputs[name] = data
+    return header, found, inputs
+
+
+def read(path: Path) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+    """``(config.json, [(file name, cell), ...])`` of one archive (its inputs:
+    :func:`read_inputs`).
+
+    Raises:
+      CellsError: the file is not an archive written by :func:`pack`.
+    """
+    header, found, _ = _parse(path)
     return header, found
 
 
@@ -191,27 +212,12 @@ def read_inputs(path: Path) -> dict[str, bytes]:
     Raises:
       CellsError: the file is not an archive written by :func:`pack`.
     """
-    out = {}
-    for v in _values(path)[1:]:
-        if isinstance(v, dict) and "input" in v:
-            name = v["input"]
-            try:
-                data = base64.b64decode(v["base64"], validate=True)
-            except (KeyError, TypeError, ValueError) as e:
-                raise CellsError(f"{path}: input {name!r} is not base64 ({e})") from None
-            if not isinstance(name, str) or Path(name).name != name or name.startswith("."):
-                raise CellsError(f"{path}: not a cells archive (bad input name {name!r})")
-            out[name] = data
-    return out
+    return _parse(path)[2]
 
 
-def _sweep_inputs(cells: Path, name: str, want: tuple[str, Any]) -> dict[str, bytes]:
-    """The inputs archived for one sweep of ``name`` (a file packed twice: its latest)."""
-    out: dict[str, bytes] = {}
-    for path in _shards(cells, name):
-        if _sweep_of(read(path)[0]) == want:
-            out.update(read_inputs(path))
-    return out
+def _inputs_of(shards: Sequence[_Shard]) -> dict[str, bytes]:
+    """The inputs one sweep's archives hold (a file packed twice: its latest)."""
+    return {f: b for _, _, inputs in shards for f, b in inputs.items()}
 
 
 def sweep(cells: Path, name: str, header: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -226,7 +232,7 @@ def sweep(cells: Path, name: str, header: Mapping[str, Any]) -> list[dict[str, A
     latest: dict[str, dict[str, Any]] = {}
     for got, shards in _groups(cells, name):
         if got == want:
-            for _, found in shards:
+            for _, found, _ in shards:
                 latest.update(found)
     return list(latest.values())
 
@@ -271,7 +277,7 @@ def restore(
         if not groups:
             continue
         folder = results / name
-        total = len({f for _, shards in groups for _, found in shards for f, _ in found})
+        total = len({f for _, shards in groups for _, found, _ in shards for f, _ in found})
         if (folder / "config.json").exists():
             have = json.loads((folder / "config.json").read_text())
             if not any(sweep[0] == _dump(have.get("config")) for sweep, _ in groups):
@@ -297,9 +303,9 @@ def restore(
                 shards = chosen[-1]
         header = shards[-1][0]
         ok = runs.accepted_codes(header)
-        merged = {f: c for _, found in shards for f, c in found}
+        merged = {f: c for _, found, _ in shards for f, c in found}
         merged = {f: c for f, c in merged.items() if c.get("code") in ok}
-        todo.append((name, header, merged, total, _sweep_inputs(cells, name, _sweep_of(header))))
+        todo.append((name, header, merged, total, _inputs_of(shards)))
     counts: dict[str, Restored] = {}
     for name, header, merged, total, inputs in todo:
         folder = results / name
