@@ -584,9 +584,12 @@ _INFLIGHT = ("constant", "inflight")
 RUNS.update(LADDER_RUNS)
 FAMILIES["the language-model ladder (issue 52): LM7, LM8, the 4k rung"] = tuple(LADDER_RUNS)
 
-#: the asynchronous-RL family (issue 55): every correction at every τ, then in-flight updates
+#: the asynchronous-RL family (issue 55): every correction at every τ, then in-flight updates;
+_RL_ARMS = tuple(a for a in stale_rl.ARMS if "m2po-clip" not in a)  # the arms it was declared with
 RL_RUNS: dict[str, Run] = {
-    "rl-stale": Run(stale_rl, stale_rl.Config(), what="RL1-RL4: every correction, τ 1-16"),
+    "rl-stale": Run(
+        stale_rl, stale_rl.Config(arms=_RL_ARMS), what="RL1-RL4: every correction, τ 1-16"
+    ),
     "rl-inflight": Run(
         stale_rl,
         stale_rl.Config(arms=("reinforce", "ppo-clip"), taus=(0, 4, 8, 16), delays=_INFLIGHT),

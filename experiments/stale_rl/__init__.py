@@ -27,9 +27,9 @@ selection. At τ = 0 every correction is REINFORCE (their ratios are 1), so τ =
 diverged and its mean validation reward is at least the on-policy best minus ``--tolerance``
 (0.05); the largest stable rate per (arm, τ) is the stability cliff (RL4).
 
-Cost: one run (lane) of 300 updates ≈ 9 CPU-seconds (lanes run one after another in one
-program: vmapped lanes were 1.6× slower per lane on the CPU); the default grid (10 arms × 6
-τ × 5 rates × 5 seeds, plus τ = 0) is about 4 CPU-hours; ``--quick`` (τ ∈ {0, 4}, three arms,
+Cost: one run (lane) of 300 updates ≈ 9–12 CPU-seconds (lanes run one after another in one
+program: vmapped lanes were 1.6× slower per lane on the CPU); the default grid (12 arms × 6
+τ × 5 rates × 5 seeds, plus τ = 0) is about 6 CPU-hours; ``--quick`` (τ ∈ {0, 4}, three arms,
 one rate, two seeds, 100 updates) about a minute.
 
 Outputs (run folder): rows (arm, delay, tau, lr, seed, final_val_reward, final_test_reward,

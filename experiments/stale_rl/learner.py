@@ -61,6 +61,8 @@ ARMS: dict[str, tuple[Callable[..., Any], str | None]] = {
     "icepop": (rl.icepop, None),
     "mis": (rl.mis, None),
     "m2po": (rl.m2po, None),
+    "m2po-clip": (rl.m2po_clip, None),
+    "m2po-clip-dual": (lambda *a, **k: rl.m2po_clip(*a, dual_clip=3.0, **k), None),
     "vcpo": (rl.vcpo, "ess"),
     "sa-reinforce": (rl.reinforce, "staleness"),
 }

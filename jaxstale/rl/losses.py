@@ -29,6 +29,9 @@ clamped to ±20 before ``exp``, as verl does), :math:`\mathrm{sg}` the stop-grad
 * :func:`m2po` — M2PO's second-moment trust region: the ids with the largest
   :math:`(\log r)^2` masked, fewest first, until the rest's mean :math:`M_2 < 0.04`; then
   :math:`-r A` on the rest, averaged over every id (the paper's :math:`1 / \sum_i |o_i|`);
+* :func:`m2po_clip` — M2PO as its authors' code runs it: PPO-clip whose bounds
+  :math:`e^{\mp c}` are set per batch so that capping the harmful ids' :math:`(\log r)^2`
+  at :math:`c^2` brings their :math:`M_2` within 0.04;
 * :func:`vcpo` — VCPO's loss (sequence TIS, ``C = 8``, averaged per sequence then over
   sequences) and :func:`ess_ratio`, the effective sample size of the sequences' weights over
   their number, which :func:`scale_by_ess` turns into the step's rate
@@ -51,7 +54,10 @@ References:
     Zheng, Zhao, Chen, "Prosperity before Collapse: how far can off-policy RL reach with
     stale data" (M2PO), ICLR 2026, arXiv 2510.01161; the masking rule as AReaL ports it
     (``areal/trainer/ppo/actor.py``, ``_get_m2po_loss_mask``, 4aef98d8d818af55b43621aaadba047
-    ae10f4e77); Infini-AI-Lab/M2PO (af54a3e8) ships an adaptive-clip variant instead.
+    ae10f4e77); the authors' adaptive clip as Infini-AI-Lab/M2PO
+    ``verl/trainer/ppo/core_algos.py`` (``kpo_clip_harmful_tokens``,
+    ``compute_m2po_policy_loss``) at 4514ce22cc5af605b150d3bb7d0deab82f783acd runs it
+    (``M2_budget=0.04``, no ``miniclip`` floor, in ``train-scripts/m2po-*.sh``).
     Huang et al., VCPO, ICML 2026, arXiv 2602.17616; mit-han-lab/vcpo
     ``recipe/fully_async_policy/staleness_utils.py`` (``compute_ess_info``) at
     c7f030f0b77237cfb0e75e720669e2917a1bb56e.
@@ -74,6 +80,8 @@ __all__ = [
     "ess_ratio",
     "icepop",
     "m2po",
+    "m2po_clip",
+    "m2po_clip_bounds",
     "m2po_mask",
     "mis",
     "ppo_clip",
@@ -160,7 +168,9 @@ def _stats(kept: jax.Array, clipped: jax.Array, weight: jax.Array, mask: jax.Arr
     return Stats(_mean(kept, mask), _mean(clipped, mask), _mean(weight, mask))
 
 
-def _surrogate(adv: jax.Array, r: jax.Array, lo: float, hi: float) -> tuple[jax.Array, jax.Array]:
+def _surrogate(
+    adv: jax.Array, r: jax.Array, lo: float | jax.Array, hi: float | jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """PPO's clipped surrogate ``max(−A·r, −A·clip(r, lo, hi))`` and where the clip won."""
     l1, l2 = -adv * r, -adv * jnp.clip(r, lo, hi)
     return jnp.maximum(l1, l2), (l2 > l1).astype(jnp.float32)
@@ -305,16 +315,76 @@ def m2po(
     return loss, _stats(keep, jnp.zeros_like(r), sg(r) * keep, mask)
 
 
+def m2po_clip_bounds(
+    logp: Any, behav: Any, adv: Any, mask: Any = None, *, budget: float = 0.04
+) -> tuple[jax.Array, jax.Array]:
+    r"""The ratio bounds ``(lo, hi)`` of M2PO's adaptive clip, as the authors' code sets them.
+
+    The *harmful* ids are the counted ones the step would push further off the behaviour
+    policy: :math:`A > 0, r > 1` or :math:`A < 0, r < 1`; :math:`v = (\log r)^2` on them,
+    ``h`` of them. Where ``h = 0`` or their mean :math:`M_2 = \bar v \le` ``budget``, no clip:
+    ``(0, 1e5)``. Otherwise, with ``v`` ascending and :math:`S_k = \sum_{j \le k} v_j`, the
+    first ``k`` with :math:`v_k (h - k - 1) + S_k \ge h \cdot \mathrm{budget}` (capping
+    every ``v`` at :math:`v_k` would meet the budget) gives :math:`c^2 = v_{k-1}` (0 when
+    ``k = 0``): the largest breakpoint at which the capped :math:`M_2` stays within budget,
+    and the bounds :math:`(e^{-c}, e^{c})`. (The code's 1e-12 tolerances are below
+    float32's resolution at these scales and left out.)"""
+    logp, behav, adv, mask = _inputs(logp, behav, adv, mask)
+    d = _log_ratio(logp, behav)
+    harm = (mask > 0) & (((adv > 0) & (d > 0)) | ((adv < 0) & (d < 0)))
+    v = jnp.sort(jnp.where(harm, d * d, jnp.inf).reshape(-1))  # the h harmful ids first
+    h = jnp.sum(harm)
+    j = jnp.arange(v.shape[0])
+    inside = j < h
+    s = jnp.cumsum(jnp.where(inside, v, 0.0))
+    meets = inside & (v * (h - j - 1) + s >= h * budget)
+    k = jnp.argmax(meets)
+    c = jnp.sqrt(jnp.where(k > 0, v[jnp.maximum(k - 1, 0)], 0.0))
+    apply = (h > 0) & (s[-1] > h * budget)
+    return jnp.where(apply, jnp.exp(-c), 0.0), jnp.where(apply, jnp.exp(c), 1e5)
+
+
+def m2po_clip(
+    logp: Any,
+    behav: Any,
+    adv: Any,
+    mask: Any = None,
+    *,
+    budget: float = 0.04,
+    dual_clip: float | None = None,
+) -> tuple[jax.Array, Stats]:
+    """M2PO as its authors' code runs it: PPO's clipped surrogate against the behaviour policy,
+    the bounds from :func:`m2po_clip_bounds` (one pair per batch, no gradient), the token mean
+    over the mask; no dual clip (``dual_clip`` c > 1: where ``A < 0`` at most ``−A·c``, as
+    :func:`ppo_clip` does — the authors' loss leaves an id with ``A < 0`` and ``r ≫ 1``
+    unbounded)."""
+    if not budget > 0:
+        raise ValueError(f"m2po_clip: budget must be > 0, got {budget}")
+    if dual_clip is not None and not dual_clip > 1.0:
+        raise ValueError(f"m2po_clip: dual_clip must be > 1 (or None), got {dual_clip}")
+    lo, hi = m2po_clip_bounds(logp, behav, adv, mask, budget=budget)
+    logp, behav, adv, mask = _inputs(logp, behav, adv, mask)
+    r = jnp.exp(jnp.clip(logp - behav, -BOUND, BOUND))
+    loss, clipped = _surrogate(adv, r, lo, hi)
+    if dual_clip is not None:
+        loss = jnp.where(adv < 0, jnp.minimum(loss, -adv * dual_clip), loss)
+    return _mean(loss, mask), _stats(jnp.ones_like(r), clipped, sg(r), mask)
+
+
 def ess_ratio(logp: Any, behav: Any, mask: Any = None) -> jax.Array:
-    """VCPO's ``ρ = ESS / n``: the effective sample size ``(Σ w)² / (Σ w² + 1e-8)`` of the
-    sequences' importance weights ``w_i = exp(Σ_t log r_t)`` (not truncated; each sequence's
-    summed log-ratio clamped to ±20 before ``exp``, :data:`BOUND`, so ESS is overstated only
-    where several sequences pass e^20), over their number.
-    1 on-policy; ``1 / n`` when one sequence carries all the weight."""
+    r"""VCPO's ``ρ = ESS / n``: the effective sample size ``(Σ w)² / Σ w²`` of the sequences'
+    importance weights ``w_i = exp(l_i)``, :math:`l_i = \sum_t \log r_{i,t}` (not truncated),
+    over their number, computed on the weights shifted by the largest, :math:`w'_i =
+    e^{l_i - \max_j l_j}` (ESS does not change; the largest shifted weight is 1, so no drift
+    underflows or overflows it: the authors' first code summed the weights themselves and read
+    ESS = 0 once all fell below float32's range, NaN once one passed it).
+    1 on-policy (exactly); ``1 / n`` when one sequence carries all the weight."""
     lp = jnp.asarray(logp, jnp.float32)
     m = jnp.ones(lp.shape, jnp.float32) if mask is None else jnp.asarray(mask, jnp.float32)
-    w = jnp.exp(_seq_log_ratio(lp, sg(jnp.asarray(behav, jnp.float32)), m))[:, 0]
-    return sg(jnp.sum(w) ** 2 / (jnp.sum(w**2) + 1e-8) / w.shape[0])
+    b = sg(jnp.asarray(behav, jnp.float32))
+    lw = jnp.sum((sg(lp) - b) * m, axis=1)
+    w = jnp.exp(lw - jnp.max(lw))
+    return sg(jnp.sum(w) ** 2 / jnp.sum(w**2) / w.shape[0])
 
 
 def vcpo(
@@ -380,5 +450,6 @@ CORRECTIONS = {
     "icepop": icepop,
     "mis": mis,
     "m2po": m2po,
+    "m2po-clip": m2po_clip,
     "vcpo": vcpo,
 }

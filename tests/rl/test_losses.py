@@ -138,6 +138,82 @@ def test_m2po_masks_the_largest_squared_log_ratios_until_the_rest_is_under_the_t
     assert float(loss) == pytest.approx(want, rel=1e-6) and float(st.kept) == 0.75
 
 
+def _authors_m2po_bounds(lp, behav, adv, mask, budget):
+    """Infini-AI-Lab/M2PO's rule transcribed loop by loop (``kpo_clip_harmful_tokens`` and
+    ``_solve_tau_from_sorted_delta2``), in float64, the 1e-12 tolerances kept."""
+    d = (np.asarray(lp, np.float64) - np.asarray(behav, np.float64)).reshape(-1)
+    a = np.broadcast_to(np.asarray(adv, np.float64).reshape(-1, 1), np.shape(lp)).reshape(-1)
+    m = np.asarray(mask).reshape(-1) > 0
+    r = np.exp(d)
+    harm = m & (((a > 1e-12) & (r > 1 + 1e-12)) | ((a < -1e-12) & (r < 1 - 1e-12)))
+    v = np.sort(d[harm] ** 2)
+    if v.size == 0 or v.mean() <= budget + 1e-12:
+        return 0.0, 1e5
+    target, cs = budget * v.size, np.cumsum(v)
+    for k in range(v.size):
+        if (v[k] - 1e-12) * (v.size - k - 1) + cs[k] >= target - 1e-12:
+            tau = 0.0 if k == 0 else math.sqrt(v[k - 1] - 1e-12)
+            return math.exp(-tau), math.exp(tau)
+    raise AssertionError("unreachable: k = h - 1 always meets the budget")
+
+
+def test_m2po_clip_bounds_by_hand():
+    # A > 0: the harmful ids are r > 1, (log r)² = 0.25, 0.01, 0.09 (M2 = 0.117 > 0.04); capped
+    # at 0.01 the sum is 0.03 < 3 · 0.04, at 0.09 it is 0.19 ≥ 0.12: τ² = 0.01, bounds e^∓0.1
+    lp = jnp.array([[0.5, 0.1, -0.2, 0.3]], jnp.float32)
+    lo, hi = losses.m2po_clip_bounds(lp, jnp.zeros((1, 4)), jnp.array([1.0]))
+    assert (float(lo), float(hi)) == pytest.approx((math.exp(-0.1), math.exp(0.1)), rel=1e-6)
+    # the loss: clipped above e^0.1 only (r = e^-0.2 is below lo but not harmful for A > 0)
+    loss, st = losses.m2po_clip(lp, jnp.zeros((1, 4)), jnp.array([1.0]))
+    assert float(loss) == pytest.approx(-(3 * math.exp(0.1) + math.exp(-0.2)) / 4, rel=1e-6)
+    assert float(st.kept) == 1.0 and float(st.clipped) >= 0.5  # the ids at r = e^0.5, e^0.3
+    g = _grad(losses.m2po_clip, lp, jnp.zeros((1, 4)), jnp.array([1.0]))
+    assert float(g[0, 0]) == 0.0 and float(g[0, 3]) == 0.0  # beyond the bound: no gradient
+    assert float(g[0, 2]) == pytest.approx(-math.exp(-0.2) / 4, rel=1e-6)
+    # A < 0 and one harmful id: k = 0, τ = 0, every ratio clipped to 1 where that is harmful
+    lp = jnp.array([[-0.5, 0.2]], jnp.float32)
+    lo, hi = losses.m2po_clip_bounds(lp, jnp.zeros((1, 2)), jnp.array([-1.0]))
+    assert (float(lo), float(hi)) == (1.0, 1.0)
+    loss, _ = losses.m2po_clip(lp, jnp.zeros((1, 2)), jnp.array([-1.0]))
+    assert float(loss) == pytest.approx((1.0 + math.exp(0.2)) / 2, rel=1e-6)
+    # within the budget, or nothing harmful: no clip; an uncounted id is not harmful
+    small = jnp.array([[0.1, -0.1]], jnp.float32)
+    lo, hi = losses.m2po_clip_bounds(small, jnp.zeros((1, 2)), jnp.array([1.0]))
+    assert (float(lo), float(hi)) == (0.0, 1e5)
+    far = jnp.array([[2.0, 0.1]], jnp.float32)
+    lo, hi = losses.m2po_clip_bounds(far, jnp.zeros((1, 2)), jnp.array([1.0]), jnp.array([[0, 1]]))
+    assert (float(lo), float(hi)) == (0.0, 1e5)
+    # A < 0 at r = e²: not harmful, never clipped by the bounds; the dual clip caps it at −A·3
+    up = jnp.array([[2.0]], jnp.float32)
+    assert float(losses.m2po_clip(up, jnp.zeros((1, 1)), jnp.array([-1.0]))[0]) == pytest.approx(
+        math.exp(2.0), rel=1e-6
+    )
+    loss, _ = losses.m2po_clip(up, jnp.zeros((1, 1)), jnp.array([-1.0]), dual_clip=3.0)
+    g = _grad(losses.m2po_clip, up, jnp.zeros((1, 1)), jnp.array([-1.0]), dual_clip=3.0)
+    assert float(loss) == 3.0 and float(g[0, 0]) == 0.0
+
+
+def test_m2po_clip_bounds_match_the_authors_rule_on_random_batches():
+    rng = np.random.default_rng(3)
+    bounds = jax.jit(losses.m2po_clip_bounds, static_argnames="budget")
+    for trial in range(40):  # ragged batches in one 5 × 8 shape: the mask cuts them
+        n, length = rng.integers(1, 6), rng.integers(1, 9)
+        behav = np.log(rng.uniform(0.05, 1.0, (5, 8)))
+        lp = behav + rng.normal(0, rng.choice([0.05, 0.3, 1.0]), (5, 8))
+        adv = rng.normal(size=5) * (rng.uniform(size=5) > 0.2)
+        mask = (rng.uniform(size=(5, 8)) > 0.2).astype(np.float32)
+        mask[n:], mask[:, length:] = 0.0, 0.0
+        budget = float(rng.choice([0.01, 0.04, 0.2]))
+        got = bounds(
+            jnp.asarray(lp, jnp.float32), jnp.asarray(behav, jnp.float32),
+            jnp.asarray(adv, jnp.float32), jnp.asarray(mask), budget=budget,
+        )  # fmt: skip
+        want = _authors_m2po_bounds(
+            np.float32(lp), np.float32(behav), np.float32(adv), mask, budget
+        )
+        np.testing.assert_allclose([float(x) for x in got], want, rtol=1e-5, err_msg=str(trial))
+
+
 def test_vcpo_effective_sample_size_and_its_step():
     # sequence weights 3 and 1: (3 + 1)² / (9 + 1) / 2 = 0.8
     lp = jnp.array([[L(3.0), 0.0], [0.0, 0.0]], jnp.float32)
@@ -145,6 +221,13 @@ def test_vcpo_effective_sample_size_and_its_step():
     # one sequence carries all the weight: ρ → 1/n
     lp = jnp.array([[30.0], [0.0], [0.0], [0.0]], jnp.float32)
     assert float(losses.ess_ratio(lp, jnp.zeros((4, 1)))) == pytest.approx(0.25, rel=1e-5)
+    # exact whatever the drift: weights e^-200 and e^-200 / 3 (or e^200 and e^200 / 3) still
+    # give (1 + 1/3)² / (1 + 1/9) / 2 = 0.8, where summing the weights reads 0 (or NaN)
+    for shift in (-200.0, 200.0):
+        lp = jnp.array([[shift], [shift - L(3.0)]], jnp.float32)
+        assert float(losses.ess_ratio(lp, jnp.zeros((2, 1)))) == pytest.approx(0.8, rel=1e-5)
+    lp = jnp.asarray(np.log(np.random.default_rng(0).uniform(0.1, 0.9, (5, 3))), jnp.float32)
+    assert float(losses.ess_ratio(lp, lp)) == 1.0  # on-policy: exactly 1, the rate untouched
     tx = optax.chain(optax.sgd(1.0), losses.scale_by_ess("linear"))
     u, _ = tx.update({"w": jnp.array(2.0)}, tx.init({"w": jnp.array(0.0)}), ess_ratio=0.25)
     assert float(u["w"]) == pytest.approx(-0.5)
@@ -187,6 +270,10 @@ def test_grpo_advantages_by_hand():
         (lambda: advantages.grpo_advantages(jnp.array([0.5, 1.5]), 2, reward_range=(0.0, 1.0)),
          r"1 of 2 rewards outside the declared range \[0, 1\] \(first: 1.5\)"),
         (lambda: losses.scale_by_ess(base=0.0), "base must be > 0"),
+        (lambda: losses.m2po_clip(jnp.zeros((1, 1)), jnp.zeros((1, 1)), jnp.ones(1), budget=0),
+         "budget must be > 0"),
+        (lambda: losses.m2po_clip(jnp.zeros((1, 1)), jnp.zeros((1, 1)), jnp.ones(1),
+                                  dual_clip=1.0), "dual_clip must be > 1"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_clear_line(call, message):
