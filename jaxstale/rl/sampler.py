@@ -25,6 +25,7 @@ References:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -91,6 +92,27 @@ def _draw(
     return Rollout(prompts, seq[:, length + 1 :], lp.T, versions)
 
 
+@functools.partial(jax.jit, static_argnames=("apply", "task", "temperature", "total", "stale"))
+def _draw_jit(
+    apply: Policy,
+    source: Any,
+    task: Reverse,
+    prompts: jax.Array,
+    key: jax.Array,
+    temperature: float,
+    versions: jax.Array,
+    first: Any,
+    total: int,
+    stale: bool,
+) -> Rollout:
+    """:func:`_draw` compiled once per policy, task, temperature and shape (a call outside a
+    jitted step would otherwise trace and compile its scan afresh, the weights being constants
+    of it); inside a jitted step it is inlined. ``source``: the weights, or the buffer when
+    ``stale``."""
+    read = source.get if stale else (lambda _: source)
+    return _draw(read, apply, task, prompts, key, temperature, versions, (first, total))
+
+
 def sample(
     apply: Policy,
     params: Any,
@@ -103,7 +125,7 @@ def sample(
     """Responses to ``prompts`` drawn from the policy at ``params`` (on-policy: τ = 0)."""
     t = _check_temperature(temperature)
     zeros = jnp.zeros((prompts.shape[1],), jnp.int32)
-    return _draw(lambda _: params, apply, task, prompts, key, t, zeros)
+    return _draw_jit(apply, params, task, prompts, key, t, zeros, 0, prompts.shape[0], False)
 
 
 def sample_stale(
@@ -142,7 +164,8 @@ def sample_stale(
                 f"sample_stale: τ must be in [0, {buffer.capacity}) for a buffer of "
                 f"{buffer.capacity} versions, got {lo if lo < 0 else hi}"
             )
-    return _draw(buffer.get, apply, task, prompts, key, t, tv, rows)
+    first, total = rows if rows is not None else (0, prompts.shape[0])
+    return _draw_jit(apply, buffer, task, prompts, key, t, tv, first, int(total), True)
 
 
 def logprobs(
