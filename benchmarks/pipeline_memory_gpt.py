@@ -8,7 +8,8 @@ head in the last — trained with the language-model AdamW, mini-batches of ``mb
 versions at stage ``k``), ``backward="saved"`` (the forward's residuals kept until its
 backward, the emulator's default) and ``"recompute"``.
 
-**Formula** per stage ``k`` with ``P_k`` parameters and ``L_k`` blocks (bytes, float32):
+**Formula** per stage ``k`` with ``P_k`` parameters and ``L_k`` blocks (bytes, float32; ``L_k``
+as :func:`jaxstale.models.split` cuts the model, :func:`stage_blocks`):
 
 * weights ``V_k·4P_k`` (``V_k = N − k`` with stash, plus its 8-byte ring pointers; else 1);
 * optimizer ``8P_k + 8``: AdamW's two moments and its two step counts;
@@ -58,6 +59,7 @@ Run: ``python benchmarks/pipeline_memory_gpt.py [--xla]``; results in
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from typing import Any
@@ -66,6 +68,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 
 from jaxstale import models, optimizers, pipeline, schedules
 from jaxstale.models.gpt import PRESETS
@@ -108,8 +111,8 @@ def formula(
     """Per stage, the formula's bytes: ``weights``, ``optimizer``, ``inputs``, ``residuals``
     (cotangent included), ``total``; ``saved=False`` is ``backward="recompute"``."""
     cfg = PRESETS[preset.removeprefix("gpt-")]
-    layers, d, h = cfg["layers"], cfg["width"], cfg["heads"]
-    per = _split_blocks(layers, n)
+    d, h = cfg["width"], cfg["heads"]
+    per = stage_blocks(preset, n, t)
     rows = []
     for k in range(n):
         p = per[k] * (12 * d * d + 13 * d)
@@ -129,8 +132,20 @@ def formula(
     return rows
 
 
-def _split_blocks(layers: int, n: int) -> list[int]:
-    return [layers // n + (1 if k < layers % n else 0) for k in range(n)]
+@functools.cache
+def _stages(preset: str, n: int, t: int) -> Any:
+    """The preset's functional stages (seed 0), built once per case for all its variants."""
+    model = models.create(preset, input_shape=(t,), num_classes=VOCAB, seed=0)
+    return models.functional_stages(model, n)
+
+
+@functools.cache
+def stage_blocks(preset: str, n: int, t: int) -> list[int]:
+    """``L_k``: the blocks of each stage as :func:`jaxstale.models.split` cuts the preset (by
+    parameter count: uneven where the embedding or head weighs in), read from an abstract model
+    (nothing allocated)."""
+    make = lambda: models.create(preset, input_shape=(t,), num_classes=VOCAB, seed=0)
+    return [len(s.blocks) for s in models.split(nnx.eval_shape(make), n)]
 
 
 def measure(
@@ -145,10 +160,7 @@ def measure(
 ) -> dict:
     """The emulator's carried state per stage (abstract shapes) and, with ``xla``, XLA's
     memory analysis of its round."""
-    model = models.create(preset, input_shape=(t,), num_classes=VOCAB, seed=0)
-    stages = remat_stages(models.functional_stages(model, n), remat)
-    if [len(s.blocks) for s in models.split(model, n)] != _split_blocks(len(model.blocks), n):
-        raise AssertionError("models.split cuts the blocks differently from the formula")
+    stages = remat_stages(_stages(preset, n, t), remat)
     nb = 2 * n + 2
     prog = pipeline.compile(schedules.one_f_one_b(n, nb), policy, backward=backward)
     tx = optimizers.adamw(1e-3, 1000, warmup_steps=10)
