@@ -1,7 +1,7 @@
 """The ladder's new claims (issue 52), declared before their runs: LM7 (error feedback) and LM8
-(basis rotation), on ``gpt-cpu`` at the 4k rung (``LADDER_RUNS`` in :mod:`study.configs`; 4,000
-updates of 16 windows of 64 characters: 4.1 M characters, 0.9 epochs, 10 tokens per parameter
-against the papers' 20 at 360M–10B).
+(basis rotation), on ``gpt-cpu`` at the 4k rung (``LADDER_RUNS`` in
+:mod:`study.configs_modern`; 4,000 updates of 16 windows of 64 characters: 4.1 M characters,
+0.9 epochs, 10 tokens per parameter against the papers' 20 at 360M–10B).
 
 Every value is the test loss in nats per character (lower is better), each arm at its own peak
 rate selected on validation; differences are oriented so that positive is the claim.

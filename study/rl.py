@@ -1,5 +1,5 @@
 """The asynchronous-RL claims (issue 55), declared before their runs: RL1–RL5 on
-``experiments.stale_rl`` (``RL_RUNS`` in :mod:`study.configs`).
+``experiments.stale_rl`` (``RL_RUNS`` in :mod:`study.configs_modern`).
 
 Every value is the test reward × 100 (per-character reward of reversing 8 symbols of 16; a
 uniform policy scores 5.9), each arm at its own Adam rate selected on the validation reward;

@@ -1,0 +1,147 @@
+"""The modern claims' configurations: the language-model ladder (issue 52: LM7, LM8, the 4k
+rung) and the asynchronous-RL family (issue 55: RL1–RL5). :mod:`study.configs` adds them to
+:data:`~study.configs.RUNS` after the earlier families, in this order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from experiments import constant_delay, pipeline_staleness, stale_rl
+
+from .workloads import LM, LM_QUICK, Run
+
+__all__ = ["ARMS", "GRID", "LADDER_RUNS", "MUON_GRID", "RL_RUNS", "RUNGS"]
+
+_CD = constant_delay.Config
+
+# ----------------------------------------------------------- the language-model ladder
+
+#: The language-model ladder's configurations (issue 52): the pipeline claims and the two 2026
+#: fixes on ``gpt-cpu`` beyond the n-gram regime, declared before any of them ran.
+#:
+#: **Why a ladder.** The 1,000-update LM runs (1.02 M characters, 0.23 epochs, 2.5 tokens per
+#: parameter) end where count models sit: synchronous AdamW at 1.906 nats against a trigram's
+#: 1.974, every asynchronous AdamW arm at N ≥ 4 but 2BW at the bigram's 2.569 — a regime in which
+#: the papers' end-of-training claims have no answer yet. The rungs: 1k updates (the committed
+#: rows: "early training"), 4k (0.9 epochs, 10 tokens per parameter) and 16k (3.8 epochs, 40 tokens
+#: per parameter), a verdict read at the largest rung where sync's last third is flat by the
+#: Budget rule.
+#:
+#: **The arms** (:data:`ARMS`, N = 8, AdamW per stage): sync, vanilla, stash, 2bw, pipemare,
+#: spectrain-v1, nesterov, the two 2026 rows — 2bw-spectrain (2BW + prediction) and 2bw-ef (2BW +
+#: error feedback) — and, in their own configurations, AsyncPP (NAdamW with its β1 rule) and basis
+#: rotation (the ``rotated`` optimizer with stashing, N = 2, 4, 8, against AdamW's). Rates: a ×2
+#: grid (:data:`GRID`) centred on the 1k runs' selection (every AdamW arm chose 0.003 or its
+#: neighbours), 2 tuning seeds, an edge winner extended, 5 seeds at the selected rate.
+#:
+#: **Cost, planned** (0.174 CPU-s per update of an N = 8 round at batch 16, measured; a rung of
+#: ``U`` updates costs one arm ``(3·2 + 3)·U·0.174`` CPU-s): the 4k rung 1.74 CPU-hours per arm,
+#: ≈ 16 for the nine arms, ≈ 4 for AsyncPP's, ≈ 10 for the rotation pair (rotated's update is
+#: ≈ 1.4× AdamW's); the 16k rung 4× that per arm, run for the arms whose 4k verdicts need it
+#: once the 4k sync reference says whether it is flat; the error-feedback harness (τ = 0, 1,
+#: three methods, two optimizers) ≈ 6 at 4k. The 4k rung with the harness: ≈ 36 CPU-hours.
+#: the ladder's rungs, updates
+RUNGS = (1000, 4000, 16000)
+#: the pipeline arms at N = 8 (AdamW per stage)
+ARMS = (
+    "sync",
+    "vanilla",
+    "stash",
+    "2bw",
+    "pipemare",
+    "spectrain-v1",
+    "nesterov",
+    "2bw-spectrain",
+    "2bw-ef",
+)
+#: AdamW's peak-rate grid, ×2 apart, centred on the 1k selections
+GRID = (0.0015, 0.003, 0.006)
+#: Muon's (the 1k runs chose 0.02)
+MUON_GRID = (0.01, 0.02, 0.04)
+
+#: the 4k rung's evaluations: every 250 updates (16 per run; the whole test split, 242,321
+#: characters, costs ≈ 4.5 CPU-s per lane and evaluation on gpt-cpu: ≈ 13 % of a run)
+_RUNG: dict[str, Any] = {**LM, "steps": 4000, "tune_seeds": 2, "extend_edges": 2, "eval_every": 250}
+_LPS = pipeline_staleness.Config
+_PS_BASE: dict[str, Any] = {**_RUNG, "model": ("gpt-cpu",), "batch_size": 16, "lrs": GRID}
+#: smoke versions: one rate (a wiring check of every arm in < 2 minutes)
+_QUICK: tuple[tuple[str, Any], ...] = (
+    *LM_QUICK,
+    ("stages", (2,)),
+    ("extend_edges", 0),
+    ("lrs", (0.003,)),
+    ("tune_seeds", None),
+)
+_CD_QUICK: tuple[tuple[str, Any], ...] = (*LM_QUICK, ("delays", (0, 1)), ("extend_edges", 0))
+
+
+def _ef_run(optimizer: str, lrs: tuple[float, ...], quick: tuple, what: str) -> Run:
+    """LM7's harness for one optimizer: τ = 0, 1; stale, predicted, error feedback."""
+    methods = ("stale", "predicted", "feedback")
+    config = _CD(**_RUNG, model=("gpt-cpu",), optimizer=optimizer, lrs=lrs, delays=(0, 1),
+                 methods=methods)  # fmt: skip
+    return Run(constant_delay, config, quick, what=what)
+
+
+LADDER_RUNS: dict[str, Run] = {
+    "lm-ladder-4k": Run(
+        pipeline_staleness,
+        _LPS(**_PS_BASE, optimizer="adamw", stages=(8,), methods=ARMS),
+        _QUICK,
+        what="the ladder's 4k rung: a GPT, AdamW per stage, N = 8, every policy and the 2026 "
+        "rows (2BW + prediction, 2BW + error feedback)",
+    ),
+    "lm-ladder-4k-asyncpp": Run(
+        pipeline_staleness,
+        _LPS(
+            **_PS_BASE,
+            optimizer="nadamw",
+            stages=(8,),
+            momentum_rule="asyncpp",
+            methods=("sync", "asyncpp"),
+        ),
+        _QUICK,
+        what="the 4k rung of AsyncPP: NAdamW with its per-stage β1, stashing, N = 8",
+    ),
+    "lm-rotation": Run(
+        pipeline_staleness,
+        _LPS(**_PS_BASE, optimizer="rotated", stages=(2, 4, 8), methods=("sync", "stash")),
+        _QUICK,
+        what="LM8: basis rotation (AdamW in rotated bases, refreshed every 10 updates) with "
+        "PipeDream's stashing, N = 2, 4, 8, 4k updates",
+    ),
+    "lm-rotation-adamw": Run(
+        pipeline_staleness,
+        _LPS(**_PS_BASE, optimizer="adamw", stages=(2, 4, 8), methods=("sync", "stash")),
+        _QUICK,
+        what="LM8's reference: the same with AdamW (paired on the seeds)",
+    ),
+    "lm-ef-adamw": _ef_run(
+        "adamw",
+        GRID,
+        _CD_QUICK,
+        "LM7: every gradient one update stale, AdamW, stale / "
+        "predicted / error feedback, 4k updates",
+    ),
+    "lm-ef-muon": _ef_run(
+        "muon",
+        MUON_GRID,
+        (*_CD_QUICK, ("lrs", (0.02,)), ("tune_seeds", None)),
+        "LM7 with Muon (on the hidden matrices; AdamW on the rest)",
+    ),
+}
+
+_INFLIGHT = ("constant", "inflight")
+
+#: the asynchronous-RL family (issue 55): every correction at every τ, then in-flight updates;
+_RL_ARMS = tuple(a for a in stale_rl.ARMS if "m2po-clip" not in a)  # the arms it was declared with
+RL_RUNS: dict[str, Run] = {
+    "rl-stale": Run(
+        stale_rl, stale_rl.Config(arms=_RL_ARMS), what="RL1-RL4: every correction, τ 1-16"
+    ),
+    "rl-inflight": Run(
+        stale_rl,
+        stale_rl.Config(arms=("reinforce", "ppo-clip"), taus=(0, 4, 8, 16), delays=_INFLIGHT),
+        what="RL5: in-flight weight updates against off-by-τ, the same tokens per update",
+    ),
+}
