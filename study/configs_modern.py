@@ -144,4 +144,11 @@ RL_RUNS: dict[str, Run] = {
         stale_rl.Config(arms=("reinforce", "ppo-clip"), taus=(0, 4, 8, 16), delays=_INFLIGHT),
         what="RL5: in-flight weight updates against off-by-τ, the same tokens per update",
     ),
+    # declared after rl-stale began (M2PO's authors' rule landed later), before any of its rows
+    "rl-m2po": Run(
+        stale_rl,
+        stale_rl.Config(arms=("m2po-clip", "m2po-clip-dual")),
+        what="RL3's secondaries: M2PO's adaptive clip as its authors run it, and with PPO's "
+        "dual clip, τ 1-16",
+    ),
 }

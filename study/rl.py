@@ -165,19 +165,29 @@ def judge_vcpo(ctx: Context) -> Evidence:
 
 def judge_m2po(ctx: Context) -> Evidence:
     """RL3. Primary: M2PO within :data:`MARGIN` of on-policy at the largest τ run
-    (non-inferiority); declared: the same at τ = 4, 8. Negative control: the same test on
+    (non-inferiority); declared: the same at τ = 4, 8, and — where ``rl-m2po`` ran — M2PO's
+    adaptive clip as its authors' code runs it, without and with PPO's dual clip, each against
+    that run's own on-policy reference at its largest τ. Negative control: the same test on
     REINFORCE without a correction at the largest τ."""
     rows = ctx.rows("rl-stale")
     taus = _taus(rows)
     top = taus[-1] if taus else 16
+    secondary = {
+        "M2PO within the margin at τ = 4, 8": [_near(rows, "m2po", t) for t in (4, 8) if t < top]
+    }
+    if ctx.has("rl-m2po"):
+        auth = ctx.rows("rl-m2po")
+        last = _taus(auth)[-1] if _taus(auth) else top
+        secondary["M2PO's adaptive clip (its authors' code) within the margin"] = [
+            _near(auth, "m2po-clip", last)
+        ]
+        secondary["M2PO's adaptive clip with a dual clip within the margin"] = [
+            _near(auth, "m2po-clip-dual", last)
+        ]
     return _evidence(
-        ctx,
-        _near(rows, "m2po", top),
-        {"M2PO within the margin at τ = 4, 8": [_near(rows, "m2po", t) for t in (4, 8) if t < top]},
-        [],
-        expected=MARGIN,
+        ctx, _near(rows, "m2po", top), secondary, [], expected=MARGIN,
         control=_near(rows, "reinforce", top),
-    )
+    )  # fmt: skip
 
 
 def _cliffs(rows: Sequence[dict], tolerance: float, lrs: Sequence[float]) -> dict[Any, Any]:
@@ -306,13 +316,17 @@ RL_CLAIMS: list[Claim] = [
         "Zheng, Zhao, Chen, ICLR 2026 (arXiv 2510.01161)",
         "A second-moment trust region (M2PO) matches on-policy training on data ≥ 256 updates "
         "stale.",
-        ("rl-stale",),
+        ("rl-stale", "rl-m2po"),
         judge_m2po,
         primary=f"M2PO − on-policy + {100 * MARGIN:g} test reward at the largest τ run "
         f"(non-inferiority), M2PO at its own rate; regime: {_REGIME}",
         expected=MARGIN,
         expected_why=f"the margin ({100 * MARGIN:g} points: the experiment's stability tolerance)",
-        secondaries=("M2PO within the margin at τ = 4, 8",),
+        secondaries=(
+            "M2PO within the margin at τ = 4, 8",
+            "M2PO's adaptive clip (its authors' code) within the margin",
+            "M2PO's adaptive clip with a dual clip within the margin",
+        ),
         **_PTS,
     ),
     Claim(

@@ -12,10 +12,13 @@ LRS = (1e-3, 2e-3, 4e-3, 8e-3)
 NOISE = (0.0, 0.01, -0.01, 0.005, -0.005)
 
 
-def _rows(values, delays=("constant",)):
+ARMS = ("reinforce", "is", "ppo-clip", "tis-seq", "vcpo", "m2po")
+
+
+def _rows(values, delays=("constant",), arms=ARMS):
     """``values(arm, delay, tau, lr) -> reward or None (diverged)``, 5 seeds with fixed noise."""
     out = []
-    for arm in ("reinforce", "is", "ppo-clip", "tis-seq", "vcpo", "m2po"):
+    for arm in arms:
         for delay in delays:
             for tau in (0, 2, 3, 4, 8, 16):
                 if tau == 0 and (arm != "reinforce" or delay != "constant"):
@@ -68,6 +71,23 @@ def test_rl1_to_rl3_read_the_declared_primaries_in_reward_points(tmp_path):
     assert m2.primary.mean == pytest.approx(0.03) and m2.control is not None
     assert "reinforce (τ=16)" in m2.control.what
     assert "On-policy (τ = 0): 95.0 ±" in m2.tables[0]
+
+
+def test_rl3_reads_the_authors_m2po_where_its_run_exists(tmp_path):
+    _folder(tmp_path, "rl-stale", _rows(_world))
+    ctx = core.Context(tmp_path, quick=False)
+    assert not any("adaptive clip" in k for k in rl.judge_m2po(ctx).secondary)
+    # rl-m2po: the authors' clip collapses at τ = 16, with the dual clip it holds (0.93)
+    world = lambda arm, d, tau, lr: (
+        0.1 if arm == "m2po-clip" and tau == 16 else _world(arm, d, tau, lr)
+    )
+    _folder(tmp_path, "rl-m2po", _rows(world, arms=("reinforce", "m2po-clip", "m2po-clip-dual")))
+    ev = rl.judge_m2po(core.Context(tmp_path, quick=False))
+    (bare,) = ev.secondary["M2PO's adaptive clip (its authors' code) within the margin"]
+    (dual,) = ev.secondary["M2PO's adaptive clip with a dual clip within the margin"]
+    assert "m2po-clip (τ=16)" in bare.what and bare.mean < 0 < dual.mean
+    v = claim("RL3").assess(core.Context(tmp_path, quick=False))
+    assert v.verdict.startswith("held with reversals"), v.verdict
 
 
 def test_a_collapsed_seed_counts_at_chance(tmp_path):
