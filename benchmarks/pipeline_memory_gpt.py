@@ -140,12 +140,12 @@ def _stages(preset: str, n: int, t: int) -> Any:
 
 
 @functools.cache
-def stage_blocks(preset: str, n: int, t: int) -> list[int]:
+def stage_blocks(preset: str, n: int, t: int) -> tuple[int, ...]:
     """``L_k``: the blocks of each stage as :func:`jaxstale.models.split` cuts the preset (by
     parameter count: uneven where the embedding or head weighs in), read from an abstract model
     (nothing allocated)."""
     make = lambda: models.create(preset, input_shape=(t,), num_classes=VOCAB, seed=0)
-    return [len(s.blocks) for s in models.split(nnx.eval_shape(make), n)]
+    return tuple(len(s.blocks) for s in models.split(nnx.eval_shape(make), n))
 
 
 def measure(

@@ -136,8 +136,11 @@ _INFLIGHT = ("constant", "inflight")
 #: the asynchronous-RL family (issue 55): every correction at every τ, then in-flight updates;
 _RL_ARMS = tuple(a for a in stale_rl.ARMS if "m2po-clip" not in a)  # the arms it was declared with
 RL_RUNS: dict[str, Run] = {
-    "rl-stale": Run(
-        stale_rl, stale_rl.Config(arms=_RL_ARMS), what="RL1-RL4: every correction, τ 1-16"
+    "rl-stale": Run(  # its smoke version keeps the default quick arms, as when declared
+        stale_rl,
+        stale_rl.Config(arms=_RL_ARMS),
+        (("arms", None),),
+        "RL1-RL4: every correction, τ 1-16",
     ),
     "rl-inflight": Run(
         stale_rl,

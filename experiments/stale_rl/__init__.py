@@ -3,9 +3,10 @@
 Question: in asynchronous reinforcement learning the rollouts a learner trains on come from a
 policy ``τ`` updates older than its own. Which correction — none (REINFORCE), the untruncated
 importance weight, PPO-clip against the behaviour policy, token/sequence truncated IS, IcePop
-and sequence MIS masking, M2PO's second-moment mask, VCPO's ESS-scaled step, the
-staleness-aware rate η/τ — stays within a margin of on-policy training as ``τ`` grows, and how
-does the largest stable rate fall with ``τ``? (The published answers are at 0.5B–32B on GPUs:
+and sequence MIS masking, M2PO's second-moment mask and its authors' adaptive clip (with and
+without a dual clip), VCPO's ESS-scaled step, the staleness-aware rate η/τ — stays within a
+margin of on-policy training as ``τ`` grows, and how does the largest stable rate fall with
+``τ``? (The published answers are at 0.5B–32B on GPUs:
 M2PO, arXiv 2510.01161; VCPO, arXiv 2602.17616; PipelineRL, arXiv 2509.19128.)
 
 Task and learner (:mod:`experiments.stale_rl.learner`): reverse 8 symbols of 16

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxstale._checks import traced_checks_enabled as _checks
 from jaxstale.rl.tasks import Reverse
 from jaxstale.versions import VersionBuffer
 
@@ -92,7 +93,9 @@ def _draw(
     return Rollout(prompts, seq[:, length + 1 :], lp.T, versions)
 
 
-@functools.partial(jax.jit, static_argnames=("apply", "task", "temperature", "total", "stale"))
+@functools.partial(
+    jax.jit, static_argnames=("apply", "task", "temperature", "total", "stale", "checks")
+)
 def _draw_jit(
     apply: Policy,
     source: Any,
@@ -104,11 +107,13 @@ def _draw_jit(
     first: Any,
     total: int,
     stale: bool,
+    checks: bool,
 ) -> Rollout:
-    """:func:`_draw` compiled once per policy, task, temperature and shape (a call outside a
-    jitted step would otherwise trace and compile its scan afresh, the weights being constants
-    of it); inside a jitted step it is inlined. ``source``: the weights, or the buffer when
-    ``stale``."""
+    """:func:`_draw` compiled once per policy (the same ``apply`` object), task, temperature,
+    shape and traced-check setting (``checks``, only a cache key: the buffer's ``get`` reads it
+    when traced); a call outside a jitted step would otherwise trace and compile its scan
+    afresh, the weights being constants of it; inside a jitted step it is inlined. ``source``:
+    the weights, or the buffer when ``stale``."""
     read = source.get if stale else (lambda _: source)
     return _draw(read, apply, task, prompts, key, temperature, versions, (first, total))
 
@@ -125,7 +130,8 @@ def sample(
     """Responses to ``prompts`` drawn from the policy at ``params`` (on-policy: τ = 0)."""
     t = _check_temperature(temperature)
     zeros = jnp.zeros((prompts.shape[1],), jnp.int32)
-    return _draw_jit(apply, params, task, prompts, key, t, zeros, 0, prompts.shape[0], False)
+    n = prompts.shape[0]
+    return _draw_jit(apply, params, task, prompts, key, t, zeros, 0, n, False, _checks())
 
 
 def sample_stale(
@@ -165,7 +171,7 @@ def sample_stale(
                 f"{buffer.capacity} versions, got {lo if lo < 0 else hi}"
             )
     first, total = rows if rows is not None else (0, prompts.shape[0])
-    return _draw_jit(apply, buffer, task, prompts, key, t, tv, first, int(total), True)
+    return _draw_jit(apply, buffer, task, prompts, key, t, tv, first, int(total), True, _checks())
 
 
 def logprobs(

@@ -152,3 +152,23 @@ def test_a_share_of_the_batch_draws_the_ids_the_whole_batch_would(policy):
     logits = jax.random.normal(jax.random.key(6), (64, TASK.vocab))
     got = jnp.argmax(logits + jax.random.gumbel(jax.random.key(7), logits.shape), axis=-1)
     assert bool(jnp.all(got == jax.random.categorical(jax.random.key(7), logits)))
+
+
+def test_traced_checks_turned_on_after_a_first_sample_still_check(policy):
+    """The compiled sampler is keyed on the traced-check setting: a buffer read at an
+    out-of-range traced τ is reported once checks are on, though the same call ran before."""
+    from jax.experimental import checkify
+
+    from jaxstale import enable_traced_checks
+
+    apply, params = policy
+    buf, prompts = _versions(params), TASK.prompts(jax.random.key(0), 4)
+    draw = lambda t: sample_stale(apply, buf, t, TASK, prompts, jax.random.key(1)).logp
+    jax.jit(draw)(jnp.array(5))  # checks off: clamped, no error
+    before = enable_traced_checks()
+    try:
+        err, _ = jax.jit(checkify.checkify(draw))(jnp.array(5))
+        with pytest.raises(checkify.JaxRuntimeError, match="outside"):
+            err.throw()
+    finally:
+        enable_traced_checks(before)
