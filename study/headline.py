@@ -52,9 +52,13 @@ def regime_of(ctx: Context, claim: Claim) -> str:
         return f"{model} ({params / 1e3:,.0f} k), {tokens / 1e6:.3g} M tokens"
     r = rows[0]
     try:
-        steps = ctx.config(name).get("steps")
+        cfg = ctx.config(name)
     except (FileNotFoundError, KeyError, ValueError):
-        steps = None
+        cfg = {}
+    if "symbols" in cfg and "length" in cfg:  # a reward task (stale_rl): no dataset, no model
+        task = f"reverse {cfg['length']} of {cfg['symbols']}"
+        return f"{cfg['model']}, {task}, {cfg['steps']} updates"
+    steps = cfg.get("steps")
     steps = steps or max((int(x.get("steps") or x.get("updates") or 0) for x in rows), default=0)
     dataset = _DATASETS.get(str(r.get("dataset")), str(r.get("dataset")))
     budget = f", {steps / 1000:g}k steps" if steps else ""

@@ -125,3 +125,14 @@ def test_the_report_and_the_readme_lead_with_the_same_headline():
         assert re.sub(r"\(#", "(study/claims.md#", row) in readme
     for q in headline.QUESTIONS:
         assert f"- **{q.text}**" in report and f"- **{q.text}**" in readme
+
+
+def test_a_reward_tasks_regime_names_its_model_task_and_updates(tmp_path):
+    d = tmp_path / "rl"
+    d.mkdir()
+    (d / "summary.json").write_text(json.dumps({"rows": [{"arm": "reinforce", "tau": 0}]}))
+    cfg = {"model": "gpt-tiny", "length": 8, "symbols": 16, "steps": 300}
+    (d / "config.json").write_text(json.dumps({"config": cfg}))
+    c = claims.Claim("X", "t", "s", "p", ("rl",), lambda ctx: None)
+    got = headline.regime_of(claims.Context(tmp_path, quick=False), c)
+    assert got == "gpt-tiny, reverse 8 of 16, 300 updates"  # not "mlp, None" (no dataset)
