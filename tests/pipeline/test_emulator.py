@@ -285,9 +285,8 @@ def test_saved_backward_matches_hand_written_reference(policy):
     assert _close(ref, params, 1e-6)
     if policy == "vanilla":  # and it is not the recompute semantics
         assert _maxdiff(ref, reference(stages, sched, xb, yb, policy)) > 1e-5
-    if policy == "stash":  # for stash both are the same computation
-        _, rec, _ = emulate(stages, sched, xb, yb, "stash")
-        assert _close(rec, params, 1e-6)
+    # (a stash's recompute backward equals its saved one: tests/pipeline/test_recompute.py; here
+    # `run` forces "saved" for a stashing policy, so comparing the two would compare it to itself)
 
 
 def test_vanilla_really_uses_different_versions():
