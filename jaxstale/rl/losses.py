@@ -176,6 +176,24 @@ def _surrogate(
     return jnp.maximum(l1, l2), (l2 > l1).astype(jnp.float32)
 
 
+def _check_dual(name: str, dual_clip: float | None) -> None:
+    if dual_clip is not None and not dual_clip > 1.0:
+        raise ValueError(f"{name}: dual_clip must be > 1 (or None), got {dual_clip}")
+
+
+def _clipped_loss(
+    logp: jax.Array, behav: jax.Array, adv: jax.Array, mask: jax.Array,
+    lo: float | jax.Array, hi: float | jax.Array, dual_clip: float | None,
+) -> tuple[jax.Array, Stats]:  # fmt: skip
+    """PPO's clipped surrogate at ratio bounds ``[lo, hi]`` (inputs already through
+    :func:`_inputs`), and where ``A < 0`` at most ``−A·dual_clip`` (None: no dual clip)."""
+    r = jnp.exp(jnp.clip(logp - behav, -BOUND, BOUND))
+    loss, clipped = _surrogate(adv, r, lo, hi)
+    if dual_clip is not None:
+        loss = jnp.where(adv < 0, jnp.minimum(loss, -adv * dual_clip), loss)
+    return _mean(loss, mask), _stats(jnp.ones_like(r), clipped, sg(r), mask)
+
+
 def reinforce(logp: Any, behav: Any, adv: Any, mask: Any = None) -> tuple[jax.Array, Stats]:
     """No correction: the on-policy surrogate, whatever generated the ids (``behav`` only
     checked for shape)."""
@@ -196,14 +214,9 @@ def ppo_clip(
 ) -> tuple[jax.Array, Stats]:
     """PPO-clip with the behaviour policy as the old policy (``dual_clip`` None: off; it must
     exceed 1)."""
-    if dual_clip is not None and not dual_clip > 1.0:
-        raise ValueError(f"ppo_clip: dual_clip must be > 1 (or None), got {dual_clip}")
+    _check_dual("ppo_clip", dual_clip)
     logp, behav, adv, mask = _inputs(logp, behav, adv, mask)
-    r = jnp.exp(jnp.clip(logp - behav, -BOUND, BOUND))
-    loss, clipped = _surrogate(adv, r, 1.0 - eps_low, 1.0 + eps_high)
-    if dual_clip is not None:
-        loss = jnp.where(adv < 0, jnp.minimum(loss, -adv * dual_clip), loss)
-    return _mean(loss, mask), _stats(jnp.ones_like(r), clipped, sg(r), mask)
+    return _clipped_loss(logp, behav, adv, mask, 1.0 - eps_low, 1.0 + eps_high, dual_clip)
 
 
 def tis(
@@ -330,6 +343,13 @@ def m2po_clip_bounds(
     and the bounds :math:`(e^{-c}, e^{c})`. (The code's 1e-12 tolerances are below
     float32's resolution at these scales and left out.)"""
     logp, behav, adv, mask = _inputs(logp, behav, adv, mask)
+    return _m2po_bounds(logp, behav, adv, mask, budget)
+
+
+def _m2po_bounds(
+    logp: jax.Array, behav: jax.Array, adv: jax.Array, mask: jax.Array, budget: float
+) -> tuple[jax.Array, jax.Array]:
+    """:func:`m2po_clip_bounds` on inputs already through :func:`_inputs`."""
     d = _log_ratio(logp, behav)
     harm = (mask > 0) & (((adv > 0) & (d > 0)) | ((adv < 0) & (d < 0)))
     v = jnp.sort(jnp.where(harm, d * d, jnp.inf).reshape(-1))  # the h harmful ids first
@@ -360,15 +380,10 @@ def m2po_clip(
     unbounded)."""
     if not budget > 0:
         raise ValueError(f"m2po_clip: budget must be > 0, got {budget}")
-    if dual_clip is not None and not dual_clip > 1.0:
-        raise ValueError(f"m2po_clip: dual_clip must be > 1 (or None), got {dual_clip}")
-    lo, hi = m2po_clip_bounds(logp, behav, adv, mask, budget=budget)
+    _check_dual("m2po_clip", dual_clip)
     logp, behav, adv, mask = _inputs(logp, behav, adv, mask)
-    r = jnp.exp(jnp.clip(logp - behav, -BOUND, BOUND))
-    loss, clipped = _surrogate(adv, r, lo, hi)
-    if dual_clip is not None:
-        loss = jnp.where(adv < 0, jnp.minimum(loss, -adv * dual_clip), loss)
-    return _mean(loss, mask), _stats(jnp.ones_like(r), clipped, sg(r), mask)
+    lo, hi = _m2po_bounds(logp, behav, adv, mask, budget)
+    return _clipped_loss(logp, behav, adv, mask, lo, hi, dual_clip)
 
 
 def ess_ratio(logp: Any, behav: Any, mask: Any = None) -> jax.Array:

@@ -67,14 +67,15 @@ def _draw(
     key: jax.Array,
     temperature: float,
     versions: jax.Array,
-    rows: tuple[Any, int] | None = None,
+    first: Any,
+    total: int,
 ) -> Rollout:
-    """``rows = (first, total)``: ``prompts`` are rows ``first …`` of a batch of ``total`` (a
-    device's share on a mesh), drawn with those rows' Gumbel noise: the batch's ids whatever
-    its split (``argmax(log p + Gumbel)`` is ``jax.random.categorical``'s rule, tested)."""
+    """``prompts`` are rows ``first …`` of a batch of ``total`` (a device's share on a mesh;
+    the whole batch: 0 and its size), drawn with those rows' Gumbel noise: the batch's ids
+    whatever its split (``argmax(log p + Gumbel)`` is ``jax.random.categorical``'s rule,
+    tested)."""
     length = prompts.shape[1]
     seq = task.sequence(prompts, jnp.zeros_like(prompts))
-    first, total = rows if rows is not None else (0, prompts.shape[0])
 
     def step(carry: tuple[jax.Array, jax.Array], t: jax.Array) -> tuple[Any, jax.Array]:
         seq, key = carry
@@ -115,7 +116,7 @@ def _draw_jit(
     afresh, the weights being constants of it; inside a jitted step it is inlined. ``source``:
     the weights, or the buffer when ``stale``."""
     read = source.get if stale else (lambda _: source)
-    return _draw(read, apply, task, prompts, key, temperature, versions, (first, total))
+    return _draw(read, apply, task, prompts, key, temperature, versions, first, total)
 
 
 def sample(
