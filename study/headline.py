@@ -16,6 +16,7 @@ from typing import Any
 from experiments import runs
 from jaxstale import tasks
 
+from .advice import advice
 from .core import (
     CHANCE_EDGE,
     Claim,
@@ -155,7 +156,7 @@ def table(ctx: Context, claims: Sequence[Claim], verdicts: Mapping[str, Verdict]
             "–" if na else p.fmt(v.mde) if math.isfinite(v.mde) else "∞",
             f"**{v.short}**",
             qualifiers(v),
-            answer(v),
+            advice(c.id, v.label, answer(v)),
         ])  # fmt: skip
     head = ["claim", "regime", "primary ± 95 % CI", "paper's", "MDE", "verdict", "qualified by",
             "answer"]  # fmt: skip

@@ -33,8 +33,9 @@ def headline_lines(ctx: Context, verdicts: Mapping[str, Verdict], link: str) -> 
         "One row a claim: the regime it was measured in, the primary comparison's effect "
         "(positive: the claimed direction) with its 95 % interval, the paper's effect rescaled "
         "to this task, the minimum detectable effect (80 % power) and the verdict, whose "
-        f"labels are [defined under Protocol]({link}#verdicts); each claim's section has its "
-        "evidence.",
+        f"labels are [defined under Protocol]({link}#verdicts); the answer is what to do in "
+        "that regime, one sentence written for each way the verdict can point and chosen by it "
+        "(`study/advice.py`), or says there is no call; each claim's section has its evidence.",
         "",
         headline.table(ctx, CLAIMS, verdicts, link),
         "",
