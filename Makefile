@@ -21,24 +21,26 @@ demo: $(STAMP)
 # Tests and the docstring examples (doctests) of jaxstale/: see [tool.pytest.ini_options].
 # Two pytest-xdist workers, each with its own compile cache (conftest.py): one process leaves
 # a core idle while XLA compiles (single-threaded); measured idle on 2 cores, 1,452 tests:
-# 3 min 47 s with -n 2, 5 min 6 s in one process.
+# 3 min 47 s with -n 2, 5 min 6 s in one process. XLA:CPU compiles at LLVM -O0 here (the root
+# conftest.py: most of the time is compiling); the slow sets run at the default level.
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2
 
-# Four processes, without the tests' per-process compile cache (root conftest.py): one process
-# compiling every slow case segfaulted inside XLA late in the run (a cache read once, a compile
+# Four processes, without the tests' per-process compile cache and at XLA's default optimization
+# level (root conftest.py): one process compiling every slow case segfaulted inside XLA late in the run (a cache read once, a compile
 # once, at 87-97 %), and so did the asyncdp + pipeline process once the GPT and stage-tree
 # parity cases joined it (in XLA's compile, in test_mesh.py at 89 %): the mesh parity matrix
 # (128 cases) runs in a process of its own. Each set runs on two pytest-xdist workers, as
 # `make test` does, but GPT-2 small's (its children peak at ~11 GiB each: alone).
 SLOW := $(BIN)/python -m pytest -q -n 2 -m slow
+SLOW_ENV := JAXSTALE_TEST_JIT_CACHE=off JAXSTALE_TEST_XLA_O0=off
 test-slow: $(STAMP)
-	JAXSTALE_TEST_JIT_CACHE=off $(SLOW) tests/asyncdp tests/pipeline --ignore=tests/pipeline/test_mesh.py \
+	$(SLOW_ENV) $(SLOW) tests/asyncdp tests/pipeline --ignore=tests/pipeline/test_mesh.py \
 		--ignore=tests/pipeline/test_gpt2_small.py
-	JAXSTALE_TEST_JIT_CACHE=off $(BIN)/python -m pytest -q -m slow tests/pipeline/test_gpt2_small.py
-	JAXSTALE_TEST_JIT_CACHE=off $(SLOW) tests/pipeline/test_mesh.py
-	JAXSTALE_TEST_JIT_CACHE=off $(SLOW) tests/experiments
-	JAXSTALE_TEST_JIT_CACHE=off $(SLOW) --ignore=tests/asyncdp --ignore=tests/pipeline \
+	$(SLOW_ENV) $(BIN)/python -m pytest -q -m slow tests/pipeline/test_gpt2_small.py
+	$(SLOW_ENV) $(SLOW) tests/pipeline/test_mesh.py
+	$(SLOW_ENV) $(SLOW) tests/experiments
+	$(SLOW_ENV) $(SLOW) --ignore=tests/asyncdp --ignore=tests/pipeline \
 		--ignore=tests/experiments
 
 lint: $(STAMP)

@@ -26,7 +26,9 @@ def test_linear_trend_is_predicted_exactly(order, a, b):
     t = np.arange(40)
     s = feed(lp, a + b * t)
     preds = np.asarray(jax.jit(lp.rollout, static_argnums=2)(s, a + b * 39, H))
-    np.testing.assert_allclose(preds, a + b * (40 + np.arange(H)), atol=2e-5)
+    # exact in exact arithmetic; float32's rounding compounds over the H-step rollout (2.7e-5
+    # at h = 6 for a = 2.3 when XLA:CPU compiles at -O0, as make test does: conftest.py)
+    np.testing.assert_allclose(preds, a + b * (40 + np.arange(H)), atol=5e-5)
 
 
 def test_wrong_model_is_not_exact():
