@@ -49,7 +49,7 @@ import os
 import sys
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from experiments import runs
 from experiments.config import prog_of
@@ -107,6 +107,7 @@ __all__ = [
     "diff",
     "forest_figure",
     "judge_acceptance",
+    "judge_all",
     "judge_async_bn",
     "judge_cliff",
     "judge_dana",
@@ -151,34 +152,31 @@ def run_configs(names: Sequence[str], results: Path, quick: bool, force: bool) -
         spec.experiment.report(spec.experiment.run(config), config)
 
 
-def _evidence(c: Claim, ctx: Context) -> Evidence | None:
-    """The judge's evidence of a comparative claim (None: a threshold check, a moonshot, or its
-    first run folder missing); the verdict itself is :meth:`Claim.assess`'s."""
-    if not all(ctx.has(n) for n in c.runs[:1]):
-        return None
-    got = c.judge(ctx)
-    return got if isinstance(got, Evidence) else None
-
-
 def _figure_links(
-    c: Claim, v: Verdict, ctx: Context, fig_dir: Path, figures_from: Callable[[str], Path | None]
+    c: Claim,
+    v: Verdict,
+    ev: Evidence | None,
+    ctx: Context,
+    fig_dir: Path,
+    figures_from: Callable[[str], Path | None],
+    write: bool = True,
 ) -> list[str]:
     """The claim's figures under ``fig_dir``: the experiments' (copied from the run folders
-    under ``figures_from(configuration)``; None: the copy already beside the report) and its
-    forest plot."""
+    under ``figures_from(configuration)``; None: the copy already beside the report) and the
+    forest plot of its evidence ``ev`` (drawn unless ``write`` is False: the text only)."""
     lines = []
-    ev = _evidence(c, ctx)
     forest = fig_dir / f"claim-{c.id.lower()}-forest.png"
-    fig = forest_figure(c, ev, smoke=ctx.quick) if ev is not None else None
-    if fig is not None:
-        fig_dir.mkdir(parents=True, exist_ok=True)
-        save_png(fig, forest)
+    fig = forest_figure(c, ev, smoke=ctx.quick) if ev is not None and write else None
+    if ev is not None and ev.primary is not None:  # forest_figure's condition for a figure
+        if fig is not None:
+            fig_dir.mkdir(parents=True, exist_ok=True)
+            save_png(fig, forest)
         lines += [
             "",
             f"![{c.id}: every paired difference (forest plot: mean, 95 % interval, seeds, "
             f"expected effect)](claims/{forest.name})",
         ]
-    elif forest.exists():
+    elif forest.exists() and write:
         forest.unlink()
     for run_name, stem in v.figures:
         dst = copy_figure(run_name, stem, fig_dir, figures_from(run_name))
@@ -194,6 +192,8 @@ def report(
     snap: Snapshot | None = None,
     figures_from: Path | None = None,
     refresh: Collection[str] | None = None,
+    judged: tuple[dict[str, Verdict], dict[str, Evidence | None]] | None = None,
+    figures: bool = True,
 ) -> str:
     """study/claims.md's text (figures written next to it, under ``claims/``).
 
@@ -201,7 +201,10 @@ def report(
     text; ``figures_from``: the run folders whose figures are copied beside the report (None:
     ``ctx``'s own folders without ``snap``, the copies already there with it); ``refresh``: the
     configurations whose figures are copied from there (None: every one; the others keep the
-    copies already beside the report). Nothing in the
+    copies already beside the report); ``judged``: :func:`judge_all`'s result for ``ctx``
+    (computed here without it); ``figures`` False: the text only, the figures beside the report
+    left as they are (the text is the same: a figure is linked where it would be drawn). Nothing
+    in the
     text depends on the date or on where the rows were read: rebuilt from the same rows, the
     report is the same bytes."""
     fig_dir = out.parent / "claims"
@@ -223,7 +226,7 @@ def report(
             "numbers.**",
             "",
         ]
-    verdicts = assess_all(ctx)
+    verdicts, evidence = judged if judged is not None else judge_all(ctx)
     lines += headline_lines(ctx, verdicts, "")
     names = sorted({d for n in RUNS if ctx.has(n) and (d := ctx.dataset(n)) is not None})
     lines += ["", "## Protocol", "", *protocol_lines(names), *_source_lines(ctx, out, snap), ""]
@@ -249,8 +252,8 @@ def report(
         ]
         for t in v.tables:
             lines += ["", t]
-        lines += _figure_links(c, v, ctx, fig_dir, source)
-    lines += sweeps.section(ctx, fig_dir, source) + budget.section(ctx.results, list(RUNS))
+        lines += _figure_links(c, v, evidence[c.id], ctx, fig_dir, source, figures)
+    lines += sweeps.section(ctx, fig_dir, source, figures) + budget.section(ctx.results, list(RUNS))
     lines += edges.section(ctx.results, list(RUNS))
     folders = {n: ctx.path(n) for n in RUNS if ctx.has(n)}
     lines += ["", '<a id="provenance"></a>', ""]
@@ -274,16 +277,26 @@ def _drifted(ctx: Context, name: str) -> list[str]:
 
 
 def assess_all(ctx: Context) -> dict[str, Verdict]:
-    """Every claim's verdict, by id; a claim resting on a configuration whose synchronous
-    reference had not converged at its budget (:func:`budget.unconverged`), or on rows of an
-    earlier configuration of one of its runs, says so in its caveat (the Summary and the README
-    print it beside the verdict), so a verdict is never quoted as the protocol's while its
-    budget falls short of it or its re-run is pending."""
-    out = {}
+    """Every claim's verdict, by id (:func:`judge_all`'s first half)."""
+    return judge_all(ctx)[0]
+
+
+def judge_all(ctx: Context) -> tuple[dict[str, Verdict], dict[str, Evidence | None]]:
+    """Every claim judged once: its verdict and its judge's evidence (None for a threshold
+    check, a moonshot or a claim not run), by id. A claim resting on a configuration whose
+    synchronous reference had not converged at its budget (:func:`budget.unconverged`), or on
+    rows of an earlier configuration of one of its runs, says so in its caveat (the Summary and
+    the README print it beside the verdict), so a verdict is never quoted as the protocol's
+    while its budget falls short of it or its re-run is pending."""
+    out, evidence = {}, {}
     # judged among every configuration: a longer run of a reference may be another claim's
     unconverged = budget.unconverged(ctx.results, [n for n in RUNS if ctx.has(n)])
     for c in CLAIMS:
-        v = c.assess(ctx)
+        # Claim.assess's steps, the judge's result kept: judged once for the text and figures
+        got = c.judge(ctx) if ctx.has(c.runs[0]) else c.assess(ctx)  # "not run"
+        ev = got if isinstance(got, Evidence) else None
+        v = c.render(ev) if ev is not None else cast(Verdict, got)
+        evidence[c.id] = ev
         notes = []
         short = [n for n in c.runs if n in unconverged]
         if short and v.verdict != "not run":
@@ -296,7 +309,7 @@ def assess_all(ctx: Context) -> dict[str, Verdict]:
         if notes:
             v = dataclasses.replace(v, caveat="; ".join(x for x in (v.caveat, *notes) if x))
         out[c.id] = v
-    return out
+    return out, evidence
 
 
 def _drift_note(ctx: Context, name: str) -> str:
@@ -427,7 +440,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "<!-- claims:start --> and <!-- claims:end -->, a claim's k-th table between "
         "<!-- claims:start C1.1 --> and <!-- claims:end C1.1 --> (study.readme)",
     )
+    p.add_argument(
+        "--text-only",
+        action="store_true",
+        help="write the text alone, leaving the figures beside the report as they are (the "
+        "same text: a figure is linked where it would be drawn)",
+    )
     args = p.parse_args(argv)
+    if args.text_only and not args.from_rows:
+        p.error("argument --text-only: only with --from-rows (figures copied from run folders "
+                "decide the text)")  # fmt: skip
     readme = Path(args.readme) if args.readme else None
     if readme is not None:
         try:
@@ -499,11 +521,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             provenance.with_archived_curves(rows, cells_dir, [n for n in RUNS if n not in done])
     refresh = done if args.keep_rows else None
     ctx = Context(snap.rows, snap.quick)
-    text = report(ctx, out, snap=snap, figures_from=None if from_rows else results, refresh=refresh)
+    judged = judge_all(ctx)
+    text = report(
+        ctx, out, snap=snap, figures_from=None if from_rows else results, refresh=refresh,
+        judged=judged, figures=not args.text_only,
+    )  # fmt: skip
     new_readme = None
     if readme is not None:  # before the report is written: a block it cannot fill is an error
         link = Path(os.path.relpath(out.resolve(), readme.resolve().parent)).as_posix()
-        filled = readme_mod.blocks(ctx, CLAIMS, assess_all(ctx), link)
+        filled = readme_mod.blocks(ctx, CLAIMS, judged[0], link)
         try:
             new_readme = readme_mod.rewrite(readme.read_text(), filled)
         except ValueError as e:

@@ -196,10 +196,16 @@ def staleness_figure(
     return runs.finish_figure(fig, smoke=smoke)
 
 
-def section(ctx: Context, fig_dir: Path, figures_from: Callable[[str], Path | None]) -> list[str]:
+def section(
+    ctx: Context,
+    fig_dir: Path,
+    figures_from: Callable[[str], Path | None],
+    write: bool = True,
+) -> list[str]:
     """The main configurations' section: validation accuracy vs rate, accuracy vs staleness at
     one rate (both drawn from the rows) and the experiment's learning curves (copied from the run
-    folders under ``figures_from(configuration)``; None: the copy already beside the report)."""
+    folders under ``figures_from(configuration)``; None: the copy already beside the report).
+    ``write`` False: the figures are built but not written (nor removed): the text alone."""
     lines = [
         "",
         '<a id="sweeps"></a>',
@@ -222,11 +228,13 @@ def section(ctx: Context, fig_dir: Path, figures_from: Callable[[str], Path | No
             path = fig_dir / f"{name}-{stem}.png"
             fig = make(name, rows, var, smoke=ctx.quick) if rows and var else None
             if fig is None:
-                if path.exists():
+                if path.exists() and write:
                     path.unlink()
                 continue
-            fig_dir.mkdir(parents=True, exist_ok=True)
-            made.append((ALT[stem], save_png(fig, path)))
+            if write:
+                fig_dir.mkdir(parents=True, exist_ok=True)
+                save_png(fig, path)
+            made.append((ALT[stem], path))
         curves = copy_figure(name, "plot", fig_dir, figures_from(name)) if ctx.has(name) else None
         made += [(ALT["plot"], curves)] if curves is not None else []
         if made:

@@ -294,12 +294,25 @@ def test_a_rebuilt_smoke_report_stays_a_smoke_report(tmp_path):
     text = claims.main(["--quick", "--results", str(res), "--out", str(out)])["text"]
     assert "**Smoke report (--quick)" in text
     assert claims.main(["--from-rows", "--out", str(out)])["text"] == text
+    # the text alone: the same text, every figure beside the report left as it was
+    figs = sorted((tmp_path / "claims").glob("*.png"))
+    assert any(p.name.endswith("-forest.png") for p in figs)
+    for p in figs:
+        p.write_bytes(b"not rewritten")
+    assert claims.main(["--from-rows", "--text-only", "--out", str(out)])["text"] == text
+    assert sorted((tmp_path / "claims").glob("*.png")) == figs
+    assert all(p.read_bytes() == b"not rewritten" for p in figs)
 
 
 @pytest.mark.parametrize(
     "argv",
-    [["--from-rows", "--run"], ["--from-rows", "--results", "x"], ["--from-rows"]],
-    ids=["with-run", "with-results", "no-rows"],
+    [
+        ["--from-rows", "--run"],
+        ["--from-rows", "--results", "x"],
+        ["--from-rows"],
+        ["--text-only", "--quick"],
+    ],
+    ids=["with-run", "with-results", "no-rows", "text-only-without-rows"],
 )
 def test_from_rows_usage_errors_write_nothing(argv, tmp_path, capsys):
     out = tmp_path / "claims.md"
@@ -546,10 +559,10 @@ def test_every_verdict_on_such_a_configuration_says_so_before_any_other_note(tmp
 
 def test_the_committed_report_and_readme_rebuild_from_the_committed_rows(tmp_path):
     """study/claims.md and README's generated blocks are what the code makes of the rows under
-    study/claims/rows, byte for byte (text only; the run folders' figures, copied beside the
-    rows, are linked where they exist; the forest plots are rebuilt, but their bytes depend on
-    the plotting library's build): a change to how the report reads or renders rows
-    fails here until `python -m study --from-rows --readme README.md` is re-run."""
+    study/claims/rows, byte for byte (``--text-only``: the figures, whose bytes depend on the
+    plotting library's build, are linked where they would be drawn and not redrawn; the smoke
+    report's test checks the text is the same with them): a change to how the report reads or
+    renders rows fails here until `python -m study --from-rows --readme README.md` is re-run."""
     root = pathlib.Path(__file__).resolve().parents[2]
     docs = tmp_path / "study"
     shutil.copytree(
@@ -557,6 +570,14 @@ def test_the_committed_report_and_readme_rebuild_from_the_committed_rows(tmp_pat
     )
     shutil.copy(root / "README.md", tmp_path / "README.md")
     out = docs / "claims.md"
-    claims.main(["--from-rows", "--out", str(out), "--readme", str(tmp_path / "README.md")])
+    argv = [
+        "--from-rows",
+        "--text-only",
+        "--out",
+        str(out),
+        "--readme",
+        str(tmp_path / "README.md"),
+    ]
+    claims.main(argv)
     assert out.read_text() == (root / "study" / "claims.md").read_text()
     assert (tmp_path / "README.md").read_text() == (root / "README.md").read_text()
