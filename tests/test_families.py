@@ -7,7 +7,8 @@ a :class:`jaxstale.loop.Executor` that :func:`jaxstale.loop.run` drives. For eve
 family's registry — each registered asynchronous method, each pipeline policy, each local-SGD
 schedule kind with the outer optimizers that apply to it — both executors train the same run to
 the same losses (float32 rounding; the exact bit-for-bit matrix is ``tests/*/test_mesh.py``).
-Both executors of every entry run in ``make test`` (30 s on 2 cores: tiny runs). Where
+Both executors of every entry build in ``make test``; they train one entry of each mechanism
+there (:data:`FAST`, ≈ 36 worker-seconds) and every other entry in ``make test-slow``. Where
 ``asyncdp.make`` returns ``[(executor, lanes), ...]`` (runs grouped by compile shape), the
 others return one executor of their lanes.
 """
@@ -132,6 +133,7 @@ def test_every_family_has_entries_in_the_registry():
     method another test registers later is not in it)."""
     for name in FAMILIES:
         assert len([n for n, _ in REGISTRY if n.startswith(name + "/")]) >= 4, name
+    assert FAST <= {n for n, _ in REGISTRY}  # each fast entry is one of the registry's
 
 
 @pytest.mark.parametrize(("name", "build"), REGISTRY, ids=[n for n, _ in REGISTRY])
@@ -142,7 +144,21 @@ def test_every_entry_builds_an_executor_on_both_executors(name, build):
         assert ex.num_rounds >= 1 and callable(ex.step) and callable(ex.init)
 
 
-@pytest.mark.parametrize(("name", "build"), REGISTRY, ids=[n for n, _ in REGISTRY])
+#: the entries both executors train in ``make test``: one of each mechanism (plain, gradient
+#: compensation, look-ahead momentum, gap penalty; each weight-version rule, prediction, the two
+#: optimizers wrapped in a policy; every local-SGD entry); the rest run in ``make test-slow``
+FAST = {
+    "asyncdp/asgd", "asyncdp/dc-asgd-a", "asyncdp/dana", "asyncdp/gap-aware",
+    "pipeline/vanilla", "pipeline/stash", "pipeline/2bw", "pipeline/pipemare",
+    "pipeline/nesterov", "pipeline/2bw+error-feedback", "pipeline/stash+basis-rotation",
+    *(f"localsgd/{n}" for n in LOCAL),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "build"),
+    [pytest.param(n, b, id=n, marks=() if n in FAST else pytest.mark.slow) for n, b in REGISTRY],
+)
 def test_both_executors_train_every_entry_to_the_same_losses(name, build):
     losses = {}
     for executor in ("emulate", "mesh"):
