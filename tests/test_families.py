@@ -7,10 +7,9 @@ a :class:`jaxstale.loop.Executor` that :func:`jaxstale.loop.run` drives. For eve
 family's registry — each registered asynchronous method, each pipeline policy, each local-SGD
 schedule kind with the outer optimizers that apply to it — both executors train the same run to
 the same losses (float32 rounding; the exact bit-for-bit matrix is ``tests/*/test_mesh.py``).
+Each ``make`` returns one executor: of one run, or of several batched runs on the emulator.
 Both executors of every entry build in ``make test``; they train one entry of each mechanism
-there (:data:`FAST`, ≈ 36 worker-seconds) and every other entry in ``make test-slow``. Where
-``asyncdp.make`` returns ``[(executor, lanes), ...]`` (runs grouped by compile shape), the
-others return one executor of their lanes.
+there (:data:`FAST`, ≈ 36 worker-seconds) and every other entry in ``make test-slow``.
 """
 
 from __future__ import annotations
@@ -35,22 +34,13 @@ _Y = (_X[..., 0, 0] > 0).astype(np.int32)
 _MODEL = lambda: models.create("mlp", input_shape=(6, 1), num_classes=2, hidden=(8, 8))
 
 
-def _one(made: Any) -> loop.Executor:
-    """The executor of one run, whichever shape ``make`` returned."""
-    if isinstance(made, list):
-        ((ex, lanes),) = made
-        assert lanes == [0]
-        return ex
-    return made
-
-
 def _asyncdp(method: str) -> Callable[[str], tuple[loop.Executor, Any, Any]]:
     def build(executor: str):
         f = models.functional(_MODEL())
-        made = asyncdp.make(
+        ex = asyncdp.make(
             executor, f.apply, method, delays.round_robin(2, 12), _X, _Y, learning_rate=0.05
         )
-        return _one(made), f.params, f.state
+        return ex, f.params, f.state
 
     return build
 
@@ -136,6 +126,29 @@ def test_every_family_has_entries_in_the_registry():
     assert FAST <= {n for n, _ in REGISTRY}  # each fast entry is one of the registry's
 
 
+def test_asyncdp_make_returns_one_executor_of_its_lanes_as_the_others_do():
+    f = models.functional(_MODEL())
+    scheds = [delays.round_robin(2, 12), delays.round_robin(3, 12)]
+    make = lambda executor, **kw: asyncdp.make(
+        executor, f.apply, "asgd", scheds, [_X, _X], [_Y, _Y], learning_rate=[0.05, 0.1], **kw
+    )
+    ex = make("emulate")
+    assert isinstance(ex, loop.Executor) and ex.lanes == 2 and ex.vmapped
+    stack = lambda t: jax.tree.map(lambda a: np.stack([a, a]), t)
+    both = loop.run(ex, stack(f.params), stack(f.state))
+    # each lane is the run made alone
+    for i, (sched, lr) in enumerate(zip(scheds, [0.05, 0.1], strict=True)):
+        alone = asyncdp.make("emulate", f.apply, "asgd", sched, _X, _Y, learning_rate=lr)
+        (res,) = loop.run(alone, f.params, f.state)
+        np.testing.assert_allclose(both[i].losses, res.losses, rtol=1e-6, atol=1e-7)
+    for executor, kw, how in (
+        ("mesh", {}, "on the mesh"),
+        ("emulate", {"vmap": False}, "with vmap=False"),
+    ):
+        with pytest.raises(ValueError, match=f"2 runs {how}.*one executor a run"):
+            make(executor, **kw)
+
+
 @pytest.mark.parametrize(("name", "build"), REGISTRY, ids=[n for n, _ in REGISTRY])
 def test_every_entry_builds_an_executor_on_both_executors(name, build):
     for executor in ("emulate", "mesh"):
@@ -192,9 +205,9 @@ def test_both_executors_train_a_gpt_to_the_same_losses_per_precision(dtype):
         (res,) = loop.run(ex, [s.params for s in stages], [s.state for s in stages])
         losses[("pipeline", executor)] = np.asarray(res.losses)
         f = models.functional(mk())
-        made = asyncdp.make(executor, f.apply, "asgd", delays.round_robin(2, 20), x, y,
-                            learning_rate=1e-2)  # fmt: skip
-        (res,) = loop.run(_one(made), f.params, f.state)
+        ex = asyncdp.make(executor, f.apply, "asgd", delays.round_robin(2, 20), x, y,
+                          learning_rate=1e-2)  # fmt: skip
+        (res,) = loop.run(ex, f.params, f.state)
         losses[("asyncdp", executor)] = np.asarray(res.losses)
     for family in ("pipeline", "asyncdp"):
         gap = np.abs(losses[(family, "mesh")] - losses[(family, "emulate")]).max()

@@ -3,9 +3,10 @@
 :mod:`~jaxstale.asyncdp.methods` (the registry), :mod:`~jaxstale.asyncdp.server` (the update,
 one pure function), :mod:`~jaxstale.asyncdp.emulator` (one device),
 :mod:`~jaxstale.asyncdp.mesh` (workers on a ``"data"`` mesh axis) and
-:mod:`~jaxstale.asyncdp.bn` (batch-norm merge policies). :func:`make` builds the executors of a
-set of runs — ``executor`` (:data:`EXECUTORS`) picks the kind, nothing else changes — and
-:func:`run` drives them with :func:`jaxstale.loop.run`.
+:mod:`~jaxstale.asyncdp.bn` (batch-norm merge policies). :func:`make` builds the executor of a
+run (or of several batched runs on the emulator) — ``executor`` (:data:`EXECUTORS`) picks the
+kind, nothing else changes — and :func:`run` drives one or several with
+:func:`jaxstale.loop.run`.
 
 Example:
     >>> import jax.numpy as jnp, numpy as np
@@ -105,27 +106,69 @@ def make(
     vmap: bool = True,
     extra_args: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
     mesh: jax.sharding.Mesh | None = None,
-) -> list[tuple[_loop.Executor, list[int]]]:
-    """The executors of one or several runs of a method, with the runs (lanes) each holds.
+) -> _loop.Executor:
+    """The executor of one run of a method, or of several at once on the emulator (its lanes,
+    batched with ``jax.vmap``), as :func:`jaxstale.pipeline.make` and
+    :func:`jaxstale.localsgd.make` return theirs: the mesh, and the emulator with ``vmap``
+    False, run one run (several are refused: :func:`run` takes lists for them and makes one
+    executor a run).
 
     Update ``t`` of a run uses mini-batch ``schedule.batch[t]`` of its stream ``x_batches`` (an
     int-indexable ``[num_batches, B, ...]`` array covering ``max(schedule.batch) + 1`` batches;
     for M = 1 batch ``t``: the synchronous trainer's run); SSGD consumes the ``T`` updates'
     worth of batches M per step. Several runs are lists of equal length (schedules of equal
     ``T``, streams, learning rates, ``extra_args`` dicts). ``executor`` (:data:`EXECUTORS`):
-    ``"emulate"`` (one device; runs share one compiled step, batched when ``vmap``; ``loop`` is
+    ``"emulate"`` (one device; several runs share one compiled step, batched; ``loop`` is
     ``"auto"``, ``"scan"`` or ``"host"``) or ``"mesh"`` (workers on a ``"data"`` axis of
-    ``mesh``, default a device per worker; runs one by one). ``learning_rate`` is required for
-    names and builders; ``warmup_steps`` ramps it from ``η/M``; ``extra_args`` are per-update
-    arguments for the transforms (name -> ``[T]``; timed delay models add ``t_comm`` /
-    ``t_comp``). Returns ``[(executor, run indices), ...]``.
+    ``mesh``, default a device per worker). ``learning_rate`` is required for names and
+    builders; ``warmup_steps`` ramps it from ``η/M``; ``extra_args`` are per-update arguments
+    for the transforms (name -> ``[T]``; timed delay models add ``t_comm`` / ``t_comp``).
 
     Raises:
         ValueError: among others, a learning rate that is negative, NaN or infinite, a
-            ``momentum`` outside ``[0, 1)``, an unknown ``executor``.
+            ``momentum`` outside ``[0, 1)``, an unknown ``executor``, several runs on the mesh
+            or with ``vmap`` False.
         TypeError: a schedule that is not a :class:`~jaxstale.delays.DelaySchedule`, a
             learning rate or momentum that is not a number.
     """
+    check_hyperparameters("make", learning_rate, momentum)
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown executor {executor!r}; choose one of {EXECUTORS}")
+    if not isinstance(schedule, DelaySchedule) and len(schedule) > 1:
+        if executor == "mesh" or not vmap:
+            how = "on the mesh" if executor == "mesh" else "with vmap=False"
+            raise ValueError(
+                f"make: {len(schedule)} runs {how}: it runs one run; make one executor a run "
+                "(or asyncdp.run, which takes the lists)"
+            )
+    ((ex, _),) = _groups(
+        executor, apply, method, schedule, x_batches, y_batches, learning_rate=learning_rate,
+        momentum=momentum, warmup_steps=warmup_steps, loss_fn=loss_fn, loop=loop, vmap=vmap,
+        extra_args=extra_args, mesh=mesh,
+    )  # fmt: skip
+    return ex
+
+
+def _groups(
+    executor: str,
+    apply: Callable[..., Any],
+    method: Method,
+    schedule: DelaySchedule | Sequence[DelaySchedule],
+    x_batches: Any,
+    y_batches: Any,
+    *,
+    learning_rate: Any = None,
+    momentum: float = 0.0,
+    warmup_steps: int = 0,
+    loss_fn: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
+    loop: str = "auto",
+    vmap: bool = True,
+    extra_args: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
+    mesh: jax.sharding.Mesh | None = None,
+) -> list[tuple[_loop.Executor, list[int]]]:
+    """:func:`make`'s executors of every run, ``[(executor, run indices), ...]``: the emulator's
+    runs batched in one (``vmap``) or one a run, the mesh's one a run (:func:`run` drives
+    them)."""
     check_hyperparameters("make", learning_rate, momentum)
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; choose one of {EXECUTORS}")
@@ -255,7 +298,7 @@ def run(
     splits = dict(eval_data or {})
     if x_test is not None and y_test is not None:
         splits.setdefault("test", (x_test, y_test))
-    for ex, group in make(executor, apply, method, schedule, x_batches, y_batches, **kwargs):
+    for ex, group in _groups(executor, apply, method, schedule, x_batches, y_batches, **kwargs):
         per = ex.batches_per_update or 1
         every = max(1, (eval_every or scheds[0].num_updates) // per)
         p0 = stack([ps[i] for i in group]) if ex.vmapped else ps[group[0]]
