@@ -181,7 +181,7 @@ class Question:
     ref_fields: Mapping[str, Any] = field(default_factory=dict)
 
 
-#: the three questions a practitioner asks first (issue 53)
+#: the questions a practitioner asks first (issues 52, 53)
 QUESTIONS: tuple[Question, ...] = (
     Question(
         "Which policy for an 8-stage asynchronous GPT pipeline with AdamW?",
@@ -206,6 +206,13 @@ QUESTIONS: tuple[Question, ...] = (
         "diloco",
         tuple({"workers": m, "inner_steps": 10} for m in (4, 16)),
         varies=ASYNC_VARIES,
+    ),
+    Question(  # D3's practitioner question (issue 52), paired on the same seeds
+        "Does Delayed Nesterov with dynamic local updates fix naive asynchronous Nesterov?",
+        ("diloco",),
+        ("async-nesterov", "async-delayed"),
+        "diloco",
+        ({"workers": 4, "inner_steps": 10},),
     ),
 )
 

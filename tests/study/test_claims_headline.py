@@ -136,3 +136,12 @@ def test_a_reward_tasks_regime_names_its_model_task_and_updates(tmp_path):
     c = claims.Claim("X", "t", "s", "p", ("rl",), lambda ctx: None)
     got = headline.regime_of(claims.Context(tmp_path, quick=False), c)
     assert got == "gpt-tiny, reverse 8 of 16, 300 updates"  # not "mlp, None" (no dataset)
+
+
+def test_the_headline_answers_the_practitioners_delayed_nesterov_question():
+    """Issue 53's done-when: "does Delayed Nesterov fix naive asynchronous Nesterov" from the
+    headline alone — both arms, paired, in the README's generated block."""
+    text = (ROOT / "README.md").read_text()
+    i = text.index("**Does Delayed Nesterov with dynamic local updates fix naive asynchronous")
+    answer = text[i:].split("\n")[1]
+    assert "async-delayed" in answer and "async-nesterov" in answer and " ± " in answer
