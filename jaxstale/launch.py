@@ -72,7 +72,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -98,6 +98,8 @@ __all__ = [
 
 _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+#: the launcher's pid, in a child's environment (the child dies with it)
+ENV_LAUNCHER_PID = "JAXSTALE_LAUNCHER_PID"
 
 
 # --------------------------------------------------------------------------------------------
@@ -163,6 +165,7 @@ PEER_GRACE = 2.0
 
 def _child_main(target_argv: Sequence[str]) -> int:
     """The bootstrap of one launched process: initialize, then run the target like python."""
+    _die_with_launcher()
     kind, what, args = _resolve_target(target_argv)
     code = 0
     try:
@@ -259,6 +262,7 @@ def _child_env(
     else:
         env[ENV_TIMEOUT] = str(timeout)
     env["PYTHONUNBUFFERED"] = "1"  # lines reach the launcher as they are printed
+    env[ENV_LAUNCHER_PID] = str(os.getpid())  # the child dies with it (_die_with_launcher)
     # The children import the same jaxstale (and experiments/) as the launcher, whatever an
     # installed copy elsewhere says.
     root = str(Path(__file__).resolve().parent.parent)
@@ -267,20 +271,23 @@ def _child_env(
     return env
 
 
-def _preexec_fn() -> Callable[[], None] | None:
-    """In the child, before exec: die with the launcher (Linux ``PR_SET_PDEATHSIG``)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before fork
-    parent = os.getpid()
-    option, sig, zero = ctypes.c_int(_PR_SET_PDEATHSIG), ctypes.c_ulong(signal.SIGKILL), 0
+def _die_with_launcher() -> None:
+    """In a launched child, first thing: die with the launcher (Linux ``PR_SET_PDEATHSIG``),
+    whose pid the launcher passes in :data:`ENV_LAUNCHER_PID`; exit at once if it has already
+    died (the child was re-parented before the call took effect).
 
-    def preexec() -> None:
-        prctl(option, sig, ctypes.c_ulong(zero), ctypes.c_ulong(zero), ctypes.c_ulong(zero))
-        if os.getppid() != parent:  # the launcher died before prctl took effect
-            os._exit(1)
-
-    return preexec
+    The child asks for it itself rather than through ``Popen(preexec_fn=...)``: Python code
+    between fork and exec is unsafe in a threaded parent, and a JAX process (the launcher's
+    Python API is called from one) is threaded — JAX warns "os.fork() was called" for it."""
+    parent = os.environ.pop(ENV_LAUNCHER_PID, None)
+    if parent is None or not sys.platform.startswith("linux"):
+        return
+    zero = ctypes.c_ulong(0)
+    ctypes.CDLL(None, use_errno=True).prctl(
+        ctypes.c_int(_PR_SET_PDEATHSIG), ctypes.c_ulong(signal.SIGKILL), zero, zero, zero
+    )
+    if os.getppid() != int(parent):
+        os._exit(1)
 
 
 def _signal_text(returncode: int) -> str:
@@ -422,7 +429,6 @@ def launch(
     )
     procs: list[subprocess.Popen[bytes]] = []
     threads: list[threading.Thread] = []
-    preexec = _preexec_fn()
     result: int | None = None
     try:
         with _stop_on_signals():
@@ -451,7 +457,6 @@ def launch(
                             stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE,
                             process_group=0,
-                            preexec_fn=preexec,
                         )
                     )
                 exits: queue.Queue[tuple[int, int]] = queue.Queue()

@@ -195,11 +195,15 @@ def test_two_processes_form_one_mesh(tmp_path):
     assert time.monotonic() - t0 < 60
 
 
-def test_python_api_runs_a_module(tmp_path, capsys, monkeypatch):
-    """launch() with a ``-m`` target; children find the module through the inherited cwd."""
+def test_python_api_runs_a_module(tmp_path, capsys, monkeypatch, recwarn):
+    """launch() with a ``-m`` target; children find the module through the inherited cwd. From
+    this (threaded, JAX) process, without Python code between fork and exec: no "os.fork() was
+    called" warning (the children set their own death signal)."""
     _script(tmp_path, "toy_module.py", TOY)
     monkeypatch.chdir(tmp_path)
+    jax.numpy.zeros(2).block_until_ready()  # this process's backend (and its threads) running
     rc = L.launch(["-m", "toy_module", "x"], processes=2, devices_per_process=2)
+    assert not [w for w in recwarn if "fork" in str(w.message)], [str(w.message) for w in recwarn]
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "[p0] RESULT process=0 z=[30.0, 1.0, 12.0, 23.0] total=66.0 main=True argv=['x']" in out
