@@ -272,13 +272,9 @@ def _child_env(
 
 
 def _die_with_launcher() -> None:
-    """In a launched child, first thing: die with the launcher (Linux ``PR_SET_PDEATHSIG``),
-    whose pid the launcher passes in :data:`ENV_LAUNCHER_PID`; exit at once if it has already
-    died (the child was re-parented before the call took effect).
-
-    The child asks for it itself rather than through ``Popen(preexec_fn=...)``: Python code
-    between fork and exec is unsafe in a threaded parent, and a JAX process (the launcher's
-    Python API is called from one) is threaded — JAX warns "os.fork() was called" for it."""
+    """In a launched child, first: die with the launcher (``PR_SET_PDEATHSIG``; its pid in
+    :data:`ENV_LAUNCHER_PID`), or exit if it already died. Not a ``Popen(preexec_fn=...)``:
+    Python between fork and exec is unsafe in a threaded (JAX) parent, and JAX warns of it."""
     parent = os.environ.pop(ENV_LAUNCHER_PID, None)
     if parent is None or not sys.platform.startswith("linux"):
         return
