@@ -149,6 +149,34 @@ def test_asyncdp_make_returns_one_executor_of_its_lanes_as_the_others_do():
             make(executor, **kw)
 
 
+@pytest.mark.parametrize("executor", ["mesh", "emulate"])
+def test_asyncdp_run_makes_every_executor_first_and_shares_their_cores(executor, monkeypatch):
+    """``asyncdp.run`` calls ``make`` a run (the mesh, ``vmap`` False): a bad second run is
+    refused before the first trains, and runs of one ``M`` share one compiled core."""
+    f = models.functional(_MODEL())
+    scheds = [delays.round_robin(2, 12), delays.round_robin(2, 12), delays.round_robin(3, 12)]
+    kw = {"executor": executor, "vmap": False} if executor == "emulate" else {"executor": executor}
+    trained = []
+    real = loop.run
+    monkeypatch.setattr(loop, "run", lambda *a, **k: trained.append(1) or real(*a, **k))
+    with pytest.raises(ValueError, match="x_batches has 4 batches"):
+        asyncdp.run(f.apply, "asgd", [f.params] * 3, [f.state] * 3, scheds, [_X, _X[:4], _X],
+                    [_Y] * 3, learning_rate=[0.05, 0.1, 0.1], **kw)  # fmt: skip
+    assert trained == []
+    cls = asyncdp.AsyncMesh if executor == "mesh" else asyncdp.AsyncEmulator
+    built = []
+    init = cls.__init__
+    monkeypatch.setattr(
+        cls, "__init__", lambda self, *a, **k: built.append(a[2]) or init(self, *a, **k)
+    )
+    runs = asyncdp.run(f.apply, "asgd", [f.params] * 3, [f.state] * 3, scheds, [_X] * 3,
+                       [_Y] * 3, learning_rate=[0.05, 0.1, 0.1], **kw)  # fmt: skip
+    assert built == [2, 3] and len(trained) == 3
+    alone = asyncdp.run(f.apply, "asgd", f.params, f.state, scheds[1], _X, _Y,
+                        learning_rate=0.1, **kw)  # fmt: skip
+    np.testing.assert_array_equal(runs[1].losses, alone.losses)
+
+
 @pytest.mark.parametrize(("name", "build"), REGISTRY, ids=[n for n, _ in REGISTRY])
 def test_every_entry_builds_an_executor_on_both_executors(name, build):
     for executor in ("emulate", "mesh"):

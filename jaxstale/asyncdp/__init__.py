@@ -106,6 +106,7 @@ def make(
     vmap: bool = True,
     extra_args: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
     mesh: jax.sharding.Mesh | None = None,
+    _cores: dict[tuple[Any, ...], Any] | None = None,
 ) -> _loop.Executor:
     """The executor of one run of a method, or of several at once on the emulator (its lanes,
     batched with ``jax.vmap``), as :func:`jaxstale.pipeline.make` and
@@ -123,6 +124,7 @@ def make(
     ``mesh``, default a device per worker). ``learning_rate`` is required for names and
     builders; ``warmup_steps`` ramps it from ``η/M``; ``extra_args`` are per-update arguments
     for the transforms (name -> ``[T]``; timed delay models add ``t_comm`` / ``t_comp``).
+    ``_cores`` is :func:`run`'s: the compiled cores its executors share, by ``M``.
 
     Raises:
         ValueError: among others, a learning rate that is negative, NaN or infinite, a
@@ -134,49 +136,17 @@ def make(
     check_hyperparameters("make", learning_rate, momentum)
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; choose one of {EXECUTORS}")
-    if not isinstance(schedule, DelaySchedule) and len(schedule) > 1:
-        if executor == "mesh" or not vmap:
-            how = "on the mesh" if executor == "mesh" else "with vmap=False"
-            raise ValueError(
-                f"make: {len(schedule)} runs {how}: it runs one run; make one executor a run "
-                "(or asyncdp.run, which takes the lists)"
-            )
-    ((ex, _),) = _groups(
-        executor, apply, method, schedule, x_batches, y_batches, learning_rate=learning_rate,
-        momentum=momentum, warmup_steps=warmup_steps, loss_fn=loss_fn, loop=loop, vmap=vmap,
-        extra_args=extra_args, mesh=mesh,
-    )  # fmt: skip
-    return ex
-
-
-def _groups(
-    executor: str,
-    apply: Callable[..., Any],
-    method: Method,
-    schedule: DelaySchedule | Sequence[DelaySchedule],
-    x_batches: Any,
-    y_batches: Any,
-    *,
-    learning_rate: Any = None,
-    momentum: float = 0.0,
-    warmup_steps: int = 0,
-    loss_fn: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
-    loop: str = "auto",
-    vmap: bool = True,
-    extra_args: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
-    mesh: jax.sharding.Mesh | None = None,
-) -> list[tuple[_loop.Executor, list[int]]]:
-    """:func:`make`'s executors of every run, ``[(executor, run indices), ...]``: the emulator's
-    runs batched in one (``vmap``) or one a run, the mesh's one a run (:func:`run` drives
-    them)."""
-    check_hyperparameters("make", learning_rate, momentum)
-    if executor not in EXECUTORS:
-        raise ValueError(f"unknown executor {executor!r}; choose one of {EXECUTORS}")
     many = not isinstance(schedule, DelaySchedule)
     scheds: list[DelaySchedule] = list(schedule) if many else [schedule]  # type: ignore[arg-type,list-item]
     n = len(scheds)
     if n == 0 or not all(isinstance(s, DelaySchedule) for s in scheds):
         raise TypeError("schedule must be a DelaySchedule or a non-empty list of them")
+    if n > 1 and (executor == "mesh" or not vmap):
+        how = "on the mesh" if executor == "mesh" else "with vmap=False"
+        raise ValueError(
+            f"make: {n} runs {how}: it runs one run; make one executor a run "
+            "(or asyncdp.run, which takes the lists)"
+        )
     scheds = [s.validate() for s in scheds]  # a hand-built schedule gets the constructors' checks
     xs, ys = _lanes(x_batches, many, n, "x_batches"), _lanes(y_batches, many, n, "y_batches")
     if learning_rate is None:
@@ -217,21 +187,20 @@ def _groups(
         if len(xb) < need:
             raise ValueError(f"x_batches has {len(xb)} batches; the schedule needs {need}")
     kw: dict[str, Any] = {"momentum": momentum, "warmup_steps": warmup_steps, "loss_fn": loss_fn}
+    cores = {} if _cores is None else _cores
     if executor == "mesh":
-        cores: dict[int, _mesh.AsyncMesh] = {}
-        out = []
-        for i, s in enumerate(scheds):
-            if s.num_workers not in cores:
-                cores[s.num_workers] = _mesh.AsyncMesh(
-                    apply, method, s.num_workers, mesh=mesh, **kw
-                )
-            run_i = _mesh.executor(
-                cores[s.num_workers], s, xs[i], ys[i], learning_rate=lrs[i], extra=extras[i]
-            )
-            out.append((run_i, [i]))
-        return out
+        if ("mesh", ms[0]) not in cores:
+            cores["mesh", ms[0]] = _mesh.AsyncMesh(apply, method, ms[0], mesh=mesh, **kw)
+        core = cores["mesh", ms[0]]
+        return _mesh.executor(
+            core, scheds[0], xs[0], ys[0], learning_rate=lrs[0], extra=extras[0]
+        )  # fmt: skip
     batched = vmap and n > 1
-    emu = _emulator.AsyncEmulator(apply, method, max(ms), loop=loop, vmap=batched, **kw)
+    key = ("emulate", max(ms), batched)
+    if key not in cores:
+        cores[key] = _emulator.AsyncEmulator(
+            apply, method, max(ms), loop=loop, vmap=batched, **kw
+        )  # fmt: skip
     if sync:  # round r uses batches r·M … r·M + M − 1, all at w_r
         bidx = [np.arange(steps * per).reshape(steps, per)] * n
         worker = stale = np.zeros((n, steps), np.int32)
@@ -239,25 +208,18 @@ def _groups(
         bidx = [s.batch for s in scheds]
         worker = np.stack([s.worker for s in scheds])
         stale = np.stack([s.staleness for s in scheds])
-    groups = [list(range(n))] if batched else [[i] for i in range(n)]
-    return [
-        (
-            _emulator.executor(
-                emu,
-                [bidx[i] for i in g],
-                worker[g],
-                stale[g],
-                {k: np.stack([extras[i][k] for i in g]) for k in extras[0]},
-                [xs[i] for i in g],
-                [ys[i] for i in g],
-                learning_rate=[lrs[i] for i in g],
-                num_workers=[ms[i] for i in g],
-                batches_per_update=per,
-            ),
-            g,
-        )
-        for g in groups
-    ]
+    return _emulator.executor(
+        cores[key],
+        bidx,
+        worker,
+        stale,
+        {k: np.stack([e[k] for e in extras]) for k in extras[0]},
+        xs,
+        ys,
+        learning_rate=lrs,
+        num_workers=ms,
+        batches_per_update=per,
+    )
 
 
 def run(
@@ -298,7 +260,22 @@ def run(
     splits = dict(eval_data or {})
     if x_test is not None and y_test is not None:
         splits.setdefault("test", (x_test, y_test))
-    for ex, group in _groups(executor, apply, method, schedule, x_batches, y_batches, **kwargs):
+    xs, ys = _lanes(x_batches, many, n, "x_batches"), _lanes(y_batches, many, n, "y_batches")
+    batched = many and n > 1 and executor == "emulate" and kwargs.get("vmap", True)
+    groups = [list(range(n))] if batched else [[i] for i in range(n)]
+    per_run = {k: _lanes(kwargs[k], True, n, k) for k in ("learning_rate", "extra_args")
+               if isinstance(kwargs.get(k), list | tuple)}  # fmt: skip
+    cores: dict[tuple[Any, ...], Any] = {}
+    one = lambda v, g: v[g[0]] if len(g) == 1 and not batched else [v[i] for i in g]
+    made = [  # every executor made (every run's arguments checked) before anything runs
+        (
+            make(executor, apply, method, one(scheds, g), one(xs, g), one(ys, g),
+                 **{**kwargs, **{k: one(v, g) for k, v in per_run.items()}}, _cores=cores),
+            g,
+        )
+        for g in groups
+    ]  # fmt: skip
+    for ex, group in made:
         per = ex.batches_per_update or 1
         every = max(1, (eval_every or scheds[0].num_updates) // per)
         p0 = stack([ps[i] for i in group]) if ex.vmapped else ps[group[0]]
