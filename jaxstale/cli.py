@@ -47,6 +47,7 @@ _NOT_EXPERIMENTS = frozenset(
         "presets",
         "reports",
         "runs",
+        "starts",
         "throughput",
     }
 )

@@ -32,6 +32,7 @@ HELPERS = (
     "presets",
     "reports",
     "runs",
+    "starts",
     "throughput",
 )
 for helper in HELPERS:  # tables, figures and shared code, not experiments

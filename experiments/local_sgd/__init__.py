@@ -53,7 +53,11 @@ inner steps per worker, ``M = 4``, ``H ∈ {10, 50}``, outer rates 0.3, 0.5, 0.7
 the language model by flag (``--dataset shakespeare --model gpt-cpu``). ``--quick`` is a smoke
 run (digits, 40 steps, two seeds), marked so. Models with batch norm are refused (the executor
 would drop each worker's running statistics). ``--executor mesh`` runs every cell on the mesh
-executor (:mod:`jaxstale.localsgd.mesh`: one run at a time).
+executor (:mod:`jaxstale.localsgd.mesh`: one run at a time). ``--warm-start K``: every run of a
+(model, seed) starts from the same K synchronous steps of the inner optimizer (its schedule over
+those K steps, one worker's batches of a stream of their own), as DiLoCo's main runs start from a
+pretrained model; the start is trained once, kept in the run folder
+(:mod:`experiments.starts`) and its digest recorded in every row.
 
 Outputs (run folder): summary.json rows (model, method, workers, inner_steps, lr, seed,
 final_val/test metric, diverged, wall_time, exchanges, tokens, ...), table.md, plot.png.
@@ -157,6 +161,12 @@ class Config(Base):
     straggler_slowdown: float = opt(2.0, "their slowdown", low=1)
     extend_edges: int | None = opt(None, grids.EXTEND_HELP, low=0)
     tune_seeds: int | None = opt(None, grids.TUNE_HELP, low=1)
+    warm_start: int = opt(
+        0,
+        "synchronous steps every run of a (model, seed) starts from (DiLoCo's pretrained "
+        "start): the inner optimizer on one worker's batches, cached in the run folder",
+        low=0,
+    )
     executor: str = opt(
         "emulate",
         "emulate: one device, seeds and rates as vmapped lanes; mesh: each worker on a 'data' "
@@ -231,6 +241,7 @@ class Config(Base):
             "alpha": self.alpha,
             "timing": [self.shape, self.straggler_fraction, self.straggler_slowdown],
             **({"executor": "mesh"} if self.executor == "mesh" else {}),
+            **({"warm_start": self.warm_start} if self.warm_start else {}),
             "target": self.resolved_target,
             "extend_edges": grids.edge_limit(self),
             **grids.tune_seeds(
@@ -409,7 +420,7 @@ def _open(config: Config, fresh: bool = False) -> tuple[dict, data.Dataset, runs
 def run(config: Config) -> list[dict[str, Any]]:
     """Runs every (model, method, M, H, lr, seed) cell not already in the run folder."""
     cfg, ds, folder = _open(config, fresh=True)
-    runner = _Runner(cfg, ds)
+    runner = _Runner(cfg, ds, folder)
     kw = {"key": KEY, "by": EDGE_BY, "chance": chance(ds), "task": task_of(ds)}
     rows = folder.run_grouped(_cells(cfg), runner.group, vary=("seed", "lr"), desc=EXPERIMENT)
     rows = grids.extend_grid(

@@ -14,6 +14,7 @@ from jaxstale import data, localsgd, loop, models, optimizers
 from jaxstale.transforms.lookahead import momentum_lookahead
 from jaxstale.transforms.outer import cgad, delayed_nesterov, staleness_weight
 
+from .. import runs, starts
 from ..common import group_clock, outcome, splits, task_of
 from ..precision import gpt_kw
 
@@ -48,10 +49,47 @@ def schedule(cfg: dict[str, Any], method: str, m: int, h: int, seed: int) -> Any
     return localsgd.synchronous(m, rounds, h, **timing)
 
 
+#: the warm start's data stream: ``data.batch_indices`` seeded by the run's seed plus this
+#: (a stream of its own, not the first steps of the run's)
+WARM_SEED = 7919
+
+
 class _Runner:
-    def __init__(self, cfg: dict[str, Any], ds: data.Dataset) -> None:
-        self.cfg, self.ds, self.task = cfg, ds, task_of(ds)
+    def __init__(
+        self, cfg: dict[str, Any], ds: data.Dataset, folder: runs.RunFolder | None = None
+    ) -> None:
+        self.cfg, self.ds, self.task, self.folder = cfg, ds, task_of(ds), folder
         self.computed = 0
+        self.digests: dict[tuple[str, int], str] = {}
+
+    def warm(self, model: str, seed: int, f: models.Functional) -> Any:
+        """The weights every run of ``(model, seed)`` starts from: ``cfg["warm_start"]``
+        synchronous steps of the inner optimizer from ``f``'s initial weights (read back from
+        the run folder after the first time, :func:`experiments.starts.cached`)."""
+        cfg, ds = self.cfg, self.ds
+        k, b = cfg["warm_start"], cfg["batch_size"]
+        assert self.folder is not None, "a warm start needs the run folder"
+
+        def train() -> Any:
+            idx = data.batch_indices(len(ds.x_train), batch_size=b, num_steps=k,
+                                     seed=WARM_SEED + seed)  # fmt: skip
+            tx = optimizers.per_stage(cfg["optimizer"], cfg["inner_lr"], cfg["momentum"], k)
+            sched = localsgd.synchronous(1, k, 1)
+            x, y = ds.x_train[idx], ds.y_train[idx]
+            ex = localsgd.make("emulate", f.apply, tx, outer_tx("dp", 1), sched, x, y)
+            (res,) = loop.run(ex, f.params, f.state)
+            if res.diverged:
+                raise runs.RunFolderError(
+                    f"the warm start of {model}, seed {seed} diverged at step {res.diverged_step}"
+                    " (a lower --inner-lr, or a shorter --warm-start)"
+                )
+            return jax.tree.map(np.asarray, res.params)
+
+        same = lambda row: row.get("model") == model and row.get("seed") == seed
+        start, d = starts.cached(self.folder, f"start-{model}-seed{seed}", train,
+                                 like=f.params, cells=same)  # fmt: skip
+        self.digests[model, seed] = d
+        return start
 
     def group(self, keys: list[dict[str, Any]]) -> list[tuple[dict[str, Any], list[dict]]]:
         """Every pending rate and seed of one (model, method, M, H): vmapped lanes, or one
@@ -72,7 +110,10 @@ class _Runner:
                 k0["model"], input_shape=tuple(ds.x_train.shape[1:]),
                 num_classes=ds.num_classes, seed=k["seed"], task=ds.task, **gpt_kw(cfg),
             )  # fmt: skip
-            inits.append(models.functional(net))
+            f = models.functional(net)
+            if cfg.get("warm_start"):
+                f = f._replace(params=self.warm(k0["model"], k["seed"], f))
+            inits.append(f)
             idx[i] = data.batch_indices(
                 len(ds.x_train), batch_size=batch, num_steps=nb, seed=k["seed"]
             )
@@ -102,7 +143,11 @@ class _Runner:
         updates = run_sched[0].num_updates * (cfg["fragments"] if streams else 1)
         wall, cpu = clock(len(keys))
         self.computed += len(keys)
-        return self._rows(results, scheds, base, m, updates, streams, (wall, cpu))
+        out = self._rows(results, scheds, base, m, updates, streams, (wall, cpu))
+        if cfg.get("warm_start"):
+            for (row, _), k in zip(out, keys, strict=True):
+                row["start_digest"] = self.digests[k0["model"], k["seed"]]
+        return out
 
     def _on_mesh(self, f: Any, base: str, m: int, lr: float, inner: Any, sched: Any,
                  x: Any, y: Any, kw: dict) -> Any:  # fmt: skip

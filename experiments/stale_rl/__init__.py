@@ -65,7 +65,7 @@ from jaxstale import mesh as jmesh
 from jaxstale import rl
 
 from .. import config as config_module
-from .. import runs
+from .. import runs, starts
 from ..common import group_clock
 from ..config import ConfigError, cli, opt, validate
 from . import learner, tables
@@ -210,40 +210,12 @@ def task_of(cfg: dict[str, Any]) -> rl.Reverse:
 
 
 def _start(cfg: dict[str, Any], folder: runs.RunFolder) -> tuple[Any, Any, str]:
-    """``(apply, start, digest)``: the supervised start, read from ``inputs/start.npz`` when the
-    run folder has it (its digest checked), else trained and saved there. It is an input of
-    every cell, so it travels with them (``python -m study --pack`` archives ``inputs/``): the
-    start trained on another CPU differs in its last bits, and the cells must share one."""
+    """``(apply, start, digest)``: the supervised start, shared by every cell of the folder
+    (:func:`experiments.starts.cached`: ``inputs/start.npz``, trained here when absent)."""
     task = task_of(cfg)
     apply, params = learner.policy(cfg["model"], task)
-    path = folder.create() / "inputs" / "start.npz"
-    treedef = jax.tree.structure(params)
-    if path.exists():
-        with np.load(path) as z:
-            leaves = [z[f"a{i}"] for i in range(len(z.files) - 1)]
-            want = str(z["digest"])
-        start = jax.tree.unflatten(treedef, leaves)
-        if learner.digest(start) != want:
-            raise runs.RunFolderError(f"{path}: the supervised start does not match its digest")
-        return apply, start, want
-    start = learner.supervised_start(apply, params, task, cfg["sup_steps"], 0)
-    d = learner.digest(start)
-    # cells restored without their start (a packed sweep on another machine): the start
-    # computed here must be theirs, or the runs would not share one
-    others = {r.get("start_digest") for r in folder.rows()} - {d}
-    if others:
-        raise runs.RunFolderError(
-            f"{folder.path}: its cells started from {', '.join(sorted(others))}, this machine's "
-            f"supervised start is {d} (its inputs/start.npz is missing: restore it with "
-            "python -m study --restore, or run it in another --out)"
-        )
-    path.parent.mkdir(exist_ok=True)
-    import io
-
-    buf = io.BytesIO()
-    leaves = {f"a{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(start))}
-    np.savez(buf, digest=np.array(d), **leaves)
-    runs.atomic_write_bytes(path, buf.getvalue())
+    train = lambda: learner.supervised_start(apply, params, task, cfg["sup_steps"], 0)
+    start, d = starts.cached(folder, "start", train, like=params)
     return apply, start, d
 
 

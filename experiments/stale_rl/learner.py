@@ -32,7 +32,6 @@ References:
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Callable
 from typing import Any
@@ -92,16 +91,6 @@ def supervised_start(apply: Any, params: Any, task: rl.Reverse, steps: int, seed
     keys = jax.random.split(jax.random.key(seed), max(steps, 1))[:steps]
     (p, _), _ = jax.jit(lambda p: jax.lax.scan(body, (p, opt.init(p)), keys))(params)
     return p
-
-
-def digest(params: Any) -> str:
-    """A short content digest of a pytree of arrays (its leaves' bytes, in order)."""
-    h = hashlib.sha256()
-    for leaf in jax.tree.leaves(params):
-        a = np.asarray(leaf)
-        h.update(str((a.shape, a.dtype.str)).encode())
-        h.update(a.tobytes())
-    return h.hexdigest()[:16]
 
 
 DELAYS = ("constant", "inflight", "gamma", "stragglers")

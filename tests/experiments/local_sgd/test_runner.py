@@ -1,0 +1,59 @@
+"""local_sgd's warm start (issue 52: DiLoCo's runs start from a synchronously trained model):
+K steps of the inner optimizer, shared by every run of a (model, seed), cached in the run
+folder, its digest in every row; without it the config and rows are as before."""
+
+import json
+
+import jax
+import numpy as np
+import optax
+
+from experiments import local_sgd as exp
+from experiments import starts
+from experiments.local_sgd import runner
+from jaxstale import data, losses, models, optimizers
+
+ARGV = ["--dataset", "digits", "--model", "mlp", "--steps", "8", "--inner-steps", "4",
+        "--workers", "2", "--seeds", "1", "--extend-edges", "0", "--batch-size", "16",
+        "--lrs", "0.7", "--methods", "dp", "diloco"]  # fmt: skip
+
+
+def test_warm_start_is_k_inner_steps_shared_by_every_run_of_a_seed(tmp_path):
+    out = tmp_path / "run"
+    exp.main([*ARGV, "--warm-start", "3", "--out", str(out)])
+    rows = json.loads((out / "summary.json").read_text())["rows"]
+    assert {r["method"] for r in rows} == {"dp", "diloco"}
+    with np.load(out / "inputs" / "start-mlp-seed0.npz") as z:
+        d = str(z["digest"])
+        saved = [z[f"a{i}"] for i in range(len(z.files) - 1)]
+    assert {r["start_digest"] for r in rows} == {d}
+    # the reference: three steps of the inner optimizer on one worker's batches, by hand
+    cfg = exp.Config(dataset="digits", model=("mlp",), steps=8, inner_steps=(4,),
+                     workers=(2,), seeds=1, batch_size=16).resolved()  # fmt: skip
+    ds = data.load("digits")
+    shape = tuple(ds.x_train.shape[1:])
+    net = models.create("mlp", input_shape=shape, num_classes=ds.num_classes, seed=0, task=ds.task)
+    f = models.functional(net)
+    tx = optimizers.per_stage(cfg["optimizer"], cfg["inner_lr"], cfg["momentum"], 3)
+    idx = data.batch_indices(len(ds.x_train), batch_size=16, num_steps=3,
+                             seed=runner.WARM_SEED + 0)  # fmt: skip
+    p, opt = f.params, tx.init(f.params)
+    for t in range(3):
+        x, y = ds.x_train[idx[t]], ds.y_train[idx[t]]
+        g = jax.grad(lambda q: losses.cross_entropy(f.apply(q, f.state, x, True)[0], y))(p)
+        upd, opt = tx.update(g, opt, p)
+        p = optax.apply_updates(p, upd)
+    for a, b, init in zip(saved, jax.tree.leaves(p), jax.tree.leaves(f.params), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        assert not np.array_equal(a, np.asarray(init))  # trained, not the initial weights
+    assert starts.digest(jax.tree.unflatten(jax.tree.structure(f.params), saved)) == d
+
+
+def test_without_a_warm_start_the_config_is_unchanged_and_rows_carry_no_digest(tmp_path):
+    base = exp.Config(quick=True).resolved()
+    assert "warm_start" not in base  # the folders of earlier runs keep their fingerprints
+    assert exp.Config(quick=True, warm_start=5).resolved()["warm_start"] == 5
+    out = tmp_path / "run"
+    exp.main([*ARGV, "--out", str(out)])
+    rows = json.loads((out / "summary.json").read_text())["rows"]
+    assert not (out / "inputs").exists() and all("start_digest" not in r for r in rows)
