@@ -19,7 +19,7 @@ from experiments import (
     sync_baseline,
 )
 
-from .configs_modern import LADDER_RUNS, RL_RUNS
+from .configs_modern import DILOCO_GPT_RUNS, LADDER_RUNS, RL_RUNS
 from .workloads import LM, LM_QUICK, Run
 
 __all__ = ["FAMILIES", "LM", "LM_QUICK", "RUNS", "Run"]
@@ -425,3 +425,5 @@ RUNS.update(LADDER_RUNS)
 FAMILIES["the language-model ladder (issue 52): LM7, LM8, the 4k rung"] = tuple(LADDER_RUNS)
 RUNS.update(RL_RUNS)
 FAMILIES["asynchronous RL (issue 55): RL1-RL5"] = tuple(RL_RUNS)
+RUNS.update(DILOCO_GPT_RUNS)
+FAMILIES["DiLoCo on the GPT (issue 52), stage 1: the inner rate"] = tuple(DILOCO_GPT_RUNS)

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from experiments import constant_delay, pipeline_staleness, stale_rl
+from experiments import constant_delay, local_sgd, pipeline_staleness, stale_rl
 
 from .workloads import LM, LM_QUICK, Run
 
-__all__ = ["ARMS", "GRID", "LADDER_RUNS", "MUON_GRID", "RL_RUNS", "RUNGS"]
+__all__ = ["ARMS", "DILOCO_GPT_RUNS", "GRID", "INNER_GRID", "LADDER_RUNS", "MUON_GRID", "RL_RUNS",
+           "RUNGS"]  # fmt: skip
 
 _CD = constant_delay.Config
 
@@ -128,6 +129,82 @@ LADDER_RUNS: dict[str, Run] = {
         MUON_GRID,
         (*_CD_QUICK, ("lrs", (0.02,)), ("tune_seeds", None)),
         "LM7 with Muon (on the hidden matrices; AdamW on the rest)",
+    ),
+}
+
+# ----------------------------------------------------------- DiLoCo on the GPT
+
+#: DiLoCo on the GPT (issue 52), stage 1 of 2, declared before any of it ran.
+#:
+#: **Regime.** ``gpt-cpu`` (414,803 parameters) on the embedded Shakespeare, AdamW inner
+#: optimizer, batch 16 × 64 characters, M = 4 workers of 2,000 inner steps each: 8.2 M characters,
+#: ≈ 20 per parameter (1.9 epochs); every run of a seed starts from the same 1,000 synchronous
+#: AdamW steps of one worker at 0.003 (1.0 M characters, 12 % of the budget: DiLoCo's main runs
+#: start from a synchronously pretrained model, 2311.08105). The papers: 60 M parameters and up,
+#: H = 100–500.
+#:
+#: **Stage 1: the inner rate**, the paper's protocol tuned for this model: synchronous DiLoCo at
+#: H = 50 for each inner AdamW peak of :data:`INNER_GRID` (×2 apart, centred on the ladder's
+#: AdamW selection), outer Nesterov at 0.5 / 0.7 / 1.0, 2 tuning seeds; data parallelism (batch
+#: M·B, its rate the inner rate × 0.5–4) beside it, 5 seeds (the reference of stage 2). The
+#: inner rate of stage 2 is stage 1's best on validation; stage 2 (M = 4, H = 50 and 250; dp,
+#: diloco, async-nesterov, async-delayed; Delayed Nesterov against tuned naive asynchronous
+#: Nesterov as the new primary, D1–D7 re-declared on its rows) is declared when it is known.
+#:
+#: **Cost, planned** from a pilot (M = 4, 200 steps, alone on a core: 75 CPU-s for synchronous
+#: DiLoCo, 120 for async-delayed, compile and 10 evaluations of the whole test split included):
+#: a 2,000-step run ≈ 12.5 CPU-minutes (DiLoCo, dp), ≈ 20 (asynchronous methods); stage 1
+#: ≈ 3 × 6 × 12.5 min + dp 4 × 2 + 3 runs ≈ 6 CPU-hours; stage 2 ≈ 22 (M = 4, both H).
+#: the inner AdamW peak rates of stage 1
+INNER_GRID = (0.0015, 0.003, 0.006)
+_LS = local_sgd.Config
+_DG: dict[str, Any] = {
+    "dataset": "shakespeare",
+    "model": ("gpt-cpu",),
+    "optimizer": "adamw",
+    "batch_size": 16,
+    "steps": 2000,
+    "workers": (4,),
+    "inner_steps": (50,),
+    "warm_start": 1000,
+    "warm_lr": 0.003,  # one start for every inner rate
+    "extend_edges": 2,
+}
+#: smoke versions: gpt-tiny, 40 steps from a 10-step start, H = 4, two workers, one rate
+_DG_QUICK: tuple[tuple[str, Any], ...] = (
+    *LM_QUICK,
+    ("workers", (2,)),
+    ("inner_steps", (4,)),
+    ("warm_start", 10),
+    ("extend_edges", 0),
+    ("tune_seeds", None),
+)
+DILOCO_GPT_RUNS: dict[str, Run] = {
+    **{
+        f"diloco-gpt-inner-{lr:g}": Run(
+            local_sgd,
+            _LS(
+                **_DG, inner_lr=lr, methods=("diloco",), lrs=(0.5, 0.7, 1.0), seeds=2, tune_seeds=2
+            ),
+            (*_DG_QUICK, ("lrs", (0.7,))),
+            what=f"DiLoCo on the GPT, stage 1: synchronous DiLoCo, M = 4, H = 50, inner AdamW "
+            f"at {lr:g} from a 1,000-step synchronous start",
+        )
+        for lr in INNER_GRID
+    },
+    "diloco-gpt-dp": Run(
+        local_sgd,
+        _LS(
+            **_DG,
+            inner_lr=0.003,
+            methods=("dp",),
+            dp_scales=(0.5, 1.0, 2.0, 4.0),
+            seeds=5,
+            tune_seeds=2,
+        ),
+        (*_DG_QUICK, ("dp_scales", (1.0,))),
+        what="DiLoCo on the GPT: data parallelism (batch M·B, AdamW at 0.0015-0.012) from the "
+        "same start, the reference",
     ),
 }
 

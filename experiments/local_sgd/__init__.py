@@ -55,7 +55,8 @@ run (digits, 40 steps, two seeds), marked so. Models with batch norm are refused
 would drop each worker's running statistics). ``--executor mesh`` runs every cell on the mesh
 executor (:mod:`jaxstale.localsgd.mesh`: one run at a time). ``--warm-start K``: every run of a
 (model, seed) starts from the same K synchronous steps of the inner optimizer (its schedule over
-those K steps, one worker's batches of a stream of their own), as DiLoCo's main runs start from a
+those K steps at ``--warm-lr``, default the inner rate; one worker's batches of a stream of their
+own), as DiLoCo's main runs start from a
 pretrained model; the start is trained once, kept in the run folder
 (:mod:`experiments.starts`) and its digest recorded in every row.
 
@@ -167,6 +168,9 @@ class Config(Base):
         "start): the inner optimizer on one worker's batches, cached in the run folder",
         low=0,
     )
+    warm_lr: float | None = opt(
+        None, "the warm start's peak rate (default --inner-lr)", low=0, low_open=True
+    )
     executor: str = opt(
         "emulate",
         "emulate: one device, seeds and rates as vmapped lanes; mesh: each worker on a 'data' "
@@ -216,6 +220,11 @@ class Config(Base):
                         "overlaps", f"τ must be below H/P = {h // self.fragments} (H = {h})"
                     )
         grid = grids.PEAK_LRS[self.optimizer]
+        inner_lr = self.inner_lr or grid[len(grid) // 2]
+        if not self.warm_start:
+            refuse_unused(
+                self, {"warm_lr": f"{flag('warm_lr')} is the warm start's; no --warm-start"}
+            )
         return {
             "quick": quick,
             "dataset": "digits" if quick and self.dataset == "mnist1d" else self.dataset,
@@ -223,7 +232,7 @@ class Config(Base):
             "models": list(self.model or ["mlp"]),
             "optimizer": self.optimizer,
             "momentum": self.momentum,
-            "inner_lr": self.inner_lr or grid[len(grid) // 2],
+            "inner_lr": inner_lr,
             "methods": [
                 f"{m} τ={o}" if m in streaming else m
                 for m in methods
@@ -241,7 +250,11 @@ class Config(Base):
             "alpha": self.alpha,
             "timing": [self.shape, self.straggler_fraction, self.straggler_slowdown],
             **({"executor": "mesh"} if self.executor == "mesh" else {}),
-            **({"warm_start": self.warm_start} if self.warm_start else {}),
+            **(
+                {"warm_start": self.warm_start, "warm_lr": self.warm_lr or inner_lr}
+                if self.warm_start
+                else {}
+            ),
             "target": self.resolved_target,
             "extend_edges": grids.edge_limit(self),
             **grids.tune_seeds(

@@ -73,7 +73,7 @@ class _Runner:
         def train() -> Any:
             idx = data.batch_indices(len(ds.x_train), batch_size=b, num_steps=k,
                                      seed=WARM_SEED + seed)  # fmt: skip
-            tx = optimizers.per_stage(cfg["optimizer"], cfg["inner_lr"], cfg["momentum"], k)
+            tx = optimizers.per_stage(cfg["optimizer"], cfg["warm_lr"], cfg["momentum"], k)
             sched = localsgd.synchronous(1, k, 1)
             x, y = ds.x_train[idx], ds.y_train[idx]
             ex = localsgd.make("emulate", f.apply, tx, outer_tx("dp", 1), sched, x, y)

@@ -7,9 +7,11 @@ import json
 import jax
 import numpy as np
 import optax
+import pytest
 
 from experiments import local_sgd as exp
 from experiments import starts
+from experiments.config import ConfigError
 from experiments.local_sgd import runner
 from jaxstale import data, losses, models, optimizers
 
@@ -52,7 +54,11 @@ def test_warm_start_is_k_inner_steps_shared_by_every_run_of_a_seed(tmp_path):
 def test_without_a_warm_start_the_config_is_unchanged_and_rows_carry_no_digest(tmp_path):
     base = exp.Config(quick=True).resolved()
     assert "warm_start" not in base  # the folders of earlier runs keep their fingerprints
-    assert exp.Config(quick=True, warm_start=5).resolved()["warm_start"] == 5
+    warm = exp.Config(quick=True, warm_start=5).resolved()
+    assert warm["warm_start"] == 5 and warm["warm_lr"] == warm["inner_lr"]  # by default
+    assert exp.Config(quick=True, warm_start=5, warm_lr=0.01).resolved()["warm_lr"] == 0.01
+    with pytest.raises(ConfigError, match="--warm-lr is the warm start's; no --warm-start"):
+        exp.Config(quick=True, warm_lr=0.01).resolved()
     out = tmp_path / "run"
     exp.main([*ARGV, "--out", str(out)])
     rows = json.loads((out / "summary.json").read_text())["rows"]
