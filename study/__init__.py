@@ -49,7 +49,7 @@ import os
 import sys
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from experiments import runs
 from experiments.config import prog_of
@@ -292,11 +292,7 @@ def judge_all(ctx: Context) -> tuple[dict[str, Verdict], dict[str, Evidence | No
     # judged among every configuration: a longer run of a reference may be another claim's
     unconverged = budget.unconverged(ctx.results, [n for n in RUNS if ctx.has(n)])
     for c in CLAIMS:
-        # Claim.assess's steps, the judge's result kept: judged once for the text and figures
-        got = c.judge(ctx) if ctx.has(c.runs[0]) else c.assess(ctx)  # "not run"
-        ev = got if isinstance(got, Evidence) else None
-        v = c.render(ev) if ev is not None else cast(Verdict, got)
-        evidence[c.id] = ev
+        v, evidence[c.id] = c.judged(ctx)  # judged once for the text and the figures
         notes = []
         short = [n for n in c.runs if n in unconverged]
         if short and v.verdict != "not run":

@@ -46,8 +46,7 @@ class Verdict:
 
     @property
     def label(self) -> str:
-        """The verdict's label alone (``held with reversals`` for ``held with reversals
-        (reversed: …)``, ``not reached`` for ``not reached, the upper bound …``)."""
+        """The verdict's label alone (``not reached`` for ``not reached, the upper bound …``)."""
         return self.verdict.split(" (")[0].split(", ")[0]
 
     @property
@@ -140,13 +139,15 @@ class Claim:
 
     def assess(self, ctx: Context) -> Verdict:
         """The claim's verdict from the run folders (``not run`` without its first folder)."""
+        return self.judged(ctx)[0]
+
+    def judged(self, ctx: Context) -> tuple[Verdict, Evidence | None]:
+        """:meth:`assess`'s verdict and its judge's evidence (None where it judged none)."""
         missing = [n for n in self.runs[:1] if not ctx.has(n)]
         if missing:
-            return Verdict("not run", f"missing run folder(s): {', '.join(missing)}")
+            return Verdict("not run", f"missing run folder(s): {', '.join(missing)}"), None
         got = self.judge(ctx)
-        if isinstance(got, Verdict):
-            return got
-        return self.render(got)
+        return (got, None) if isinstance(got, Verdict) else (self.render(got), got)
 
     def render(self, ev: Evidence) -> Verdict:
         """The verdict and evidence text of a comparative claim."""
