@@ -1,16 +1,17 @@
 """How every executor compiles: :func:`jit` with :func:`compiler_options` (re-exported by
-:mod:`jaxstale.loop`, which documents why, under "Compiled steps")."""
+:mod:`jaxstale.loop`, which documents why, under "Compiled steps"), and the one memo of the
+compiled cores that runs of a sweep share (:func:`memo`, :func:`clear_memo`)."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
 
 import jax
 import numpy as np
 
-__all__ = ["compiler_options", "jit"]
+__all__ = ["clear_memo", "compiler_options", "jit", "memo"]
 
 #: XLA:CPU's default YNNPACK fusions less ``REDUCE`` (see "Compiled steps" above)
 _CPU_OPTIONS = {
@@ -48,3 +49,38 @@ def jit(fun: Callable[..., Any], **kwargs: Any) -> Any:
         True
     """
     return jax.jit(fun, compiler_options=compiler_options(), **kwargs)
+
+
+T = TypeVar("T")
+
+#: every shared compiled core by ``(kind, key)``, with the objects its key names by identity
+_MEMO: dict[tuple[Hashable, ...], tuple[Any, Any]] = {}
+
+
+def memo(kind: str, key: tuple[Hashable, ...], build: Callable[[], T], keep: Any = ()) -> T:
+    """The object ``build()`` made for ``(kind, key)``, built the first time: how runs of one
+    structure share a compiled program (the pipelines' cores, a composed model, a remat
+    wrapper). ``key`` names functions and optimizers by ``id``; ``keep`` holds those objects
+    alive beside the entry, so an id is never reused for another object while it is cached.
+
+    Example:
+        >>> f = lambda x: x
+        >>> a = memo("demo", (id(f),), lambda: [f], keep=f)
+        >>> a is memo("demo", (id(f),), lambda: [f], keep=f)
+        True
+        >>> clear_memo("demo")   # entries dropped
+        1
+    """
+    k = (kind, *key)
+    if k not in _MEMO:
+        _MEMO[k] = (build(), keep)
+    return _MEMO[k][0]
+
+
+def clear_memo(kind: str | None = None) -> int:
+    """Forget the memo's entries (of ``kind``, or all): a long session that built many models
+    frees their compiled programs. Returns how many were dropped."""
+    drop = [k for k in _MEMO if kind is None or k[0] == kind]
+    for k in drop:
+        del _MEMO[k]
+    return len(drop)

@@ -74,7 +74,9 @@ vector). On other backends (GPU: cuBLAS and reduction tilings chosen per shape) 
 promised beyond float32 rounding. A run folder keeps a sweep reproducible all the same: groups
 are a function of the configuration and a resume recomputes a missing cell in its group
 (:meth:`experiments.runs.RunFolder.run_grouped`), so a resumed or re-run sweep writes its table
-byte for byte.
+byte for byte. Runs of one structure share a compiled core through one memo (the pipelines'
+rounds, composed models, remat wrappers: keyed by the identities of the stages' functions, the
+optimizer and the loss), which :func:`clear_memo` empties for a long session's memory.
 
 Example:
     >>> import jax, jax.numpy as jnp, numpy as np, optax
@@ -99,7 +101,7 @@ import jax
 import numpy as np
 
 from jaxstale import checkpoint as _checkpoint
-from jaxstale._compile import compiler_options, jit
+from jaxstale._compile import clear_memo, compiler_options, jit
 from jaxstale.checkpoint import Checkpoints
 from jaxstale.evaluation import (
     accuracy,
@@ -118,6 +120,7 @@ __all__ = [
     "Stats",
     "accuracy",
     "advance",
+    "clear_memo",
     "compiler_options",
     "decode_correct",
     "decode_losses",

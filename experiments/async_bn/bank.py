@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxstale import delays, loop
+from jaxstale._compile import memo
 from jaxstale.asyncdp import emulator as _emulator
 from jaxstale.asyncdp.bn import batch_stats_from_update, merge_batch_stats, recompute_batch_stats
 from jaxstale.asyncdp.methods import LC_BN_MOMENTUM as BN_MOMENTUM
@@ -39,17 +40,12 @@ def bank_apply(apply: Callable[..., Any]) -> Callable[..., Any]:
     """``apply`` on a bank ``{"model": s, "ordinary": (s, ...), "async-bn": (s, ...)}``: the
     forward pass reads and advances the model's copy only; the policies' copies are left to
     the server's merge (:func:`bank_merge`). One wrapper per ``apply`` (one compile)."""
-    if apply not in _WRAPPED:
 
-        def wrapped(params: Any, bank: Any, x: Any, train: bool) -> tuple[Any, Any]:
-            logits, new = apply(params, bank["model"], x, train)
-            return logits, {**bank, "model": new}
+    def wrapped(params: Any, bank: Any, x: Any, train: bool) -> tuple[Any, Any]:
+        logits, new = apply(params, bank["model"], x, train)
+        return logits, {**bank, "model": new}
 
-        _WRAPPED[apply] = wrapped
-    return _WRAPPED[apply]
-
-
-_WRAPPED: dict[Callable[..., Any], Callable[..., Any]] = {}
+    return memo("async_bn.bank_apply", (id(apply),), lambda: wrapped, keep=apply)
 
 
 def init_bank(model_state: Any, num_decays: int) -> dict[str, Any]:
@@ -83,19 +79,18 @@ def bank_merge(decays: Sequence[float], momentum: float = BN_MOMENTUM) -> Callab
     return merge
 
 
-_EMULATORS: dict[tuple[Any, ...], _emulator.AsyncEmulator] = {}
-
-
 def bank_emulator(apply: Callable[..., Any], cfg: dict[str, Any], vmap: bool) -> Any:
     """One compiled emulator for every run of the sweep (lr, M and seed are traced lanes)."""
-    key = (apply, cfg["lam"], cfg["momentum"], tuple(cfg["decays"]), max(cfg["workers"]), vmap)
-    if key not in _EMULATORS:
+    key = (id(apply), cfg["lam"], cfg["momentum"], tuple(cfg["decays"]), max(cfg["workers"]), vmap)
+
+    def make() -> _emulator.AsyncEmulator:
         lam, merge = cfg["lam"], bank_merge(cfg["decays"])
         build = lambda hp: MethodSpec(build_lc_asgd(hp, lam=lam), merge_model_state=merge)
-        _EMULATORS[key] = _emulator.AsyncEmulator(
+        return _emulator.AsyncEmulator(
             bank_apply(apply), build, max(cfg["workers"]), momentum=cfg["momentum"], vmap=vmap
         )
-    return _EMULATORS[key]
+
+    return memo("async_bn.emulator", key, make, keep=apply)
 
 
 def _timing(s: delays.DelaySchedule) -> dict[str, np.ndarray]:
@@ -133,27 +128,20 @@ def bank_executor(
     )
 
 
-_JIT: dict[tuple[Any, ...], Callable[..., Any]] = {}
-
-
 def _bank_correct(apply: Callable[..., Any]) -> Callable[..., Any]:
     """Jitted: the number of correct predictions of every policy copy of a bank (eval mode)."""
-    if ("count", apply) not in _JIT:
 
-        def count(params: Any, bank: Any, x: Any, y: Any) -> jax.Array:
-            copies = [*bank[ORDINARY], *bank[ASYNC]]
-            hits = [jnp.argmax(apply(params, s, x, False)[0], -1) == y for s in copies]
-            return jnp.stack([jnp.sum(h, dtype=jnp.int32) for h in hits])
+    def count(params: Any, bank: Any, x: Any, y: Any) -> jax.Array:
+        copies = [*bank[ORDINARY], *bank[ASYNC]]
+        hits = [jnp.argmax(apply(params, s, x, False)[0], -1) == y for s in copies]
+        return jnp.stack([jnp.sum(h, dtype=jnp.int32) for h in hits])
 
-        _JIT[("count", apply)] = jax.jit(count)
-    return _JIT[("count", apply)]
+    return memo("async_bn.count", (id(apply),), lambda: jax.jit(count), keep=apply)
 
 
 def _recompute(apply: Callable[..., Any]) -> Callable[..., Any]:
-    if ("recompute", apply) not in _JIT:
-        fn = lambda p, s, x: recompute_batch_stats(apply, p, s, x, momentum=BN_MOMENTUM)
-        _JIT[("recompute", apply)] = jax.jit(fn)
-    return _JIT[("recompute", apply)]
+    fn = lambda p, s, x: recompute_batch_stats(apply, p, s, x, momentum=BN_MOMENTUM)
+    return memo("async_bn.recompute", (id(apply),), lambda: jax.jit(fn), keep=apply)
 
 
 def _policy_labels(cfg: dict[str, Any]) -> list[tuple[str, float]]:

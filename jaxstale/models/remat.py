@@ -53,6 +53,7 @@ from typing import Any
 
 import jax
 
+from jaxstale._compile import memo
 from jaxstale.models.gpt import SAVED_NAMES
 from jaxstale.models.staged import Functional
 
@@ -60,8 +61,6 @@ __all__ = ["REMAT", "remat", "remat_policy", "remat_stages"]
 
 #: the rematerialisation choices of :func:`remat` (module docstring)
 REMAT: tuple[str, ...] = ("none", "names", "dots", "full")
-
-_WRAPPED: dict[tuple[int, str], tuple[Callable[..., Any], Any]] = {}
 
 
 def remat_policy(name: str) -> Callable[..., bool] | None:
@@ -78,11 +77,9 @@ def remat_policy(name: str) -> Callable[..., bool] | None:
 
 
 def _wrapped(apply: Callable[..., Any], name: str, static: tuple[int, ...]) -> Any:
-    key = (id(apply), name)
-    if key not in _WRAPPED:  # one wrapper per apply: compiled-round caches key on its identity
-        fn = jax.checkpoint(apply, policy=remat_policy(name), static_argnums=static)
-        _WRAPPED[key] = (fn, apply)  # keep the keyed apply alive
-    return _WRAPPED[key][0]
+    # one wrapper per apply: the compiled rounds' memo keys on its identity
+    build = lambda: jax.checkpoint(apply, policy=remat_policy(name), static_argnums=static)
+    return memo("remat", (id(apply), name), build, keep=apply)
 
 
 def remat(stage: Any, name: str) -> Any:

@@ -50,6 +50,7 @@ import optax
 
 from jaxstale import schedules as S
 from jaxstale._batching import Indexed, check_streams, stream_shape
+from jaxstale._compile import memo
 from jaxstale.loop import Executor, Stats, jit
 from jaxstale.losses import cross_entropy
 from jaxstale.optimizers import set_hyperparams
@@ -429,9 +430,6 @@ class PipelineEmulator:
         return lowered.compile().memory_analysis()
 
 
-_CORES: dict[tuple, tuple[PipelineEmulator, Any]] = {}
-
-
 def for_program(
     stages: Sequence[Any],
     program: Program,
@@ -452,12 +450,10 @@ def for_program(
         program.structure,
         loop_ticks,
     )
-    if key not in _CORES:
-        core = PipelineEmulator(
-            stages, program, tx, momentum=momentum, loss_fn=loss_fn, loop_ticks=loop_ticks
-        )
-        _CORES[key] = (core, (stages, tx, loss_fn))  # keep the keyed objects alive
-    return _CORES[key][0]
+    build = lambda: PipelineEmulator(
+        stages, program, tx, momentum=momentum, loss_fn=loss_fn, loop_ticks=loop_ticks
+    )
+    return memo("pipeline.emulator", key, build, keep=(stages, tx, loss_fn))
 
 
 def _lane_fns(

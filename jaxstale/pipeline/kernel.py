@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxstale._compile import memo
 from jaxstale.pipeline.program import Program
 from jaxstale.transforms import (
     error_feedback,
@@ -42,15 +43,14 @@ def _tree_where(c: jax.Array, a: Any, b: Any) -> Any:
     return jax.tree.map(lambda x, y: jnp.where(c, x, y), a, b)
 
 
-_COMPOSED: dict[tuple[int, ...], tuple[Callable[..., Any], Any]] = {}
-
-
 def compose(stages: Sequence[Any]) -> Callable[..., tuple[jax.Array, list[Any]]]:
     """``apply(params, states, x, train)`` of the whole model from its stages (``Functional``
     objects or ``(fn(params, x), params)`` pairs); the same object for the same stages."""
     key = tuple(id(getattr(st, "apply", st)) for st in stages)
-    if key in _COMPOSED:
-        return _COMPOSED[key][0]
+    return memo("pipeline.compose", key, lambda: _compose(stages), keep=list(stages))
+
+
+def _compose(stages: Sequence[Any]) -> Callable[..., tuple[jax.Array, list[Any]]]:
     applies = [
         st.apply if hasattr(st, "apply") else (lambda p, s, x, train, fn=st[0]: (fn(p, x), s))
         for st in stages
@@ -63,7 +63,6 @@ def compose(stages: Sequence[Any]) -> Callable[..., tuple[jax.Array, list[Any]]]
             out.append(s)
         return x, out
 
-    _COMPOSED[key] = (apply, list(stages))  # keep the keyed stages alive
     return apply
 
 

@@ -49,6 +49,7 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxstale._batching import materialised
+from jaxstale._compile import memo
 from jaxstale.loop import Executor, Stats, jit
 from jaxstale.losses import cross_entropy
 from jaxstale.mesh import check_mesh, make_mesh, to_host, to_mesh
@@ -452,9 +453,6 @@ class MeshPipeline:
         return to_host(state.busy)
 
 
-_CORES: dict[tuple, tuple[MeshPipeline, Any]] = {}
-
-
 def _core(
     stages: Sequence[Any],
     program: Program,
@@ -478,20 +476,18 @@ def _core(
         stage_trees,
         repr(sorted((hyperparams or {}).items())),
     )
-    if key not in _CORES:
-        core = MeshPipeline(
-            stages,
-            program,
-            tx,
-            micro,
-            mesh=mesh,
-            momentum=momentum,
-            loss_fn=loss_fn,
-            stage_trees=stage_trees,
-            hyperparams=hyperparams,
-        )
-        _CORES[key] = (core, (stages, tx, mesh, loss_fn))
-    return _CORES[key][0]
+    build = lambda: MeshPipeline(
+        stages,
+        program,
+        tx,
+        micro,
+        mesh=mesh,
+        momentum=momentum,
+        loss_fn=loss_fn,
+        stage_trees=stage_trees,
+        hyperparams=hyperparams,
+    )
+    return memo("pipeline.mesh", key, build, keep=(stages, tx, mesh, loss_fn))
 
 
 def executor(
