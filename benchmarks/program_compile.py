@@ -13,7 +13,13 @@ reference keeps only what computes the program (the compiler also checked every 
 dependencies and version one event at a time, now in arrays too): its times, and so the
 speed-ups, are lower bounds of what the compiler cost before.
 
-Run: ``python benchmarks/program_compile.py [--quick] [--batches 3000] [--out DIR]``.
+``--xla`` adds what a user waits on before a pipeline's first round (issue 54's "compile time
+flat in depth"): XLA's compile of the emulator's round of ``gpt-deep`` (16 blocks of width 64,
+the same model at every depth) under 1F1B with vanilla weights and AdamW, at N = 2, 4, 8 and 16
+stages, lowered from abstract shapes (micro-batch 16 × 64), each compiled once in one run, with
+the round's HLO instruction count; the target is N = 16 in at most 1.5× N = 2's seconds.
+
+Run: ``python benchmarks/program_compile.py [--quick] [--xla] [--batches 3000] [--out DIR]``.
 """
 
 from __future__ import annotations
@@ -95,20 +101,80 @@ def table(rows: list[dict[str, Any]], n: int, nb: int) -> str:
     return "\n".join([head, *lines])
 
 
+#: the depths of ``--xla``'s rounds
+DEPTHS = (2, 4, 8, 16)
+
+
+def round_compile(n: int, mb: int = 16, t: int = 64, preset: str = "gpt-deep") -> dict[str, Any]:
+    """XLA's compile of the emulator's 1F1B vanilla round of ``preset`` at ``n`` stages:
+    ``{"stages", "blocks", "lower_s", "compile_s", "instructions"}`` (lowered from abstract
+    shapes: nothing is allocated)."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxstale import models, optimizers
+    from jaxstale.pipeline import emulator
+
+    model = models.create(preset, input_shape=(t,), num_classes=83, seed=0)
+    stages = models.functional_stages(model, n)
+    nb = 2 * n + 2
+    prog = pipeline.compile(schedules.one_f_one_b(n, nb), "vanilla")
+    em = emulator.PipelineEmulator(stages, prog, optimizers.adamw(1e-3, 1000, warmup_steps=10))
+    carry = jax.eval_shape(em.init, jax.ShapeDtypeStruct((mb, t), jnp.int32))
+    tables = {k: jnp.asarray(v) for k, v in prog.tables.items()}
+    data = jax.ShapeDtypeStruct((nb, mb, t), jnp.int32)
+    lowered, t_lower = timed(lambda: em.step.lower(carry, jnp.int32(0), tables, data, data))
+    compiled, t_compile = timed(lowered.compile)
+    text = compiled.as_text()
+    return {
+        "preset": preset,
+        "stages": n,
+        "blocks": len(model.blocks),
+        "lower_s": t_lower,
+        "compile_s": t_compile,
+        "instructions": sum(1 for line in text.splitlines() if " = " in line),
+    }
+
+
+def xla_table(rows: list[dict[str, Any]]) -> str:
+    """The markdown table of :func:`round_compile`'s rows, with each depth's ratio to the
+    first's."""
+    first = rows[0]["compile_s"]
+    head = (
+        f"### XLA's compile of the emulator's round ({rows[0]['preset']}, {rows[0]['blocks']} "
+        "blocks, 1F1B "
+        "vanilla, AdamW)\n\n"
+        "| stages N | trace + lower (s) | compile (s) | / N = "
+        f"{rows[0]['stages']} | HLO instructions |\n|---|---|---|---|---|"
+    )
+    lines = [
+        f"| {r['stages']} | {r['lower_s']:.1f} | {r['compile_s']:.1f} | "
+        f"{r['compile_s'] / first:.2f}x | {r['instructions']:,} |"
+        for r in rows
+    ]
+    return "\n".join([head, *lines])
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="200 mini-batches; writes no result")
     p.add_argument("--stages", type=number(int, low=1), default=8)
     p.add_argument("--batches", type=number(int, low=1), default=3000)
+    p.add_argument("--xla", action="store_true", help="XLA's compile of rounds at N = 2 … 16")
     p.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     args = p.parse_args(argv)
     nb = 200 if args.quick else args.batches
     rows = [row(name, pol, micro, args.stages, nb) for name, pol, micro in CASES]
     text = table(rows, args.stages, nb)
+    xla: list[dict[str, Any]] = []
+    if args.xla:
+        depths = (1, 2) if args.quick else DEPTHS  # gpt-tiny has 2 blocks
+        xla = [round_compile(n, preset="gpt-tiny" if args.quick else "gpt-deep") for n in depths]
+        text += "\n\n" + xla_table(xla)
     print(text)
     if not args.quick:
         write_result("program_compile", text, args.out)
-    return {"rows": rows, "text": text}
+    return {"rows": rows, "text": text, "xla": xla}
 
 
 if __name__ == "__main__":

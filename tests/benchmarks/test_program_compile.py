@@ -19,3 +19,12 @@ def test_a_bad_size_is_one_line(capsys):
         program_compile.main(["--stages", "0"])
     err = capsys.readouterr().err.strip().splitlines()
     assert "argument --stages: expected an int in [1, inf), got 0" in err[-1]
+
+
+@pytest.mark.slow  # 8 s: two rounds of gpt-tiny compiled
+def test_quick_xla_rounds_are_compiled_and_tabled(tmp_path):
+    out = program_compile.main(["--quick", "--xla", "--stages", "2", "--out", str(tmp_path)])
+    assert [r["stages"] for r in out["xla"]] == [1, 2]
+    assert all(r["compile_s"] > 0 and r["instructions"] > 1000 for r in out["xla"])
+    assert "XLA's compile of the emulator's round (gpt-tiny, 2 blocks" in out["text"]
+    assert "| 1 | " in out["text"] and "1.00x" in out["text"]
