@@ -23,7 +23,10 @@ second ratio is to the unsplit step over the same ``M`` micro-batches, gradients
 which separates the cost of micro-batching from the emulator's.
 
 Run: ``python benchmarks/pipeline_emulation.py [--model cnn] [--stages 4] [--batch 128]``;
-``python benchmarks/pipeline_emulation.py --model gpt-deep --stages 16 --batch 16``.
+``python benchmarks/pipeline_emulation.py --model gpt-deep --stages 16 --batch 16``; GPT-2 small
+in bfloat16 at a GPU's batch (``benchmarks/gpu_check.sh``): ``--model gpt2-small --context 1024
+--vocab 50304 --precision bfloat16 --batch 8 --stages 8`` (an MFU column where the device's peak
+is known, :mod:`jaxstale.flops`).
 """
 
 from __future__ import annotations
@@ -74,6 +77,10 @@ def main(argv: list[str] | None = None) -> str:
                     help="saved: skip the backward=recompute variants")  # fmt: skip
     ap.add_argument("--unrolled", action="store_true",
                     help="also time looping rounds unrolled")  # fmt: skip
+    ap.add_argument("--context", type=int, default=CONTEXT, help="a GPT's window (ids)")
+    ap.add_argument("--vocab", type=int, default=VOCAB, help="a GPT's vocabulary")
+    ap.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
+                    help="a GPT's compute precision (bf16: f32 weights, optimizer)")  # fmt: skip
     ap.add_argument("--optimizer", choices=("sgd", "adamw"), default=None,
                     help="both sides' optimizer (default: adamw for a GPT, else sgd)")  # fmt: skip
     args = ap.parse_args(argv)
@@ -82,11 +89,13 @@ def main(argv: list[str] | None = None) -> str:
     gpt = args.model.startswith("gpt")
     nb = 2 * n + 2 + args.rounds
     rng = np.random.default_rng(0)
+    t, v = args.context, args.vocab
     if gpt:  # token windows: [B, T] ids, next-token targets
-        model = models.create(args.model, input_shape=(CONTEXT,), num_classes=VOCAB, seed=0)
-        xb = jnp.asarray(rng.integers(0, VOCAB, size=(nb, bs, CONTEXT)).astype(np.int32))
-        yb = jnp.asarray(rng.integers(0, VOCAB, size=(nb, bs, CONTEXT)).astype(np.int32))
-        shape = f"context {CONTEXT}, vocabulary {VOCAB}"
+        kw = {"dtype": args.precision} if args.precision != "float32" else {}
+        model = models.create(args.model, input_shape=(t,), num_classes=v, seed=0, **kw)
+        xb = jnp.asarray(rng.integers(0, v, size=(nb, bs, t)).astype(np.int32))
+        yb = jnp.asarray(rng.integers(0, v, size=(nb, bs, t)).astype(np.int32))
+        shape = f"context {t}, vocabulary {v}, {args.precision}"
     else:
         kw = {"hidden": (256,) * 7} if args.model == "mlp" else {}
         model = models.create(args.model, input_shape=(hw, hw, 1), num_classes=10, seed=0, **kw)
@@ -211,24 +220,42 @@ def main(argv: list[str] | None = None) -> str:
         for p in ems:
             t_pol[p].append(_time(lambda p=p: run_policy(p), 1) / args.rounds)
     ts = float(np.median(t_sync))
-    tokens = bs * CONTEXT if gpt else bs
+    tokens = bs * t if gpt else bs
     unit = "tokens" if gpt else "examples"
+    util = lambda sec: "–"  # MFU: a GPT on a device of known peak
+    if gpt:
+        from jaxstale import flops
+        from jaxstale.models.gpt import preset_of
+
+        size = preset_of(args.model) or {}
+        fpt = flops.gpt_flops_per_token(
+            layers=len(model.blocks), width=size["width"], heads=size["heads"],
+            context=t, vocab=size.get("vocab", v),
+        )  # fmt: skip
+        gpu_f32 = jax.default_backend() == "gpu" and args.precision == "float32"
+        prec = "tf32" if gpu_f32 else args.precision
+        kind = jax.devices()[0].device_kind
+
+        def util(sec: float) -> str:
+            m = flops.mfu(tokens / sec, fpt, kind, prec)
+            return "–" if m is None else f"{m:.1%}"
+
     lines = [
         f"Model {args.model} ({models.param_count(model):,} params), {shape}, batch {bs}, "
         f"{opt_name}, N={n} stages, async 1F1B (sync: GPipe), backend {jax.default_backend()}; "
         f"median of {args.reps} x {args.rounds} steady-state rounds.",
         "",
-        f"| policy | ms / step | {unit} / s | vs sync step | vs sync step, same micro-batches "
-        "| carried state (MB) | XLA temp (MB) | compile (s) |",
-        "|---|---|---|---|---|---|---|---|",
-        f"| plain sync step (unsplit) | {ts * 1e3:.2f} | {tokens / ts:,.0f} | 1.00x | – | "
-        f"{sync_carry / 2**20:.2f} | {sync_mem.temp_size_in_bytes / 2**20:.2f} | – |",
+        f"| policy | ms / step | {unit} / s | MFU | vs sync step | vs sync step, same "
+        "micro-batches | carried state (MB) | XLA temp (MB) | compile (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
+        f"| plain sync step (unsplit) | {ts * 1e3:.2f} | {tokens / ts:,.0f} | {util(ts)} | 1.00x "
+        f"| – | {sync_carry / 2**20:.2f} | {sync_mem.temp_size_in_bytes / 2**20:.2f} | – |",
     ]
     tm = {m: float(np.median(t_micro[m])) for m in micro}
     for m in micro:
         lines.append(
             f"| plain sync step, {m} micro-batches accumulated | {tm[m] * 1e3:.2f} | "
-            f"{tokens / tm[m]:,.0f} | {tm[m] / ts:.2f}x | 1.00x | – | – | – |"
+            f"{tokens / tm[m]:,.0f} | {util(tm[m])} | {tm[m] / ts:.2f}x | 1.00x | – | – | – |"
         )
     for p in ems:
         tp = float(np.median(t_pol[p]))
@@ -236,7 +263,7 @@ def main(argv: list[str] | None = None) -> str:
         rows.append((p, tp / ts))
         same = f"{tp / tm[num_micro[p]]:.2f}x" if num_micro[p] in tm else "–"
         lines.append(
-            f"| {p} | {tp * 1e3:.2f} | {tokens / tp:,.0f} | {tp / ts:.2f}x | {same} | "
+            f"| {p} | {tp * 1e3:.2f} | {tokens / tp:,.0f} | {util(tp)} | {tp / ts:.2f}x | {same} | "
             f"{_bytes(carry) / 2**20:.2f} | {mem.temp_size_in_bytes / 2**20:.2f} | "
             f"{compile_s[p]:.1f} |"
         )
