@@ -61,7 +61,9 @@ pretrained model; the start is trained once, kept in the run folder
 (:mod:`experiments.starts`) and its digest recorded in every row.
 
 Outputs (run folder): summary.json rows (model, method, workers, inner_steps, lr, seed,
-final_val/test metric, diverged, wall_time, exchanges, tokens, ...), table.md, plot.png.
+final_val/test metric, diverged, wall_time, exchanges, tokens — windows of the data, ... — and
+for a GPT tokens_per_s, flops_per_token and mfu, :mod:`experiments.throughput`), table.md,
+plot.png.
 Run: ``python -m experiments.local_sgd --help``.
 """
 

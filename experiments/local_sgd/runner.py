@@ -17,6 +17,7 @@ from jaxstale.transforms.outer import cgad, delayed_nesterov, staleness_weight
 from .. import runs, starts
 from ..common import group_clock, outcome, splits, task_of
 from ..precision import gpt_kw
+from ..throughput import lm_throughput, log_throughput
 
 
 def outer_tx(method: str, workers: int, lr: float = 1.0) -> Any:
@@ -144,6 +145,12 @@ class _Runner:
         wall, cpu = clock(len(keys))
         self.computed += len(keys)
         out = self._rows(results, scheds, base, m, updates, streams, (wall, cpu))
+        for i, ((row, _), s) in enumerate(zip(out, scheds, strict=True)):  # a GPT's rate, MFU
+            speed = lm_throughput(k0["model"], ds, int(s.steps.sum()), cfg["batch_size"], wall)
+            row.update(speed)
+            if i == 0:
+                what = f"{k0['model']} {method} M={m} H={h}"
+                log_throughput("local_sgd", what, len(keys), speed)
         if cfg.get("warm_start"):
             for (row, _), k in zip(out, keys, strict=True):
                 row["start_digest"] = self.digests[k0["model"], k["seed"]]

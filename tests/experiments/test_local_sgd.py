@@ -148,6 +148,10 @@ def test_the_language_model_runs_from_its_names_and_reads_loss(tmp_path):
     assert {r["method"] for r in rows} == {"diloco", "async-lookahead"}
     assert all(np.isfinite(r["final_test_loss"]) and r["final_test_loss"] > 0 for r in rows)
     assert "Test loss (nats/token)" in (out / "table.md").read_text()
+    # a GPT's throughput in every row (issue 54): its tokens over its share of the group's time
+    for r in rows:
+        assert r["tokens_per_s"] == pytest.approx(r["tokens"] * 64 / r["wall_s"], rel=0.01)
+        assert r["flops_per_token"] > 6 * 27_000 and r["mfu"] is None  # a CPU: no peak known
 
 
 def test_the_memory_check_counts_the_largest_group_not_every_seed_and_rate():
