@@ -82,7 +82,7 @@ class _Runner:
             if res.diverged:
                 raise runs.RunFolderError(
                     f"the warm start of {model}, seed {seed} diverged at step {res.diverged_step}"
-                    " (a lower --inner-lr, or a shorter --warm-start)"
+                    " (a lower --warm-lr, or a shorter --warm-start)"
                 )
             return jax.tree.map(np.asarray, res.params)
 

@@ -60,3 +60,12 @@ def test_without_a_warm_start_the_config_is_unchanged():
     assert exp.Config(quick=True, warm_start=5, warm_lr=0.01).resolved()["warm_lr"] == 0.01
     with pytest.raises(ConfigError, match="--warm-lr is the warm start's; no --warm-start"):
         exp.Config(quick=True, warm_lr=0.01).resolved()
+
+
+def test_a_warm_start_that_diverges_is_one_line(tmp_path, capsys):
+    argv = [*ARGV, "--steps", "4", "--warm-start", "5", "--warm-lr", "1e9"]
+    with pytest.raises(SystemExit):
+        exp.main([*argv, "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "the warm start of mlp, seed 0 diverged at step" in err[-1]
+    assert "a lower --warm-lr" in err[-1]
