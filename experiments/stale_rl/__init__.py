@@ -332,6 +332,8 @@ def report(
     curves = [{**r, "_metrics": folder.metrics({k: r[k] for k in KEY}) or []} for r in rows]
     figs = make_figures(curves, cfg, selected, stable)
     paths = folder.report(table, figs, num_runs=len(rows), started=started)
+    cpu = sum(float(r.get("cpu_s") or 0.0) for r in rows)
+    print(f"[{EXPERIMENT}] {len(rows)} runs, {cpu / 3600:.2f} CPU-hours", file=sys.stderr)
     return {"rows": rows, "paths": paths, "table": table, "selected": selected, "stable": stable}
 
 

@@ -173,8 +173,8 @@ def make_table(
             cells.append(f"**{text}**" if stable.get((g, lr)) else text)
         body.append([g[0], g[1], str(g[2]), *cells])
     lines += [runs.markdown_table(["arm", "delay", "τ", *(f"{x:g}" for x in cfg["lrs"])], body)]
-    cpu = sum(float(r.get("cpu_s") or 0.0) for r in rows)
-    lines += ["", f"{len(rows)} runs, {cpu / 3600:.2f} CPU-hours."]
+    # no time here: a table is a function of the rows' results (a resumed sweep writes the same
+    # bytes); report() prints the CPU-hours
     return "\n".join(lines) + "\n", selected, stable
 
 

@@ -104,6 +104,7 @@ def test_tiny_grid_end_to_end_and_resume(tmp_path, capsys):
         "Validation grid",
     ):
         assert section in res["table"]
+    assert "CPU-hours" not in res["table"]  # timing is printed, not tabled: resumes agree
     # a second run reuses every cell and the cached start: the same table
     again = stale_rl.main([*TINY, "--out", str(out)])
     assert again["table"] == res["table"]
