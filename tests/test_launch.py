@@ -117,17 +117,21 @@ class _Launcher:
 
     def __init__(self, *args: str, ignore_sigint: bool = False):
         # ignore_sigint: started as a non-interactive shell starts a background job (SIGINT
-        # ignored, so Python installs no KeyboardInterrupt handler), as CI may start the tests
-        self.proc = subprocess.Popen(
-            [PY, "-m", "jaxstale.launch", *args],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-            if ignore_sigint
-            else None,
-        )
+        # ignored, so Python installs no KeyboardInterrupt handler), as CI may start the tests.
+        # An ignored signal stays ignored across exec: ignored here around the start, not in a
+        # preexec_fn (Python between fork and exec in this JAX process: JAX's fork warning)
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN) if ignore_sigint else None
+        try:
+            self.proc = subprocess.Popen(
+                [PY, "-m", "jaxstale.launch", *args],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        finally:
+            if old is not None:
+                signal.signal(signal.SIGINT, old)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
