@@ -57,6 +57,7 @@ class Verdict:
         if self.label == "untestable here":
             for key, text in (("chance", "arm at chance"), ("assay", "no assay sensitivity"),
                               ("grid's edge", "arm at its grid's edge"),
+                              ("failure to prevent", "no failure to prevent"),
                               ("MDE", "MDE > expected"), ("pairs", "too few pairs")):  # fmt: skip
                 if key in why:
                     return f"untestable ({text})"
@@ -82,6 +83,9 @@ class Evidence:
     #: fail it (vanilla, no mitigation); if it passes too, the test cannot tell the method
     #: from doing nothing (no assay sensitivity) and a passing primary is not a verdict
     control: Diff | None = None
+    #: the failure a fix claims to prevent, as ``uncorrected − reference + margin`` (negative
+    #: beyond noise: it fails); if it is not shown, there is nothing to prevent here
+    premise: Diff | None = None
 
 
 #: the caveat of a verdict an estimated expected effect decides (Claim.expected_estimate)
@@ -215,12 +219,8 @@ class Claim:
             lines.append("- **not testable as run**: the primary is read as "
                          f"{'for' if p.sign > 0 else 'against'} the claim, and an arm at its "
                          "grid's edge could move it the other way at a rate not run")  # fmt: skip
-        if (c := ev.control) is not None:
-            passes = c.sign > 0
-            lines.append(f"- assay sensitivity, the negative control ({c.b}: should fail the "
-                         f"same test): {c.text()}" + (" — **it passes too**" * passes))  # fmt: skip
-            if passes and d.label.startswith("held"):
-                headline = f"untestable here (no assay sensitivity: {c.b} passes the same test)"
+        more, headline = decisions.sensitivity(ev.control, ev.premise, d.label, headline)
+        lines += more
         lines += ev.notes
         setup = decisions.setup_summary(checks)
         return Verdict(headline, "\n".join(lines), ev.tables, ev.figures, caveat, setup, p,

@@ -191,3 +191,33 @@ def decide(primary: Diff, secondary: Mapping[str, Sequence[Diff]], expected: flo
     if not math.isfinite(expected) or not mde <= expected:
         return out("untestable here", f"untestable here ({sizes})")
     return out("within noise", f"within noise ({sizes})")
+
+
+def sensitivity(
+    control: Diff | None, premise: Diff | None, label: str, headline: str
+) -> tuple[list[str], str]:
+    """The report lines and the headline after a claim's two checks of its own test.
+
+    ``control`` (a non-inferiority claim's negative control, oriented as the primary): if the
+    arm that should fail the test passes it too, a *held* verdict is no verdict (no assay
+    sensitivity). ``premise`` (the failure a fix should prevent, ``uncorrected − reference +
+    margin``): unless it is negative beyond noise, the regime shows no failure to prevent, and
+    whatever the primary says, the claim is untestable here; this check outranks the label.
+    """
+    lines: list[str] = []
+    if control is not None:
+        passes = control.sign > 0
+        what = f"the negative control ({control.b}: should fail the same test)"
+        flag = " — **it passes too**" if passes else ""
+        lines.append(f"- assay sensitivity, {what}: {control.text()}{flag}")
+        if passes and label.startswith("held"):
+            headline = f"untestable here (no assay sensitivity: {control.b} passes the same test)"
+    if premise is not None:
+        shown = premise.sign < 0
+        what = f"the failure to prevent ({premise.a} worse than {premise.b} beyond the margin)"
+        flag = "" if shown else " — **not shown**"
+        lines.append(f"- premise, {what}: {premise.text()}{flag}")
+        if not shown:
+            headline = (f"untestable here (no failure to prevent: {premise.a} stays within the "
+                        f"margin of {premise.b})")  # fmt: skip
+    return lines, headline

@@ -84,6 +84,7 @@ _UNTESTABLE = {
     "untestable (arm at chance)": "no call: an arm trains at no rate of its grid",
     "untestable (arm at its grid's edge)": "no call: an arm's best rate lies beyond its grid",
     "untestable (no assay sensitivity)": "no call: the test passes doing nothing too",
+    "untestable (no failure to prevent)": "no call: the uncorrected arm does not break here",
 }
 
 

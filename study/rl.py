@@ -104,6 +104,7 @@ def _table(ctx: Context, run: str) -> str:
 def _evidence(
     ctx: Context, primary: Diff | None, secondary: dict[str, list[Diff]], notes: list[str],
     *, expected: float | None = None, control: Diff | None = None, run: str = "rl-stale",
+    premise: Diff | None = None,
 ) -> Evidence:  # fmt: skip
     sec = {k: [d for d in v if d is not None] for k, v in secondary.items()}
     return Evidence(
@@ -114,6 +115,7 @@ def _evidence(
         [(run, "plot"), (run, "cliff")],
         expected=expected,
         control=control,
+        premise=premise,
     )
 
 
@@ -131,7 +133,8 @@ def _one_rate(rows: Sequence[dict], a: str, b: str, tau: int) -> Diff | None:
 
 def judge_is(ctx: Context) -> Evidence:
     """RL1. Primary: PPO-clip − untruncated IS at τ = 3, own rates. Declared: the same at the
-    neighbouring τ (2, 4); PPO-clip within the margin of on-policy at τ = 3."""
+    neighbouring τ (2, 4); PPO-clip within the margin of on-policy at τ = 3. Premise: IS at
+    τ = 3 falls more than the margin below on-policy (the collapse PPO-clip should prevent)."""
     rows = ctx.rows("rl-stale")
     near = [t for t in (2, 4) if t in _taus(rows)]
     return _evidence(
@@ -144,12 +147,14 @@ def judge_is(ctx: Context) -> Evidence:
             "exploratory, area under the test curve": [_beats(rows, "ppo-clip", "is", 3, True)],
         },
         [],
+        premise=_near(rows, "is", 3),
     )
 
 
 def judge_vcpo(ctx: Context) -> Evidence:
     """RL2. Primary: VCPO − sequence-level TIS at τ = 2, own rates. Declared: the same at every
-    larger τ run (the paper: stable to 128)."""
+    larger τ run (the paper: stable to 128). Premise: sequence-level TIS at τ = 2 falls more
+    than the margin below on-policy (the paper's collapse)."""
     rows = ctx.rows("rl-stale")
     more = [t for t in _taus(rows) if t > 2]
     return _evidence(
@@ -160,6 +165,7 @@ def judge_vcpo(ctx: Context) -> Evidence:
             "exploratory, area under the test curve": [_beats(rows, "vcpo", "tis-seq", 2, True)],
         },
         [],
+        premise=_near(rows, "tis-seq", 2),
     )
 
 

@@ -124,7 +124,9 @@ def test_the_headlines_verdict_is_at_most_forty_characters(verdict, short):
 
 def test_every_declared_secondary_names_a_label_its_judge_writes():
     """A typo in a declared prefix would silently demote that secondary to exploratory: every
-    prefix must match a secondary the claim's judge writes on the committed rows."""
+    prefix must match a secondary the claim's judge writes on the committed rows (a claim
+    whose runs are not all committed may lack the ones those runs write: its own test checks
+    them, e.g. test_claims_rl's RL3)."""
     from pathlib import Path
 
     from study import provenance
@@ -139,6 +141,9 @@ def test_every_declared_secondary_names_a_label_its_judge_writes():
         if not isinstance(ev, Evidence) or ev.primary is None:
             continue
         labels = list(ev.secondary)
+        gone = [x for x in c.secondaries if not any(k.startswith(x) for k in labels)]
+        if not all(ctx.has(r) for r in c.runs) and len(gone) < len(c.secondaries):
+            continue  # partial: some declared secondary is written, the rest need other runs
         missed += [(c.id, x) for x in c.secondaries if not any(k.startswith(x) for k in labels)]
     assert not missed, missed
 

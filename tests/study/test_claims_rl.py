@@ -73,6 +73,35 @@ def test_rl1_to_rl3_read_the_declared_primaries_in_reward_points(tmp_path):
     assert "On-policy (τ = 0): 95.0 ±" in m2.tables[0]
 
 
+def test_rl1_rl2_are_untestable_where_the_uncorrected_arm_does_not_collapse(tmp_path):
+    # the premise: IS (RL1) and sequence TIS (RL2) more than the margin below on-policy; here
+    # they are 3 points below it while the fixes are 1 point below: the primary favours the fix
+    # beyond noise, but there is no collapse for it to prevent
+    def world(arm, d, tau, lr):
+        if tau and lr == 2e-3:
+            return 0.92 if arm in ("is", "tis-seq") else 0.94
+        return _world(arm, d, tau, lr)
+
+    _folder(tmp_path, "rl-stale", _rows(world))
+    ctx = core.Context(tmp_path, quick=False)
+    ev = rl.judge_is(ctx)
+    assert ev.primary.mean == pytest.approx(0.02) and ev.primary.sign > 0
+    assert ev.premise is not None and ev.premise.mean == pytest.approx(0.02)  # −3 + 5 points
+    for name, arm in (("RL1", "is (τ=3)"), ("RL2", "tis-seq (τ=2)")):
+        v = claim(name).assess(ctx)
+        assert (
+            v.verdict == f"untestable here (no failure to prevent: {arm} stays within the "
+            "margin of on-policy)"
+        ), v.verdict
+        assert v.short == "untestable (no failure to prevent)"
+        assert "- premise, the failure to prevent" in v.evidence and "**not shown**" in v.evidence
+    # where they collapse (the default world), the premise is shown and the verdict stands
+    _folder(tmp_path / "collapse", "rl-stale", _rows(_world))
+    v = claim("RL1").assess(core.Context(tmp_path / "collapse", quick=False))
+    assert v.verdict.startswith("held") and "- premise, the failure to prevent" in v.evidence
+    assert "**not shown**" not in v.evidence
+
+
 def test_rl3_reads_the_authors_m2po_where_its_run_exists(tmp_path):
     _folder(tmp_path, "rl-stale", _rows(_world))
     ctx = core.Context(tmp_path, quick=False)
@@ -86,6 +115,8 @@ def test_rl3_reads_the_authors_m2po_where_its_run_exists(tmp_path):
     (bare,) = ev.secondary["M2PO's adaptive clip (its authors' code) within the margin"]
     (dual,) = ev.secondary["M2PO's adaptive clip with a dual clip within the margin"]
     assert "m2po-clip (τ=16)" in bare.what and bare.mean < 0 < dual.mean
+    declared = claim("RL3").secondaries  # with both runs, every declared label is written
+    assert all(any(k.startswith(x) for k in ev.secondary) for x in declared)
     v = claim("RL3").assess(core.Context(tmp_path, quick=False))
     assert v.verdict.startswith("held with reversals"), v.verdict
 
