@@ -54,7 +54,7 @@ from typing import Any
 from experiments import runs
 from experiments.config import prog_of
 
-from . import budget, cells, edges, provenance, sweeps
+from . import budget, cells, edges, provenance, rungs, sweeps
 from . import readme as readme_mod
 from .asynchronous import (
     judge_acceptance,
@@ -300,7 +300,8 @@ def judge_all(ctx: Context) -> tuple[dict[str, Verdict], dict[str, Evidence | No
         old = [n for n in c.runs if _drifted(ctx, n)]
         if old and v.verdict != "not run":
             notes.append(f"on rows of an earlier configuration of {', '.join(old)}")
-        lm = regime(ctx.rows(c.runs[0])) if ctx.has(c.runs[0]) else ""  # a GPT's
+        read = rungs.run_read(ctx, c)
+        lm = regime(ctx.rows(read)) if ctx.has(read) else ""  # a GPT's
         notes += [lm] if lm and v.verdict != "not run" else []
         if notes:
             v = dataclasses.replace(v, caveat="; ".join(x for x in (v.caveat, *notes) if x))

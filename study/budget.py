@@ -107,7 +107,8 @@ def _verdict(converged: bool | None) -> str:
 
 #: the configuration fields that decide how a reference trains, besides its setting: two
 #: configurations equal on them train the same reference for different budgets
-_SAME = ("dataset", "standardize", "optimizer", "momentum", "inner_lr", "batch_size", "mlp_width")
+_SAME = ("dataset", "standardize", "optimizer", "momentum", "inner_lr", "batch_size", "mlp_width",
+         "momentum_rule")  # fmt: skip
 
 
 def _config(folder: Path) -> dict[str, Any]:
@@ -138,8 +139,8 @@ def _judged(rows: Path, names: Sequence[str]) -> list[Judged]:
     a point from three times the updates). An accuracy reference on a decaying schedule (an
     optimizer of :data:`jaxstale.optimizers.NAMES`: warm-up + cosine over the run, whose last
     third gains from the decay at any length) is judged by the longer run alone, and not
-    judged without one. A language model's fact (compared at equal updates) is not judged
-    either."""
+    judged without one. A language model's fact is judged against its other rungs
+    (:func:`_loss_judged`)."""
     facts = {
         n: json.loads((rows / n / FILE).read_text()) for n in names if (rows / n / FILE).exists()
     }
@@ -150,7 +151,7 @@ def _judged(rows: Path, names: Sequence[str]) -> list[Judged]:
         decays = cfg.get("optimizer") in optimizers.NAMES
         for f in found:
             if f.get("metric") == "loss":
-                out.append(Judged(name, f, None))
+                out.append(_loss_judged(name, f, facts, cfgs))
                 continue
             if f["plateau"] is None:  # no curve without divergence: not converged
                 out.append(Judged(name, f, _converged(f)))
@@ -173,12 +174,41 @@ def _judged(rows: Path, names: Sequence[str]) -> list[Judged]:
     return out
 
 
+def _loss_judged(
+    name: str, f: dict[str, Any], facts: dict[str, Any], cfgs: dict[str, dict[str, Any]]
+) -> Judged:
+    """A language model's reference, on a warm-up + cosine schedule over its run (its last
+    third gains from the decay at any length), judged against the ladder's other rungs of the
+    same reference (:data:`_SAME`, the same setting): not converged where a longer rung's
+    last-third plateau is more than :data:`LOSS_TOL` below this one's; at the longest rung,
+    converged only where the next shorter rung's is within :data:`LOSS_TOL` of it (the last
+    multiple of the updates gained nothing); not judged alone."""
+    if f["plateau"] is None:
+        return Judged(name, f, False)
+    cfg = cfgs[name]
+    rungs = [
+        (other, g)
+        for other, theirs in facts.items()
+        if other != name and all(cfgs[other].get(k) == cfg.get(k) for k in _SAME)
+        for g in theirs
+        if g["setting"] == f["setting"] and g.get("plateau") is not None
+        and g["steps"] != f["steps"]
+    ]  # fmt: skip
+    longer = [(o, g) for o, g in rungs if g["steps"] > f["steps"]]
+    if longer:
+        other, g = max(longer, key=lambda t: t[1]["steps"])
+        return Judged(name, f, f["plateau"] - g["plateau"] <= LOSS_TOL, (other, g), True)
+    if rungs:
+        other, g = max(rungs, key=lambda t: t[1]["steps"])
+        return Judged(name, f, g["plateau"] - f["plateau"] <= LOSS_TOL, (other, g), True)
+    return Judged(name, f, None)
+
+
 def unconverged(rows: Path, names: Sequence[str]) -> list[str]:
     """The configurations of ``names`` whose synchronous reference has not converged at their
     budget in some setting (the Budget section's **not converged**: :func:`_judged`), from the
-    ``budget.json`` files under ``rows``. A language model's reference, compared at equal
-    updates on its schedule, and a decaying schedule's without a longer run are not judged and
-    never listed.
+    ``budget.json`` files under ``rows``. A language model's reference without another rung
+    of it, and a decaying schedule's without a longer run, are not judged and never listed.
 
     Example:
         >>> unconverged(Path("no-such-rows"), ["async"])
@@ -187,9 +217,10 @@ def unconverged(rows: Path, names: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(j.name for j in _judged(rows, names) if j.converged is False))
 
 
-def _loss_line(name: str, setting: str, f: dict[str, Any]) -> str:
+def _loss_line(name: str, setting: str, f: dict[str, Any], judged: Judged | None = None) -> str:
     """A language model's line: its validation loss at the budget against the corpus's
-    unigram entropy and the uniform loss (the claims compare at equal updates)."""
+    n-gram levels and the uniform loss, and where another rung of it ran, its convergence
+    (:func:`_loss_judged`)."""
     if f["plateau"] is None:
         return f"- `{name}`, {setting}: no curve without divergence at {_rate(f)}."
     mean, half, n = f["delta_last_third"]
@@ -201,8 +232,15 @@ def _loss_line(name: str, setting: str, f: dict[str, Any]) -> str:
     refs = ""
     if f.get("unigram") is not None:
         refs = "; " + level_text(f["plateau"], f)
+    head = f"- `{name}`, {setting}, {_rate(f)}:"
+    if judged is not None and judged.by is not None:
+        other, g = judged.by
+        head += (
+            f" {_verdict(judged.converged)} (against `{other}`, {g['steps']:,} updates: "
+            f"{g['plateau']:.3f} nats, {g['plateau'] - f['plateau']:+.3f});"
+        )
     return (
-        f"- `{name}`, {setting}, {_rate(f)}: validation loss {f['plateau']:.3f} nats over "
+        f"{head} validation loss {f['plateau']:.3f} nats over "
         f"the last third of {f['steps']:,} updates{refs}; change over the last third {change} "
         "(a language model is compared at equal updates, on its warm-up + cosine schedule)."
     )
@@ -244,7 +282,8 @@ def _rate(f: dict[str, Any]) -> str:
 def _line(judged: Judged) -> str:
     name, f = judged.name, judged.fact
     if f.get("metric") == "loss":
-        return _loss_line(name, ", ".join(f"{k} {v}" for k, v in f["setting"].items()), f)
+        setting = ", ".join(f"{k} {v}" for k, v in f["setting"].items())
+        return _loss_line(name, setting, f, judged)
     setting = ", ".join(f"{k} {v}" for k, v in f["setting"].items())
     mean, half, n = f["delta_last_third"]
     change = (

@@ -16,6 +16,7 @@ from typing import Any
 from experiments import runs
 from jaxstale import tasks
 
+from . import rungs
 from .advice import advice
 from .core import (
     CHANCE_EDGE,
@@ -45,7 +46,7 @@ _METHOD_FIRST = re.compile(r"^(?P<method>.+?) − (?P<ref>.+?) \+ .*\(non-inferi
 def regime_of(ctx: Context, claim: Claim) -> str:
     """The regime the claim's verdict speaks for, briefly: a GPT's size and tokens, else the
     first run's model, dataset and budget (``–`` without rows)."""
-    name = claim.runs[0]
+    name = rungs.run_read(ctx, claim)
     if not ctx.has(name) or not (rows := ctx.rows(name)):
         return "–"
     if (lm := lm_scale(rows)) is not None:

@@ -20,7 +20,7 @@ import numpy as np
 
 from experiments import runs
 
-from . import speed
+from . import rungs, speed
 from .core import (
     Claim,
     Context,
@@ -167,41 +167,76 @@ def judge_depth(ctx: Context) -> Evidence:
     )
 
 
+def _asyncpp(rows: Sequence[dict]) -> tuple[int, dict[str, list[dict[str, Any]]], Diff | None]:
+    """LM2's cells at the deepest N of ``rows`` and its primary there."""
+    n = max(_stages(rows))
+    got = {m: _pipe(rows, m, n) for m in ("sync", "asyncpp", "vanilla")}
+    ref, new = got["sync"], got["asyncpp"]
+    primary = _not_worse(ref, new, f"sync (N={n})", f"asyncpp (N={n})") if ref and new else None
+    return n, got, primary
+
+
 def judge_asyncpp(ctx: Context) -> Evidence:
     """LM2. Primary: sync + δ − asyncpp at N = 8 (NAdamW, AsyncPP's β1 rule); secondary:
-    vanilla − asyncpp (stashing with that optimizer helps)."""
-    rows = ctx.rows("lm-asyncpp")
-    n = max(_stages(rows))
-    ref, got, van = (_pipe(rows, m, n) for m in ("sync", "asyncpp", "vanilla"))
-    primary = _not_worse(ref, got, f"sync (N={n})", f"asyncpp (N={n})") if ref and got else None
-    sec = {"AsyncPP − vanilla": [diff(van, got, f"vanilla (N={n})", f"asyncpp (N={n})")]}
-    notes = (
-        [f"- plain difference: {diff(got, ref, 'asyncpp', 'sync').text()}"] if ref and got else []
-    )
+    vanilla − asyncpp (stashing with that optimizer helps). Read at its rung
+    (:data:`study.rungs.RUNG`) where that run finished, the 1k primary beside it."""
+    name = rungs.RUNG["LM2"]
+    at_rung = ctx.has(name)
+    rows = ctx.rows(name if at_rung else "lm-asyncpp")
+    n, got, primary = _asyncpp(rows)
+    ref, new, van = got["sync"], got["asyncpp"], got["vanilla"]
+    sec = {"AsyncPP − vanilla": [diff(van, new, f"vanilla (N={n})", f"asyncpp (N={n})")]}
+    notes = []
+    if at_rung:
+        notes += rungs.early_line(name, regime(rows), _asyncpp(ctx.rows("lm-asyncpp"))[2])
+    if ref and new:
+        notes.append(f"- plain difference: {diff(new, ref, 'asyncpp', 'sync').text()}")
     control = _not_worse(ref, van, f"sync (N={n})", f"vanilla (N={n})") if ref and van else None
+    run = name if at_rung else "lm-asyncpp"
     return Evidence(
         primary,
-        sec if van and got else {},
+        sec if van and new else {},
         notes,
-        [_table(rows, _methods_of(ctx, "lm-asyncpp", rows), [n])],
-        [("lm-asyncpp", "plot")],
+        [_table(rows, _methods_of(ctx, run, rows), [n])],
+        [(run, "plot")],
         control=control,
     )
 
 
-def _policy_vs(ctx: Context, method: str, ref_method: str, other: str) -> Evidence:
-    """``ref + δ − method`` at N = 8 (AdamW; lm-policies with lm-depth's sync and vanilla, same
-    seeds); secondary: ``other − method`` (positive: the method beats ``other``)."""
+def _policy_rows(ctx: Context, rung: str) -> tuple[list[dict[str, Any]], list[str], str]:
+    """The N = 8 AdamW policy rows a claim reads: ``rung``'s where it finished, else
+    lm-policies' with lm-depth's sync and vanilla (same seeds); notes; the run's name."""
+    if ctx.has(rung):
+        return list(ctx.rows(rung)), [], rung
     rows, notes = _rows(ctx, "lm-policies", "lm-depth")
+    return rows, notes, "lm-policies"
+
+
+def _not_worse_at(rows: Sequence[dict], method: str, ref_method: str) -> Diff | None:
+    """``ref + δ − method`` at N = 8 (the deepest N where the rows have no 8)."""
+    n = 8 if any(r["stages"] == 8 for r in rows) else max(_stages(rows))
+    ref, got = _pipe(rows, ref_method, n), _pipe(rows, method, n)
+    if not ref or not got:
+        return None
+    return _not_worse(ref, got, f"{ref_method} (N={n})", f"{method} (N={n})")
+
+
+def _policy_vs(ctx: Context, method: str, ref_method: str, other: str) -> Evidence:
+    """``ref + δ − method`` at N = 8 (AdamW; at the ``lm-ladder-4k`` rung where it finished,
+    else lm-policies with lm-depth's sync and vanilla, same seeds); secondary: ``other −
+    method`` (positive: the method beats ``other``)."""
+    name = "lm-ladder-4k"
+    rows, notes, run = _policy_rows(ctx, name)
+    if run == name:
+        early, _ = _rows(ctx, "lm-policies", "lm-depth")
+        notes += rungs.early_line(name, regime(rows), _not_worse_at(early, method, ref_method))
     n = 8 if any(r["stages"] == 8 for r in rows) else max(_stages(rows))
     ref, got, alt = (_pipe(rows, m, n) for m in (ref_method, method, other))
-    primary = (
-        _not_worse(ref, got, f"{ref_method} (N={n})", f"{method} (N={n})") if ref and got else None
-    )
+    primary = _not_worse_at(rows, method, ref_method)
     sec = {f"{method} − {other}": [diff(alt, got, f"{other} (N={n})", f"{method} (N={n})")]}
     if ref and got:
         notes.append(f"- plain difference: {diff(got, ref, method, ref_method).text()}")
-    methods = list(dict.fromkeys(["sync", "vanilla", *_methods_of(ctx, "lm-policies", rows)]))
+    methods = list(dict.fromkeys(["sync", "vanilla", *_methods_of(ctx, run, rows)]))
     van = _pipe(rows, "vanilla", n)
     control = (
         _not_worse(ref, van, f"{ref_method} (N={n})", f"vanilla (N={n})") if ref and van else None
@@ -211,7 +246,7 @@ def _policy_vs(ctx: Context, method: str, ref_method: str, other: str) -> Eviden
         sec if alt and got else {},
         notes,
         [_table(rows, methods, [n])],
-        [("lm-policies", "plot")],
+        [(run, "plot")],
         control=control,
     )
 
@@ -448,7 +483,7 @@ LM_CLAIMS: list[Claim] = [
         "Ajanthan et al., ICML 2025 (arXiv 2505.01099)",
         "Weight stashing plus NAdam with a high, stage-dependent β1 (0.99) lets an asynchronous "
         "pipeline match or beat the synchronous baseline (GPT, 8 stages).",
-        ("lm-asyncpp",),
+        ("lm-asyncpp", "lm-ladder-4k-asyncpp"),
         judge_asyncpp,
         primary=f"sync + {MARGIN:g} − asyncpp test loss at N = 8 (non-inferiority, margin "
         f"{MARGIN:g} nats), NAdamW with AsyncPP's β1 rule for both",
@@ -464,7 +499,7 @@ LM_CLAIMS: list[Claim] = [
         "Narayanan et al., ICML 2021 (arXiv 2006.09503)",
         "PipeDream-2BW's double-buffered weights (every update one step stale) reach almost the "
         "synchronous loss: GPT-355M on WikiText-103, test perplexity 19.56 vs 19.28.",
-        ("lm-policies", "lm-depth"),
+        ("lm-policies", "lm-depth", "lm-ladder-4k"),
         judge_2bw,
         primary=f"sync + {MARGIN:g} − 2bw test loss at N = 8, AdamW (non-inferiority, margin "
         f"{MARGIN:g} nats)",
@@ -512,7 +547,7 @@ LM_CLAIMS: list[Claim] = [
         "Yang et al., MLSys 2021 (arXiv 1910.05124)",
         "Learning-rate rescheduling and weight-discrepancy correction let an asynchronous "
         "pipeline train without stashing, at the loss stashing reaches.",
-        ("lm-policies", "lm-depth"),
+        ("lm-policies", "lm-depth", "lm-ladder-4k"),
         judge_pipemare,
         primary=f"stash + {MARGIN:g} − pipemare test loss at N = 8, AdamW (non-inferiority, "
         f"margin {MARGIN:g} nats)",

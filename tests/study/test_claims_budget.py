@@ -222,3 +222,33 @@ def test_a_flat_constant_rate_reference_is_not_converged_when_a_longer_run_ends_
     tail = "; a longer run of the same reference (`long`) plateaus at 86.0 % at 27,000 updates."
     assert short.endswith(tail)
     assert "longer run of the same reference where one ran" in "".join(lines)
+
+
+def test_a_language_models_rungs_judge_each_other(tmp_path):
+    """The ladder's rungs of one LM reference (same setting, data, optimizer, batch): the 1k
+    rung is not converged where the 4k rung ends more than 0.02 nats lower, and the 4k rung is
+    converged only where the 1k rung is within 0.02 of it; alone, not judged."""
+    rows = tmp_path / "rows"
+    cfg = {"dataset": "shakespeare", "optimizer": "adamw", "batch_size": 16}
+    setting = {"model": "gpt-cpu", "stages": 8, "method": "sync"}
+
+    def rung(name, steps, plateau, c=cfg):
+        (rows / name).mkdir(parents=True, exist_ok=True)
+        (rows / name / "config.json").write_text(json.dumps({"config": {**c, "steps": steps}}))
+        f = {**_fact("sync", None, [-0.09, 0.01, 5], "loss", plateau), "steps": steps,
+             "setting": setting}  # fmt: skip
+        (rows / name / budget.FILE).write_text(json.dumps([f]))
+
+    rung("lm-depth", 1000, 2.012)
+    rung("lm-ladder-4k", 4000, 1.630)
+    rung("lm-asyncpp", 1000, 2.020, {**cfg, "optimizer": "nadamw"})  # another reference
+    assert budget.unconverged(rows, ["lm-asyncpp"]) == []  # alone: not judged
+    names = ["lm-depth", "lm-ladder-4k", "lm-asyncpp"]
+    assert budget.unconverged(rows, names) == ["lm-depth", "lm-ladder-4k"]
+    lines = {x.split("`")[1]: x for x in budget.section(rows, names) if x.startswith("- `")}
+    assert "lr 0.01: **not converged** (against `lm-ladder-4k`, 4,000 updates: 1.630 nats, " \
+        "-0.382); validation loss 2.012" in lines["lm-depth"]  # fmt: skip
+    assert "(against `lm-depth`, 1,000 updates: 2.012 nats, +0.382)" in lines["lm-ladder-4k"]
+    assert "converged" not in lines["lm-asyncpp"]
+    rung("lm-ladder-4k", 4000, 1.995)  # four times the updates gained 0.017: converged at 4k
+    assert budget.unconverged(rows, names) == []

@@ -142,6 +142,43 @@ def test_lm3_and_lm6_read_the_policies_paired_with_the_depth_runs_seeds(tmp_path
     assert "pipemare − vanilla — **against the claim**" in v6.evidence
 
 
+def test_lm2_lm3_lm6_are_read_at_the_4k_rung_once_it_finished(tmp_path):
+    """Issue 52: the declared primaries, re-measured at 4k updates, decide the verdicts there;
+    the 1k primary stays in the evidence as the early-training rung; the headline's regime
+    is the rung's."""
+    _folder(tmp_path, "lm-depth", _prows({("sync", 8): _losses(1.9), ("vanilla", 8): _losses(2.3)}))
+    pol = {("stash", 8): _losses(2.2), ("2bw", 8): _losses(1.91), ("pipemare", 8): _losses(2.4)}
+    _folder(tmp_path, "lm-policies", _prows(pol))
+    cells = {("sync", 8): _losses(1.9), ("asyncpp", 8): _losses(1.92), ("vanilla", 8): _losses(2.3)}
+    _folder(tmp_path, "lm-asyncpp", _prows(cells))
+    assert claims.claim("LM3").assess(_ctx(tmp_path)).verdict == "held"
+    # at 4k: 2BW 0.1 nats behind sync (beyond the margin), PipeMare within stashing's margin
+    ladder = {("sync", 8): _losses(1.6), ("vanilla", 8): _losses(2.1), ("stash", 8): _losses(2.08),
+              ("2bw", 8): _losses(1.7), ("pipemare", 8): _losses(2.09)}  # fmt: skip
+    rows = [{**r, "steps": 4000, "batch_size": 16} for r in _prows(ladder)]
+    _folder(tmp_path, "lm-ladder-4k", rows)
+    ctx = _ctx(tmp_path)
+    v3 = claims.claim("LM3").assess(ctx)
+    assert v3.verdict == "did not hold", v3.evidence
+    assert "- read at the `lm-ladder-4k` rung (gpt-cpu (415 k parameters), 4.1 M tokens" in (
+        v3.evidence
+    )
+    assert "the early-training rung, 1k updates (not in the verdict): sync (N=8) + 0.05 − 2bw " \
+        "(N=8) (non-inferiority, margin 0.05 nats) = +0.040" in v3.evidence  # fmt: skip
+    v6 = claims.claim("LM6").assess(ctx)  # vanilla passes stash's margin too: no sensitivity
+    assert v6.verdict.startswith("untestable here (no assay sensitivity"), v6.evidence
+    from study import headline
+
+    assert headline.regime_of(ctx, claims.claim("LM3")).endswith("4.1 M tokens")
+    assert claims.claim("LM2").assess(ctx).verdict == "held"  # its rung has not run: 1k
+    assert "read at the" not in claims.claim("LM2").assess(ctx).evidence
+    rows = [{**r, "steps": 4000, "batch_size": 16} for r in _prows({**cells, ("asyncpp", 8):
+                                                                   _losses(2.0)})]  # fmt: skip
+    _folder(tmp_path, "lm-ladder-4k-asyncpp", rows)
+    v2 = claims.claim("LM2").assess(_ctx(tmp_path))
+    assert v2.verdict == "did not hold" and "`lm-ladder-4k-asyncpp` rung" in v2.evidence
+
+
 def test_a_non_inferiority_test_the_negative_control_passes_is_untestable(tmp_path):
     """Issue 52: LM6's test had no assay sensitivity — vanilla passed it against stashing
     better than PipeMare did. The control (vanilla) must fail the test the method passes."""
