@@ -172,7 +172,8 @@ class Question:
     every other compared with it on test (paired by seed), the ``reference`` (no staleness)
     beside them. ``runs`` are read together where their set-ups are one (:meth:`Context.
     differs` outside ``varies``); ``ref_fields`` select the reference's rows when they differ
-    from the condition's (1-worker SGD)."""
+    from the condition's (1-worker SGD); ``rung``: a longer run of the same question (the
+    ladder's, :mod:`study.rungs`), read alone once it has finished."""
 
     text: str
     runs: tuple[str, ...]
@@ -181,6 +182,7 @@ class Question:
     conditions: tuple[Mapping[str, Any], ...]
     varies: tuple[str, ...] = ("methods",)
     ref_fields: Mapping[str, Any] = field(default_factory=dict)
+    rung: str | None = None
 
 
 #: the questions a practitioner asks first (issues 52, 53)
@@ -188,10 +190,20 @@ QUESTIONS: tuple[Question, ...] = (
     Question(
         "Which policy for an 8-stage asynchronous GPT pipeline with AdamW?",
         ("lm-depth", "lm-policies"),
-        ("vanilla", "stash", "2bw", "pipemare"),
+        (
+            "vanilla",
+            "stash",
+            "2bw",
+            "pipemare",
+            "spectrain-v1",
+            "nesterov",
+            "2bw-spectrain",
+            "2bw-ef",
+        ),
         "sync",
         ({"stages": 8},),
         varies=POLICY_VARIES,
+        rung="lm-ladder-4k",
     ),
     Question(
         "Which asynchronous data-parallel method (SGD with momentum 0.9, MNIST-1D)?",
@@ -221,6 +233,8 @@ QUESTIONS: tuple[Question, ...] = (
 
 def _rows(ctx: Context, q: Question) -> tuple[list[dict[str, Any]], list[str]]:
     """The rows of the question's runs that can be read together, and the names read."""
+    if q.rung is not None and ctx.has(q.rung):
+        return list(ctx.rows(q.rung)), [q.rung]
     names = [n for n in q.runs if ctx.has(n)]
     if not names:
         return [], []

@@ -94,6 +94,11 @@ def test_a_question_names_the_validation_best_and_pairs_the_others_with_it(tmp_p
     assert headline.questions(claims.Context(tmp_path / "none", quick=False))[0].endswith(
         "(not run)"
     )
+    # the ladder's 4k rung, once finished, answers alone, with the arms only it ran
+    ladder = {"sync": (1.5, 1.5), "vanilla": (2.0, 2.0), "2bw-ef": (1.55, 1.56)}
+    _folder(tmp_path, "lm-ladder-4k", _rows(ladder))
+    lines = headline.questions(claims.Context(tmp_path, quick=False))
+    assert "(`lm-ladder-4k`)" in lines[0] and lines[1].startswith("  - stages 8: **2bw-ef**")
 
 
 def test_every_interval_the_readme_quotes_is_the_reports():
