@@ -52,6 +52,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchmarks import _results  # noqa: E402
+from benchmarks._timing import rotating  # noqa: E402
 from jaxstale import losses, models, optimizers  # noqa: E402
 from jaxstale.models.gpt import PRESETS, GPTBlock  # noqa: E402
 
@@ -226,20 +227,6 @@ def torch_weights(params: Any) -> dict[str, np.ndarray]:
     return out
 
 
-def timed(calls: dict[str, Callable[[], Any]], rounds: int, steps: int) -> dict[str, list[float]]:
-    """Wall seconds per call of each of ``calls`` (on the one core this process is pinned
-    to), per round, in a rotating order."""
-    names = list(calls)
-    out: dict[str, list[float]] = {n: [] for n in names}
-    for k in range(rounds):
-        for n in names[k % len(names) :] + names[: k % len(names)]:
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                calls[n]()
-            out[n].append((time.perf_counter() - t0) / steps)
-    return out
-
-
 #: the op names counted as matrix products: XLA's (``dot``, ``dot_general``, the YNNPACK
 #: fusions, which the executors' compiler options restrict to products) and ATen's kernels
 _JAX_PRODUCTS = ("dot", "ynn_fusion", "convolution")
@@ -339,7 +326,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     calls = {f"{s}/{p}": c for s, (ph, _) in sides.items() for p, c in ph.items()}
     for c in calls.values():  # the first call (compiles, allocates), outside the timings
         c()
-    times = timed(calls, args.rounds, args.steps)
+    times = rotating(calls, args.rounds, args.steps)
     med = {k: 1e3 * statistics.median(v) for k, v in times.items()}
     ms = {s: {p: med[f"{s}/{p}"] for p in PHASES} for s in sides}
     for s in ms:
