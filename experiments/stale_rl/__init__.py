@@ -62,7 +62,7 @@ import jax
 import numpy as np
 
 from jaxstale import mesh as jmesh
-from jaxstale import rl
+from jaxstale import models, rl
 
 from .. import config as config_module
 from .. import runs, starts
@@ -80,12 +80,17 @@ LRS = (5e-4, 1e-3, 2e-3, 4e-3, 8e-3)
 REFERENCE = tables.REFERENCE
 
 
+def _gpts() -> list[str]:
+    """The zoo's GPTs (a policy must be one)."""
+    return [n for n in models.model_names() if n.startswith("gpt")]
+
+
 @dataclass(frozen=True)
 class Config:
     """stale_rl's configuration (``None``: the default of :meth:`resolved`)."""
 
     quick: bool = opt(False, "small configuration (about a minute): a smoke run, marked as such")
-    model: str = opt("gpt-tiny", "the policy: a zoo GPT", kind="model")
+    model: str = opt("gpt-tiny", "the policy: a zoo GPT", choices=_gpts, kind="model")
     length: int = opt(8, "symbols to reverse (the response length)", low=1)
     symbols: int = opt(16, "the alphabet", low=2)
     sup_steps: int = opt(30, "supervised steps of the start (AdamW 1e-3, batches of 64)", low=0)
@@ -111,7 +116,9 @@ class Config:
     eval_every: int | None = opt(
         None, "updates between evaluations, dividing --steps (default about steps / 6)", low=1
     )
-    tolerance: float = opt(0.05, "stable: mean validation reward >= on-policy best - this", low=0)
+    tolerance: float = opt(
+        0.05, "stable: mean validation reward >= on-policy best - this", low=0, high=1
+    )
     executor: str = opt(
         "emulate",
         "emulate: one program; mesh: the samplers on a 'data' device axis, the learner as the "

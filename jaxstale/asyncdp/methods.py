@@ -502,6 +502,7 @@ def lr_warmup(
         raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
     if isinstance(num_workers, int | np.integer) and num_workers < 1:
         raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+    check_range(learning_rate, "learning_rate", "lr_warmup", 0.0)
     if warmup_steps == 0:
         return learning_rate
 

@@ -65,12 +65,15 @@ References:
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+
+from jaxstale._checks import check_range
 
 __all__ = [
     "CORRECTIONS",
@@ -126,20 +129,44 @@ def _check_behaviour(behav: Any) -> None:
         raise ValueError(f"behaviour log-probabilities must be <= 0, got a maximum of {b.max():g}")
 
 
-def _inputs(logp: Any, behav: Any, adv: Any, mask: Any) -> tuple[jax.Array, ...]:
+def _inputs(logp: Any, behav: Any, adv: Any, mask: Any, where: str) -> tuple[jax.Array, ...]:
+    """``(logp, behav, adv, mask)`` as float32 ``[n, L]`` arrays, each checked against
+    ``logp``'s shape in one line starting with ``where`` (``adv`` per sequence ``[n]`` or per
+    id ``[n, L]``)."""
+    try:
+        return _checked_inputs(logp, behav, adv, mask)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+
+
+def _checked_inputs(logp: Any, behav: Any, adv: Any, mask: Any) -> tuple[jax.Array, ...]:
     _check_behaviour(behav)
     logp = jnp.asarray(logp, jnp.float32)
     behav = sg(jnp.asarray(behav, jnp.float32))
+    if logp.ndim != 2:
+        raise ValueError(
+            f"log-probabilities must be [responses, ids], got shape {tuple(logp.shape)}"
+        )
     if behav.shape != logp.shape:
         raise ValueError(
             f"behaviour log-probabilities {tuple(behav.shape)} for log-probabilities "
             f"{tuple(logp.shape)}: one per response id"
         )
     adv = sg(jnp.asarray(adv, jnp.float32))
+    if adv.shape not in ((logp.shape[0],), logp.shape):
+        raise ValueError(
+            f"advantages {tuple(adv.shape)} for log-probabilities {tuple(logp.shape)}: one "
+            "per response, or one per response id"
+        )
     if adv.ndim == 1:
         adv = adv[:, None]
     adv = jnp.broadcast_to(adv, logp.shape)
     mask = jnp.ones(logp.shape, jnp.float32) if mask is None else jnp.asarray(mask, jnp.float32)
+    if mask.shape != logp.shape:
+        raise ValueError(
+            f"mask {tuple(mask.shape)} for log-probabilities {tuple(logp.shape)}: one per "
+            "response id"
+        )
     return logp, behav, adv, mask
 
 
@@ -176,6 +203,18 @@ def _surrogate(
     return jnp.maximum(l1, l2), (l2 > l1).astype(jnp.float32)
 
 
+def _check_cap(name: str, cap: float) -> None:
+    """A truncation cap: > 0 (``inf``: no truncation)."""
+    if cap != math.inf:
+        check_range(cap, "cap", name, 0.0, low_open=True, hint=" (or inf: no truncation)")
+
+
+def _band(name: str, low: float, high: float) -> None:
+    """``0 ≤ low < high``, in one line."""
+    if not (float(low) >= 0.0 and float(high) > float(low)):
+        raise ValueError(f"{name}: need 0 <= low < high, got low {low}, high {high}")
+
+
 def _check_dual(name: str, dual_clip: float | None) -> None:
     if dual_clip is not None and not dual_clip > 1.0:
         raise ValueError(f"{name}: dual_clip must be > 1 (or None), got {dual_clip}")
@@ -197,7 +236,7 @@ def _clipped_loss(
 def reinforce(logp: Any, behav: Any, adv: Any, mask: Any = None) -> tuple[jax.Array, Stats]:
     """No correction: the on-policy surrogate, whatever generated the ids (``behav`` only
     checked for shape)."""
-    logp, behav, adv, mask = _inputs(logp, behav, adv, mask)
+    logp, behav, adv, mask = _inputs(logp, behav, adv, mask, "reinforce")
     one = jnp.ones_like(logp)
     return _mean(-adv * _score(logp), mask), _stats(one, 0 * one, one, mask)
 
@@ -215,7 +254,9 @@ def ppo_clip(
     """PPO-clip with the behaviour policy as the old policy (``dual_clip`` None: off; it must
     exceed 1)."""
     _check_dual("ppo_clip", dual_clip)
-    logp, behav, adv, mask = _inputs(logp, behav, adv, mask)
+    check_range(eps_low, "eps_low", "ppo_clip", 0.0, 1.0, high_open=False)
+    check_range(eps_high, "eps_high", "ppo_clip", 0.0)
+    logp, behav, adv, mask = _inputs(logp, behav, adv, mask, "ppo_clip")
     return _clipped_loss(logp, behav, adv, mask, 1.0 - eps_low, 1.0 + eps_high, dual_clip)
 
 
@@ -229,7 +270,8 @@ def tis(
     level: Literal["token", "sequence"] = "token",
 ) -> tuple[jax.Array, Stats]:
     """Truncated importance sampling: REINFORCE weighted by ``sg(min(w, cap))``."""
-    logp, behav, adv, mask = _inputs(logp, behav, adv, mask)
+    _check_cap("tis", cap)
+    logp, behav, adv, mask = _inputs(logp, behav, adv, mask, "tis")
     w = _weights(logp, behav, mask, level)
     wt = jnp.minimum(w, cap)
     clipped = (w > cap).astype(jnp.float32)
@@ -248,7 +290,8 @@ def icepop(
     logp: Any, behav: Any, adv: Any, mask: Any = None, *, low: float = 0.5, high: float = 5.0
 ) -> tuple[jax.Array, Stats]:
     """IcePop: the token's weight ``w`` where ``low ≤ w ≤ high``, else 0 (still counted)."""
-    logp, behav, adv, mask = _inputs(logp, behav, adv, mask)
+    _band("icepop", low, high)
+    logp, behav, adv, mask = _inputs(logp, behav, adv, mask, "icepop")
     w = jnp.exp(_log_ratio(logp, behav))
     keep = ((w >= low) & (w <= high)).astype(jnp.float32)
     return _mean(-adv * w * keep * _score(logp), mask), _stats(keep, 1 - keep, w * keep, mask)
@@ -266,7 +309,9 @@ def mis(
 ) -> tuple[jax.Array, Stats]:
     """Sequence MIS: sequence TIS, a sequence with ratio outside ``[low, high]`` dropped
     (from the loss and from the mean's count)."""
-    logp, behav, adv, mask = _inputs(logp, behav, adv, mask)
+    _check_cap("mis", cap)
+    _band("mis", low, high)
+    logp, behav, adv, mask = _inputs(logp, behav, adv, mask, "mis")
     w = _weights(logp, behav, mask, "sequence")
     keep = ((w >= low) & (w <= high)).astype(jnp.float32)
     wt = jnp.minimum(w, cap)
@@ -286,8 +331,16 @@ def decoupled_ppo(
 ) -> tuple[jax.Array, Stats]:
     """Decoupled PPO: the trust region on ``prox`` (the weights at the start of the update,
     no gradient), the behaviour weight ``prox / behav`` set to 0 above ``cap`` (None: kept)."""
-    logp, behav, adv, mask = _inputs(logp, behav, adv, mask)
+    check_range(eps, "eps", "decoupled_ppo", 0.0, 1.0, high_open=False)
+    if cap is not None:
+        _check_cap("decoupled_ppo", cap)
+    logp, behav, adv, mask = _inputs(logp, behav, adv, mask, "decoupled_ppo")
     prox = sg(jnp.asarray(prox, jnp.float32))
+    if prox.shape != logp.shape:
+        raise ValueError(
+            f"decoupled_ppo: proximal log-probabilities {tuple(prox.shape)} for log-probabilities "
+            f"{tuple(logp.shape)}: one per response id"
+        )
     u = jnp.exp(jnp.clip(logp - prox, -BOUND, BOUND))
     per, clipped = _surrogate(adv, u, 1.0 - eps, 1.0 + eps)
     w = jnp.exp(jnp.clip(prox - behav, -BOUND, BOUND))
@@ -299,6 +352,7 @@ def m2po_mask(logp: Any, behav: Any, mask: Any = None, *, threshold: float = 0.0
     """M2PO's mask ``[n, L]``: among the counted ids, the ``k`` with the largest squared
     log-ratio dropped, ``k`` the smallest for which the rest's mean is below ``threshold``
     (every id but one when none is)."""
+    check_range(threshold, "threshold", "m2po", 0.0, low_open=True)
     lp = sg(jnp.asarray(logp, jnp.float32))
     m = jnp.ones(lp.shape, jnp.float32) if mask is None else jnp.asarray(mask, jnp.float32)
     d2 = (jnp.clip(lp - sg(jnp.asarray(behav, jnp.float32)), -BOUND, BOUND) ** 2).reshape(-1)
@@ -321,7 +375,7 @@ def m2po(
 ) -> tuple[jax.Array, Stats]:
     """M2PO: :func:`m2po_mask`, then ``−r·A`` on the kept ids, averaged over every counted id
     (the paper's ``1 / Σ|o_i|``; the importance ratio unclipped)."""
-    logp, behav, adv, mask = _inputs(logp, behav, adv, mask)
+    logp, behav, adv, mask = _inputs(logp, behav, adv, mask, "m2po")
     keep = m2po_mask(logp, behav, mask, threshold=threshold)
     r = jnp.exp(jnp.clip(logp - behav, -BOUND, BOUND))
     loss = _mean(-adv * r * keep, mask)
@@ -342,7 +396,7 @@ def m2po_clip_bounds(
     ``k = 0``): the largest breakpoint at which the capped :math:`M_2` stays within budget,
     and the bounds :math:`(e^{-c}, e^{c})`. (The code's 1e-12 tolerances are below
     float32's resolution at these scales and left out.)"""
-    logp, behav, adv, mask = _inputs(logp, behav, adv, mask)
+    logp, behav, adv, mask = _inputs(logp, behav, adv, mask, "m2po_clip_bounds")
     return _m2po_bounds(logp, behav, adv, mask, budget)
 
 
@@ -381,7 +435,7 @@ def m2po_clip(
     if not budget > 0:
         raise ValueError(f"m2po_clip: budget must be > 0, got {budget}")
     _check_dual("m2po_clip", dual_clip)
-    logp, behav, adv, mask = _inputs(logp, behav, adv, mask)
+    logp, behav, adv, mask = _inputs(logp, behav, adv, mask, "m2po_clip")
     lo, hi = _m2po_bounds(logp, behav, adv, mask, budget)
     return _clipped_loss(logp, behav, adv, mask, lo, hi, dual_clip)
 
@@ -394,9 +448,7 @@ def ess_ratio(logp: Any, behav: Any, mask: Any = None) -> jax.Array:
     underflows or overflows it: the authors' first code summed the weights themselves and read
     ESS = 0 once all fell below float32's range, NaN once one passed it).
     1 on-policy (exactly); ``1 / n`` when one sequence carries all the weight."""
-    lp = jnp.asarray(logp, jnp.float32)
-    m = jnp.ones(lp.shape, jnp.float32) if mask is None else jnp.asarray(mask, jnp.float32)
-    b = sg(jnp.asarray(behav, jnp.float32))
+    lp, b, _, m = _inputs(logp, behav, jnp.zeros(jnp.shape(logp)[:1]), mask, "ess_ratio")
     lw = jnp.sum((sg(lp) - b) * m, axis=1)
     w = jnp.exp(lw - jnp.max(lw))
     return sg(jnp.sum(w) ** 2 / jnp.sum(w**2) / w.shape[0])
@@ -407,7 +459,8 @@ def vcpo(
 ) -> tuple[jax.Array, Stats]:
     """VCPO's loss: sequence TIS (``cap`` 8), averaged over each sequence's ids then over the
     sequences; the step's rate comes from :func:`ess_ratio` through :func:`scale_by_ess`."""
-    logp, behav, adv, mask = _inputs(logp, behav, adv, mask)
+    _check_cap("vcpo", cap)
+    logp, behav, adv, mask = _inputs(logp, behav, adv, mask, "vcpo")
     w = _weights(logp, behav, mask, "sequence")
     wt = jnp.minimum(w, cap)
     per = jnp.sum(-adv * wt * _score(logp) * mask, axis=1) / jnp.maximum(jnp.sum(mask, 1), 1e-8)

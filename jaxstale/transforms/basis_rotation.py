@@ -358,6 +358,9 @@ def basis_rotation(
     References:
         Jung, Shin, Lee, ICML 2026, arXiv:2602.03515 (module docstring).
     """
+    if not callable(learning_rate):
+        check_range(learning_rate, "learning_rate", "basis_rotation", 0.0)
+    check_range(weight_decay, "weight_decay", "basis_rotation", 0.0)
     return optax.chain(
         scale_by_basis_rotation(
             b1, b2, eps, frequency=frequency, geometry=geometry, stats_decay=stats_decay, mask=mask

@@ -102,6 +102,11 @@ def error_feedback(
             "error_feedback: coefficient must be a concrete number (it fixes the state)"
         )
     check_range(coefficient, "coefficient", "error_feedback", 0.0)
+    if not (hasattr(inner, "init") and hasattr(inner, "update")):
+        raise TypeError(
+            "error_feedback: inner must be an optax GradientTransformation (the optimizer "
+            f"whose update it corrects, e.g. optax.adamw(3e-3)), got {type(inner).__name__}"
+        )
     c = float(coefficient)
     inner = optax.with_extra_args_support(inner)
 

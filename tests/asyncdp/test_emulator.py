@@ -350,6 +350,10 @@ def test_warmup_schedule():
     assert lr_warmup(0.3, 4, 0) == 0.3
     with pytest.raises(ValueError):
         lr_warmup(0.3, 4, -1)
+    for lr in (float("nan"), -0.1):  # were accepted (issue 51)
+        with pytest.raises(ValueError, match=r"^lr_warmup: learning_rate must be"):
+            lr_warmup(lr, 4, 10)
+    assert float(jax.jit(lambda lr: lr_warmup(lr, 4, 8)(8))(0.5)) == 0.5  # traced: unchecked
 
 
 def test_registry_and_validation():

@@ -140,6 +140,8 @@ def test_a_packed_sweep_resumes_from_its_own_start_not_this_machines(tmp_path, m
         (["--steps", "10", "--eval-every", "3"], "--eval-every"),
         (["--arms", "magic"], "--arms"),
         (["--model", "mlp"], "--model"),
+        (["--model", "gpt-nope"], "--model"),  # was a traceback from the model zoo
+        (["--tolerance", "2"], "--tolerance"),  # rewards lie in [0, 1]: every rate "stable"
         (["--delays", "later"], "--delays"),
     ],
 )

@@ -176,3 +176,9 @@ def test_bad_input():
         scale_by_basis_rotation(frequency=-1)
     with pytest.raises(ValueError, match="b2"):
         basis_rotation(0.1, b2=1.0)
+    for lr in (-1e-3, float("nan"), float("inf")):  # the factory's own rate (issue 51)
+        with pytest.raises(ValueError, match=r"^basis_rotation: learning_rate must be"):
+            basis_rotation(lr)
+    with pytest.raises(ValueError, match=r"^basis_rotation: weight_decay must be"):
+        basis_rotation(0.1, weight_decay=-0.1)
+    basis_rotation(optax.constant_schedule(0.1))  # a schedule is not checked here

@@ -151,3 +151,7 @@ def test_bad_input():
         error_feedback(optax.sgd(0.1), -1.0)
     with pytest.raises(TypeError, match="concrete"):
         jax.jit(lambda c: error_feedback(optax.sgd(0.1), c).init(jnp.zeros(1)))(1.0)
+    with pytest.raises(TypeError, match=r"^error_feedback: inner must be an optax"):
+        error_feedback(3)  # was an AttributeError from inside optax (issue 51)
+    with pytest.raises(TypeError, match=r"^error_feedback: inner must be an optax"):
+        error_feedback("adamw")
