@@ -12,6 +12,7 @@ __all__ = [
     "Indexed",
     "batch_indices",
     "batches",
+    "check_pairs",
     "check_streams",
     "indexed",
     "materialised",
@@ -81,12 +82,24 @@ def stream_shape(a: Any) -> tuple[int, ...]:
 
 def check_streams(xb: Any, yb: Any) -> None:
     """Raises ``ValueError`` (one line) unless ``xb`` and ``yb`` are both arrays or both
-    :class:`Indexed` with valid indices (:meth:`Indexed.check`)."""
+    :class:`Indexed` with valid indices (:meth:`Indexed.check`), and ``yb``'s shape leads
+    ``xb``'s (a label per example, or per position of a sequence: a shorter ``yb`` would be
+    read past its end, where JAX clamps the index instead of failing)."""
     if isinstance(xb, Indexed) != isinstance(yb, Indexed):
         raise ValueError("xb and yb must both be arrays or both be Indexed")
     for name, a in (("xb", xb), ("yb", yb)):
         if isinstance(a, Indexed):
             a.check(name)
+    check_pairs(stream_shape(xb), stream_shape(yb), "xb", "yb")
+
+
+def check_pairs(x: tuple[int, ...], y: tuple[int, ...], xn: str, yn: str) -> None:
+    """One line unless shape ``y`` is the leading part of shape ``x``."""
+    if not y or x[: len(y)] != y:
+        raise ValueError(
+            f"{xn} has shape {x} and {yn} {y}: {yn} must have one label per example of {xn} "
+            f"(its shape the leading part of {xn}'s)"
+        )
 
 
 def materialised(xb: Any, yb: Any) -> tuple[np.ndarray, np.ndarray]:

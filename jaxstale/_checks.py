@@ -221,3 +221,13 @@ def check_real(
         raise TypeError(f"{where}: {name} must be a real number, got {type(value).__name__}")
     check_range(value, name, where, low, high, low_open=low_open, high_open=False)
     return float(value)
+
+
+def check_transform(tx: Any, name: str, where: str, example: str = "optax.sgd(0.1)") -> None:
+    """A ``TypeError`` in one line unless ``tx`` is an Optax transformation (has ``init`` and
+    ``update``: an ``optax.GradientTransformation`` or anything shaped like one)."""
+    if not (callable(getattr(tx, "init", None)) and callable(getattr(tx, "update", None))):
+        raise TypeError(
+            f"{where}: {name} must be an optax GradientTransformation (e.g. {example}), got "
+            f"{type(tx).__name__}"
+        )

@@ -118,6 +118,31 @@ def test_every_family_has_make_and_the_same_executors(name):
         family.make("gpu", *([None] * (len(positional) - 1)))
 
 
+@pytest.mark.parametrize("executor", ["emulate", "mesh"])
+def test_every_family_refuses_labels_short_of_its_inputs_and_a_non_optax_optimizer(executor):
+    """Issue 51, second pass: labels for fewer mini-batches than the inputs were read past
+    their end (JAX clamps the index: the last label repeated, no error); a string for the
+    optimizer failed inside optax with an AttributeError. One line each, on both executors."""
+    f, stages = models.functional(_MODEL()), models.functional_stages(_MODEL(), 2)
+    short = "must have one label per example"
+    with pytest.raises(ValueError, match=short):
+        asyncdp.make(executor, f.apply, "asgd", delays.round_robin(2, 12), _X, _Y[:10],
+                     learning_rate=0.05)  # fmt: skip
+    sched = schedules.one_f_one_b(2, 12)
+    with pytest.raises(ValueError, match=short):
+        pipeline.make(executor, stages, sched, "stash", optax.sgd(0.05), _X[:12], _Y[:6])
+    with pytest.raises(TypeError, match=r"^pipeline\.make: tx must be an optax"):
+        pipeline.make(executor, stages, sched, "stash", "sgd", _X[:12], _Y[:12])
+    local = localsgd.synchronous(2, 2, 3)
+    with pytest.raises(ValueError, match=short):
+        localsgd.make(executor, f.apply, optax.sgd(0.05), jaxstale.outer_nesterov(), local,
+                      _X[:12], _Y[:11, :2])  # fmt: skip
+    for inner, outer, name in (("adam", jaxstale.outer_nesterov(), "inner_tx"),
+                               (optax.sgd(0.05), 0.7, "outer_tx")):  # fmt: skip
+        with pytest.raises(TypeError, match=rf"^localsgd\.make: {name} must be an optax"):
+            localsgd.make(executor, f.apply, inner, outer, local, _X[:12], _Y[:12])
+
+
 def test_every_family_has_entries_in_the_registry():
     """The parametrisation below is built from the registries as the module is collected (a
     method another test registers later is not in it)."""
@@ -161,7 +186,7 @@ def test_asyncdp_run_makes_every_executor_first_and_shares_their_cores(executor,
     monkeypatch.setattr(loop, "run", lambda *a, **k: trained.append(1) or real(*a, **k))
     with pytest.raises(ValueError, match="x_batches has 4 batches"):
         asyncdp.run(f.apply, "asgd", [f.params] * 3, [f.state] * 3, scheds, [_X, _X[:4], _X],
-                    [_Y] * 3, learning_rate=[0.05, 0.1, 0.1], **kw)  # fmt: skip
+                    [_Y, _Y[:4], _Y], learning_rate=[0.05, 0.1, 0.1], **kw)  # fmt: skip
     assert trained == []
     cls = asyncdp.AsyncMesh if executor == "mesh" else asyncdp.AsyncEmulator
     built = []

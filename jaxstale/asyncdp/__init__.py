@@ -32,6 +32,7 @@ import numpy as np
 import optax
 
 from jaxstale import loop as _loop
+from jaxstale._batching import check_pairs, stream_shape
 from jaxstale.asyncdp import emulator as _emulator
 from jaxstale.asyncdp import mesh as _mesh
 from jaxstale.asyncdp import server as _server
@@ -182,6 +183,8 @@ def make(
         extras.append(ex)
     if len({tuple(sorted(ex)) for ex in extras}) > 1:
         raise ValueError("every run needs the same extra arguments (timed or untimed delays)")
+    for xb, yb in zip(xs, ys, strict=True):
+        check_pairs(stream_shape(xb), stream_shape(yb), "x_batches", "y_batches")
     for xb, s in zip(xs, scheds, strict=True):
         need = steps * per if sync else int(np.max(s.batch)) + 1
         if len(xb) < need:

@@ -23,6 +23,7 @@ from typing import Any
 import jax
 import optax
 
+from jaxstale._checks import check_transform
 from jaxstale.localsgd import emulator as _emulator
 from jaxstale.localsgd import mesh as _mesh
 from jaxstale.localsgd.core import EXCHANGES as EXCHANGES
@@ -75,6 +76,8 @@ def make(
     """
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; choose one of {EXECUTORS}")
+    check_transform(inner_tx, "inner_tx", "localsgd.make", "optax.adamw(1e-3)")
+    check_transform(outer_tx, "outer_tx", "localsgd.make", "jaxstale.outer_nesterov(0.7)")
     if executor == "emulate":
         if mesh is not None:
             raise ValueError("make: mesh is the mesh executor's; the emulator runs on one device")

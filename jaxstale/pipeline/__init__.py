@@ -26,6 +26,7 @@ from typing import Any
 import jax
 import optax
 
+from jaxstale._checks import check_transform
 from jaxstale.loop import Executor
 from jaxstale.losses import cross_entropy
 from jaxstale.models.remat import remat_stages
@@ -104,6 +105,7 @@ def make(
     """
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; choose one of {EXECUTORS}")
+    check_transform(tx, "tx", "pipeline.make", "optax.adamw(3e-3)")
     program = _program(schedule, policy, backward, target)
     stages = remat_stages(stages, remat)
     kw: dict[str, Any] = {"momentum": momentum, "loss_fn": loss_fn}

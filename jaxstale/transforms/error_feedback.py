@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxstale._checks import check_range
+from jaxstale._checks import check_range, check_transform
 
 __all__ = ["ErrorFeedbackState", "error_feedback"]
 
@@ -102,11 +102,7 @@ def error_feedback(
             "error_feedback: coefficient must be a concrete number (it fixes the state)"
         )
     check_range(coefficient, "coefficient", "error_feedback", 0.0)
-    if not (hasattr(inner, "init") and hasattr(inner, "update")):
-        raise TypeError(
-            "error_feedback: inner must be an optax GradientTransformation (the optimizer "
-            f"whose update it corrects, e.g. optax.adamw(3e-3)), got {type(inner).__name__}"
-        )
+    check_transform(inner, "inner", "error_feedback", "optax.adamw(3e-3)")
     c = float(coefficient)
     inner = optax.with_extra_args_support(inner)
 
