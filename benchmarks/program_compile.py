@@ -105,10 +105,15 @@ def table(rows: list[dict[str, Any]], n: int, nb: int) -> str:
 DEPTHS = (2, 4, 8, 16)
 
 
-def round_compile(n: int, mb: int = 16, t: int = 64, preset: str = "gpt-deep") -> dict[str, Any]:
+def round_compile(
+    n: int, mb: int = 16, t: int = 64, preset: str = "gpt-deep", equal_slots: bool = False
+) -> dict[str, Any]:
     """XLA's compile of the emulator's 1F1B vanilla round of ``preset`` at ``n`` stages:
     ``{"stages", "blocks", "lower_s", "compile_s", "instructions"}`` (lowered from abstract
-    shapes: nothing is allocated)."""
+    shapes: nothing is allocated). ``equal_slots``: every stage's slot buffers (inputs,
+    cotangents, residuals) given the deepest stage's count, ``N`` — above the memory floor
+    (1F1B needs ``N − k`` at stage ``k``), a probe of what one slot shape for every stage
+    saves XLA, not a layout to run."""
     import jax
     import jax.numpy as jnp
 
@@ -119,6 +124,9 @@ def round_compile(n: int, mb: int = 16, t: int = 64, preset: str = "gpt-deep") -
     stages = models.functional_stages(model, n)
     nb = 2 * n + 2
     prog = pipeline.compile(schedules.one_f_one_b(n, nb), "vanilla")
+    if equal_slots:
+        top = max(*prog.res_cap, *prog.in_cap, *prog.ct_cap)
+        prog = prog._replace(res_cap=(top,) * n, in_cap=(top,) * n, ct_cap=(top,) * n)
     em = emulator.PipelineEmulator(stages, prog, optimizers.adamw(1e-3, 1000, warmup_steps=10))
     carry = jax.eval_shape(em.init, jax.ShapeDtypeStruct((mb, t), jnp.int32))
     tables = {k: jnp.asarray(v) for k, v in prog.tables.items()}
@@ -133,25 +141,36 @@ def round_compile(n: int, mb: int = 16, t: int = 64, preset: str = "gpt-deep") -
         "lower_s": t_lower,
         "compile_s": t_compile,
         "instructions": sum(1 for line in text.splitlines() if " = " in line),
+        "equal_slots": equal_slots,
     }
 
 
 def xla_table(rows: list[dict[str, Any]]) -> str:
-    """The markdown table of :func:`round_compile`'s rows, with each depth's ratio to the
-    first's."""
-    first = rows[0]["compile_s"]
+    """The markdown table of :func:`round_compile`'s rows (the floor layout, and where they
+    were measured the equal-slot probe beside it), with each depth's ratio to the first's."""
+    base = [r for r in rows if not r.get("equal_slots")]
+    probe = {r["stages"]: r for r in rows if r.get("equal_slots")}
+    first = base[0]["compile_s"]
+    extra = f" | compile, one slot shape (s) | / N = {base[0]['stages']}" if probe else ""
     head = (
-        f"### XLA's compile of the emulator's round ({rows[0]['preset']}, {rows[0]['blocks']} "
+        f"### XLA's compile of the emulator's round ({base[0]['preset']}, {base[0]['blocks']} "
         "blocks, 1F1B "
         "vanilla, AdamW)\n\n"
         "| stages N | trace + lower (s) | compile (s) | / N = "
-        f"{rows[0]['stages']} | HLO instructions |\n|---|---|---|---|---|"
+        f"{base[0]['stages']} | HLO instructions{extra} |\n|---|---|---|---|---|"
+        + ("---|---|" if probe else "")
     )
-    lines = [
-        f"| {r['stages']} | {r['lower_s']:.1f} | {r['compile_s']:.1f} | "
-        f"{r['compile_s'] / first:.2f}x | {r['instructions']:,} |"
-        for r in rows
-    ]
+    p0 = probe[base[0]["stages"]]["compile_s"] if base[0]["stages"] in probe else None
+    lines = []
+    for r in base:
+        line = (
+            f"| {r['stages']} | {r['lower_s']:.1f} | {r['compile_s']:.1f} | "
+            f"{r['compile_s'] / first:.2f}x | {r['instructions']:,} |"
+        )
+        if (q := probe.get(r["stages"])) is not None:
+            ratio = f"{q['compile_s'] / p0:.2f}x" if p0 else "–"
+            line += f" {q['compile_s']:.1f} | {ratio} |"
+        lines.append(line)
     return "\n".join([head, *lines])
 
 
@@ -161,6 +180,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--stages", type=number(int, low=1), default=8)
     p.add_argument("--batches", type=number(int, low=1), default=3000)
     p.add_argument("--xla", action="store_true", help="XLA's compile of rounds at N = 2 … 16")
+    p.add_argument(
+        "--equal-slots",
+        action="store_true",
+        help="with --xla: each round also with one slot shape for every stage (a probe)",
+    )
     p.add_argument("--out", default=None, help="results folder (default benchmarks/results)")
     args = p.parse_args(argv)
     nb = 200 if args.quick else args.batches
@@ -169,7 +193,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     xla: list[dict[str, Any]] = []
     if args.xla:
         depths = (1, 2) if args.quick else DEPTHS  # gpt-tiny has 2 blocks
-        xla = [round_compile(n, preset="gpt-tiny" if args.quick else "gpt-deep") for n in depths]
+        preset = "gpt-tiny" if args.quick else "gpt-deep"
+        layouts = (False, True) if args.equal_slots else (False,)
+        xla = [round_compile(n, preset=preset, equal_slots=e) for n in depths for e in layouts]
         text += "\n\n" + xla_table(xla)
     print(text)
     if not args.quick:

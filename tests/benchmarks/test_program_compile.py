@@ -28,3 +28,14 @@ def test_quick_xla_rounds_are_compiled_and_tabled(tmp_path):
     assert all(r["compile_s"] > 0 and r["instructions"] > 1000 for r in out["xla"])
     assert "XLA's compile of the emulator's round (gpt-tiny, 2 blocks" in out["text"]
     assert "| 1 | " in out["text"] and "1.00x" in out["text"]
+
+
+@pytest.mark.slow  # 16 s: four rounds of gpt-tiny compiled
+def test_the_equal_slot_probe_is_tabled_beside_each_depth(tmp_path):
+    out = program_compile.main(["--quick", "--xla", "--equal-slots", "--out", str(tmp_path)])
+    assert [(r["stages"], r["equal_slots"]) for r in out["xla"]] == [
+        (1, False), (1, True), (2, False), (2, True)
+    ]  # fmt: skip
+    assert "| compile, one slot shape (s) | / N = 1 |" in out["text"]
+    row = [x for x in out["text"].splitlines() if x.startswith("| 2 | ")][-1]
+    assert row.count("x |") == 2  # both ratios, the floor layout's and the probe's
